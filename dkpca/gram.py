@@ -1,0 +1,257 @@
+"""Blockwise construction of the Gram matrix K into a Zarr store.
+
+K is symmetric, so only blocks ``(I, J)`` with ``I <= J`` are computed and
+written; the operator reads each once and applies it and its transpose.  The
+same task that writes a block also writes its row sums (and, for ``I < J``,
+its column sums, i.e. the row sums of the mirrored block) into its own chunk of
+``gram/partial_sums``, so the centering statistics come out of the build pass
+at no extra read.
+
+Crash safety.  Each block task writes whole chunks (zarr >= 3.1.3 writes a
+chunk to a temporary file and renames it into place) and only then writes its
+one-chunk marker in ``gram/done``.  A rerun trusts the markers and nothing
+else: a chunk without a marker is recomputed, and recomputing is idempotent
+(same inputs, same bytes), so a task that dask runs twice is harmless.
+
+Codec.  Measured on a 4096^2 float32 rbf block (this machine, zarr 3.1):
+uncompressed 1.00x size; blosc-lz4+shuffle 1.13x; zstd-1 1.14x;
+blosc-lz4+bitshuffle 1.23x.  Kernel values are dense, high-entropy floats:
+a 10-20 % saving does not pay for compressing on every write and decompressing
+on every one of the tens of solver passes (reads are the per-pass cost), so K
+is stored uncompressed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+
+from . import store as _store
+from ._compute import compute
+from ._workspace import scratch
+from .io import Fingerprint
+from .kernels import Kernel, from_dict
+
+__all__ = ["GramInfo", "build_gram", "open_gram", "gram_bytes", "InsufficientDiskSpace", "block_bounds"]
+
+
+class InsufficientDiskSpace(OSError):
+    """The Gram store would not fit in the free space of its filesystem."""
+
+
+@dataclass
+class GramInfo:
+    """A complete Gram store and the centering statistics built with it.
+
+    Attributes
+    ----------
+    path : str
+        Store root.
+    n, block : int
+        Matrix size and square chunk edge.
+    dtype : numpy.dtype
+        Storage precision of K.
+    kernel : Kernel
+        The (resolved) kernel K was built with.
+    row_sums : ndarray of shape (n,)
+        ``K @ 1`` of the stored (rounded) K, float64.
+    diag_sum : float
+        ``trace(K)``.
+    reused_blocks, computed_blocks : int
+        Blocks found complete in the store vs evaluated by this call.
+    """
+
+    path: str
+    n: int
+    block: int
+    dtype: np.dtype
+    kernel: Kernel
+    row_sums: np.ndarray
+    diag_sum: float
+    reused_blocks: int = 0
+    computed_blocks: int = 0
+    build_seconds: float = 0.0
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.n // self.block)
+
+    def K(self) -> zarr.Array:
+        return zarr.open_array(self.path, path="gram/K", mode="r")
+
+
+def block_bounds(n: int, block: int) -> list[tuple[int, int]]:
+    return [(s, min(s + block, n)) for s in range(0, n, block)]
+
+
+def gram_bytes(n: int, block: int, dtype: Any) -> int:
+    """Bytes on disk of the upper-triangular blocks of K (uncompressed)."""
+    bounds = block_bounds(n, block)
+    itemsize = np.dtype(dtype).itemsize
+    return sum((i1 - i0) * (j1 - j0) * itemsize for a, (i0, i1) in enumerate(bounds) for (j0, j1) in bounds[a:])
+
+
+def _build_block(path: str, I: int, J: int, XI: np.ndarray, XJ: np.ndarray, kernel_spec: dict,
+                 dtype: str, block: int) -> int:
+    """Evaluate block (I, J), write it, its sums and then its done marker."""
+    kernel = from_dict(kernel_spec)
+    i0, j0 = I * block, J * block
+    i1, j1 = i0 + XI.shape[0], j0 + XJ.shape[0]
+    buf = scratch("gram-block", (i1 - i0, j1 - j0), dtype)
+    blk = kernel.block(XI, None if I == J else XJ, dtype, out=buf)
+    g = zarr.open_group(path, path="gram", mode="r+")
+    g["K"][i0:i1, j0:j1] = blk
+    g["partial_sums"][J, i0:i1] = blk.sum(axis=1, dtype=np.float64)
+    if I != J:
+        g["partial_sums"][I, j0:j1] = blk.sum(axis=0, dtype=np.float64)
+    else:
+        g["diag"][i0:i1] = np.diagonal(blk)
+    # The marker goes last: only a block whose data and sums are all on disk
+    # is ever trusted by a rerun.
+    g["done"][I, J] = 1
+    return 1
+
+
+def _describe_mismatch(attrs: dict, want: dict) -> str:
+    diffs = []
+    for key in ("fingerprint", "kernel", "block", "dtype"):
+        if attrs.get(key) != want[key]:
+            label = {"fingerprint": "data X"}.get(key, key)
+            diffs.append(f"{label} differs (store: {attrs.get(key)!r}, now: {want[key]!r})")
+    return "; ".join(diffs)
+
+
+def check_disk_space(path: str, needed: int) -> None:
+    """Raise :class:`InsufficientDiskSpace` if ``needed`` bytes will not fit."""
+    if _store.is_url(path):
+        return
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(os.path.abspath(probe))
+    free = shutil.disk_usage(probe).free
+    if needed > free:
+        raise InsufficientDiskSpace(
+            errno.ENOSPC,
+            f"the Gram store needs {needed / 1e9:.2f} GB but {probe!r} has {free / 1e9:.2f} GB free; "
+            "choose a store on a larger filesystem (store=...), use dtype='float32', "
+            "or a matrix-free solver that stores no Gram matrix",
+        )
+
+
+def open_gram(path: str) -> GramInfo:
+    """Open a complete Gram store (``ValueError`` if it is incomplete)."""
+    root = _store.open_existing(path)
+    g = root["gram"]
+    a = dict(g.attrs)
+    if not a.get("complete"):
+        raise ValueError(f"the Gram matrix in {path!r} is incomplete; rerun the fit to finish building it.")
+    return GramInfo(
+        path=path, n=a["n"], block=a["block"], dtype=np.dtype(a["dtype"]), kernel=from_dict(a["kernel"]),
+        row_sums=g["row_sums"][:], diag_sum=float(a["diag_sum"]),
+    )
+
+
+def build_gram(
+    path: str,
+    X: da.Array,
+    kernel: Kernel,
+    fingerprint: Fingerprint,
+    dtype: Any = np.float32,
+    overwrite: bool = False,
+) -> GramInfo:
+    """Build (or reuse, or finish) the Gram matrix of ``X`` in store ``path``.
+
+    Parameters
+    ----------
+    path : str
+        Store root (created if absent).
+    X : dask array of shape (n, d)
+        Row chunks all equal to the block edge (the last may be shorter).
+    kernel : Kernel
+        Resolved kernel (no data-dependent defaults left).
+    fingerprint : Fingerprint
+        Identity of X, recorded in the store and compared on reuse.
+    dtype : {float32, float64}
+        Storage precision of K.
+    overwrite : bool
+        Rebuild even if the store holds K for other data or another kernel.
+
+    Raises
+    ------
+    ValueError
+        The store holds K of other data, kernel, chunking or dtype and
+        ``overwrite`` is False.
+    InsufficientDiskSpace
+        K would not fit on the store's filesystem.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    dtype = np.dtype(dtype)
+    n = X.shape[0]
+    block = X.chunks[0][0]
+    nb = len(X.chunks[0])
+    want = {"fingerprint": fingerprint.to_dict(), "kernel": kernel.to_dict(), "block": block,
+            "dtype": dtype.name, "n": n}
+    root = _store.create_or_open(path)
+    done = None
+    if "gram" in root:
+        attrs = dict(root["gram"].attrs)
+        mismatch = _describe_mismatch(attrs, want)
+        if mismatch and not overwrite:
+            raise ValueError(
+                f"store {path!r} holds a Gram matrix that does not match this fit: {mismatch}. "
+                "Pass overwrite=True (CLI: --overwrite) to rebuild it, or choose another store."
+            )
+        if mismatch or overwrite:
+            _store.remove_member(root, "gram")
+            _store.remove_member(root, "model")
+        else:
+            done = root["gram"]["done"][:]
+    if done is None:
+        check_disk_space(path, gram_bytes(n, block, dtype))
+        g = root.create_group("gram")
+        # Attributes first: an interrupted build is then recognisable as ours.
+        g.attrs.update(_store.json_safe({**want, "complete": False}))
+        g.create_array("K", shape=(n, n), chunks=(block, block), dtype=dtype, compressors=None,
+                       fill_value=0.0)
+        g.create_array("partial_sums", shape=(nb, n), chunks=(1, block), dtype="float64",
+                       compressors=None, fill_value=0.0)
+        g.create_array("diag", shape=(n,), chunks=(block,), dtype=dtype, compressors=None, fill_value=0.0)
+        g.create_array("done", shape=(nb, nb), chunks=(1, 1), dtype="uint8", fill_value=0)
+        g.create_array("row_sums", shape=(n,), chunks=(block,), dtype="float64", compressors=None,
+                       fill_value=0.0)
+        done = np.zeros((nb, nb), dtype=np.uint8)
+    g = root["gram"]
+    todo = [(I, J) for I in range(nb) for J in range(I, nb) if not done[I, J]]
+    total = nb * (nb + 1) // 2
+    if todo:
+        rows = X.to_delayed().ravel()
+        spec = kernel.to_dict()
+        tasks = [
+            dask.delayed(_build_block, pure=True)(path, I, J, rows[I], rows[J], spec, dtype.name, block,
+                                                  dask_key_name=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}")
+            for I, J in todo
+        ]
+        compute(*tasks, label=f"Gram matrix: {len(todo)} of {total} blocks to compute")
+    if not g.attrs.get("complete"):
+        row_sums = np.empty(n, dtype=np.float64)
+        ps = g["partial_sums"]
+        for s in range(0, n, block):
+            row_sums[s:s + block] = ps[:, s:s + block].sum(axis=0)
+        g["row_sums"][:] = row_sums
+        diag_sum = float(np.sum(g["diag"][:], dtype=np.float64))
+        g.attrs.update({"complete": True, "diag_sum": diag_sum})
+    info = open_gram(path)
+    info.reused_blocks = total - len(todo)
+    info.computed_blocks = len(todo)
+    info.build_seconds = time.perf_counter() - t0
+    return info

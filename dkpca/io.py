@@ -1,0 +1,180 @@
+"""Open and validate inputs: Zarr paths/URLs, zarr arrays, numpy, dask, xarray.
+
+Everything downstream sees a 2-D floating dask array whose row chunks are the
+Gram block size.  Validation that needs to look at the values (finiteness) and
+the fingerprint of X (a checksum that identifies the data a Gram store was
+built from) are computed together in one blockwise pass, so X is read once and
+never held in memory as a whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+
+__all__ = ["open_input", "as_dask", "scan", "Fingerprint", "check_n_components", "default_block_size"]
+
+#: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
+#: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
+#: bound, small enough for many concurrent tasks per worker.
+DEFAULT_BLOCK = 4096
+
+
+def default_block_size(n: int) -> int:
+    """Square Gram block edge for ``n`` samples (whole matrix when small)."""
+    if n <= DEFAULT_BLOCK:
+        return n
+    # Balance the blocks so the last one is not a sliver.
+    nb = -(-n // DEFAULT_BLOCK)
+    return -(-n // nb)
+
+
+def _open_zarr_path(path: str) -> Any:
+    import zarr
+
+    is_url = "://" in path
+    if not is_url and not os.path.exists(path):
+        raise FileNotFoundError(f"input {path!r} does not exist; pass a Zarr store path or URL, or an array.")
+    try:
+        node = zarr.open(path, mode="r")
+    except Exception as exc:  # zarr raises several types for "not a store"
+        raise FileNotFoundError(f"input {path!r} is not a readable Zarr array or group ({exc}).") from exc
+    if isinstance(node, zarr.Group):
+        arrays = [name for name, _ in node.arrays()]
+        if "X" in arrays:
+            return node["X"]
+        if len(arrays) == 1:
+            return node[arrays[0]]
+        raise ValueError(
+            f"Zarr group {path!r} holds arrays {sorted(arrays)}; name the data array 'X' "
+            f"or pass its path, e.g. '{path}/{sorted(arrays)[0] if arrays else 'X'}'."
+        )
+    return node
+
+
+def open_input(source: Any) -> Any:
+    """Return an array-like for ``source`` without reading its values.
+
+    Parameters
+    ----------
+    source : str, os.PathLike, zarr.Array, numpy.ndarray, dask.array.Array or xarray.DataArray
+        Strings are Zarr paths or fsspec URLs; a group must hold an array ``X``
+        or exactly one array.
+    """
+    if isinstance(source, os.PathLike):
+        source = os.fspath(source)
+    if isinstance(source, str):
+        return _open_zarr_path(source)
+    if hasattr(source, "dims") and hasattr(source, "data") and not isinstance(source, np.ndarray):
+        return source.data  # xarray.DataArray: its backing numpy or dask array
+    return source
+
+
+def as_dask(source: Any, block_rows: int | None = None) -> da.Array:
+    """Validate shape and dtype and wrap ``source`` as a dask array.
+
+    Row chunks are set to ``block_rows`` (the Gram block edge) and columns to a
+    single chunk.  Integer and boolean data are converted to float64; other
+    dtypes keep their precision (float32 stays float32).
+
+    Raises
+    ------
+    ValueError
+        Not 2-D, not numeric (complex, object, strings), or fewer than 2 samples.
+    """
+    arr = open_input(source)
+    if hasattr(arr, "tocsr") or type(arr).__module__.startswith("scipy.sparse"):
+        raise ValueError(
+            "sparse matrices are not supported by dkpca.fit; densify with X.toarray() or use dkpca.KernelPCA."
+        )
+    if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
+        arr = np.asarray(arr)
+    shape = tuple(arr.shape)
+    if len(shape) != 2:
+        raise ValueError(
+            f"X must be 2-D (n_samples, n_features); got shape {shape}. "
+            "Reshape with X.reshape(len(X), -1) or X[:, None] for a single feature."
+        )
+    n, d = shape
+    if n < 2:
+        raise ValueError(f"X has {n} sample(s); kernel PCA needs at least 2.")
+    if d < 1:
+        raise ValueError("X has 0 features; it needs at least 1.")
+    dtype = np.dtype(arr.dtype)
+    if dtype.kind not in "biuf":
+        raise ValueError(f"X has dtype {dtype}; it must be real numeric (float, int or bool).")
+    target = dtype if dtype.kind == "f" and dtype.itemsize >= 4 else np.dtype(np.float64)
+    rows = block_rows or default_block_size(n)
+    if isinstance(arr, da.Array):
+        X = arr.rechunk((rows, d))
+    else:
+        X = da.from_array(arr, chunks=(rows, d), asarray=True, name=False if isinstance(arr, np.ndarray) else None)
+    if X.dtype != target:
+        X = X.astype(target)
+    return X
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Identity of a data matrix: shape, dtype and a checksum of its values."""
+
+    shape: tuple[int, int]
+    dtype: str
+    checksum: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "checksum": self.checksum}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Fingerprint:
+        return cls(tuple(d["shape"]), d["dtype"], d["checksum"])
+
+
+def _scan_block(block: np.ndarray) -> tuple[str, int]:
+    block = np.ascontiguousarray(block)
+    finite = np.isfinite(block).all(axis=1)
+    bad = -1 if finite.all() else int(np.argmin(finite))
+    return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad
+
+
+def scan(X: da.Array) -> Fingerprint:
+    """Check X is finite and fingerprint it, reading each row block once.
+
+    Raises
+    ------
+    ValueError
+        X holds NaN or infinity; the message names the first bad row.
+    """
+    parts = [dask.delayed(_scan_block, pure=True)(b) for b in X.to_delayed().ravel()]
+    results = dask.compute(*parts)
+    offset = 0
+    h = hashlib.blake2b(digest_size=16)
+    for (digest, bad), rows in zip(results, X.chunks[0], strict=True):
+        if bad >= 0:
+            raise ValueError(
+                f"X contains NaN or infinity (first in row {offset + bad}); "
+                "remove or impute non-finite values before fitting."
+            )
+        h.update(digest.encode())
+        offset += rows
+    h.update(str(X.chunks[0]).encode())
+    return Fingerprint(tuple(int(s) for s in X.shape), str(X.dtype), h.hexdigest())
+
+
+def check_n_components(n_components: Any, n_samples: int) -> int:
+    """Validate ``n_components`` (1 <= k <= n_samples) and return it as int."""
+    if not isinstance(n_components, (int, np.integer)) or isinstance(n_components, bool):
+        raise ValueError(
+            f"n_components={n_components!r} is invalid; it must be an integer between 1 and n_samples={n_samples}."
+        )
+    if not 1 <= n_components <= n_samples:
+        raise ValueError(
+            f"n_components={n_components} is out of range; it must be between 1 and n_samples={n_samples}."
+        )
+    return int(n_components)

@@ -1,0 +1,244 @@
+"""The fitted kernel PCA model: projections, scores, persistence.
+
+A model lives in the ``model/`` group of its store, next to the training data
+(``data/X``) it needs for out-of-sample projections: eigenpairs and centering
+statistics as Zarr arrays, everything else as JSON attributes.  Loading never
+unpickles anything.
+
+Out-of-sample projection (Neal's notes, DESIGN.md): for a new point x with
+``k(x)_i = k(x, x_i)``,
+
+    k~(x) = k(x) - r - mean(k(x)) 1 + c 1,        z_k(x) = k~(x)^T u_k / sqrt(lambda_k)
+
+evaluated blockwise against the training rows, never holding more than one
+(new block x training block) kernel block per task.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+
+from . import store as _store
+from ._compute import compute
+from ._workspace import scratch
+from .gram import block_bounds
+from .kernels import Kernel, from_dict
+
+__all__ = ["KPCAModel", "load"]
+
+
+def _project_block(Xb: np.ndarray, path: str, block: int, n: int, spec: dict, W: np.ndarray,
+                   rW: np.ndarray, sW: np.ndarray, c: float) -> np.ndarray:
+    """Rows ``[z(x) | mean(k(x)) | k(x, x)]`` for a block of new points.
+
+    ``W = U / sqrt(lambda)`` (zero columns for zero eigenvalues), ``rW = r^T W``
+    and ``sW = 1^T W`` are precomputed so the corrections cost O(k) per point.
+    """
+    kernel = from_dict(spec)
+    Xb = np.ascontiguousarray(Xb, dtype=np.float64)
+    Xtr = zarr.open_array(path, path="data/X", mode="r")
+    m, k = Xb.shape[0], W.shape[1]
+    acc = np.zeros((m, k))
+    ksum = np.zeros(m)
+    for j0, j1 in block_bounds(n, block):
+        Kx = kernel.block(Xb, Xtr[j0:j1], np.float64, out=scratch("transform", (m, j1 - j0), np.float64))
+        acc += Kx @ W[j0:j1]
+        ksum += Kx.sum(axis=1)
+    mean_k = ksum / n
+    Z = acc - rW[None, :] - np.outer(mean_k, sW) + c * sW[None, :]
+    return np.column_stack([Z, mean_k, kernel.diag(Xb)])
+
+
+@dataclass
+class KPCAModel:
+    """Result of :func:`dkpca.fit`.
+
+    Attributes
+    ----------
+    eigenvalues_ : ndarray of shape (k,)
+        Top eigenvalues of the centred kernel matrix K~ (not divided by n).
+    eigenvectors_ : ndarray of shape (n, k)
+        Unit eigenvectors of K~ (deterministic signs).
+    explained_variance_ratio_ : ndarray of shape (k,)
+        ``lambda_k / trace(K~)``.
+    row_means_ : ndarray of shape (n,)
+        ``r = K 1 / n``.
+    grand_mean_ : float
+        ``c = 1^T K 1 / n^2``.
+    trace_ : float
+        ``trace(K~)``.
+    kernel : Kernel
+        Resolved kernel.
+    store : str
+        Store root holding the training data and this model.
+    report : dict
+        Solver, passes, residuals, timings, Gram build statistics.
+    """
+
+    eigenvalues_: np.ndarray
+    eigenvectors_: np.ndarray
+    row_means_: np.ndarray
+    grand_mean_: float
+    trace_: float
+    kernel: Kernel
+    store: str
+    block: int
+    n_features: int
+    report: dict[str, Any] = field(default_factory=dict)
+
+    # -- derived ----------------------------------------------------------
+    @property
+    def n_components(self) -> int:
+        return int(self.eigenvalues_.shape[0])
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.eigenvectors_.shape[0])
+
+    @property
+    def explained_variance_ratio_(self) -> np.ndarray:
+        return self.eigenvalues_ / self.trace_ if self.trace_ > 0 else np.zeros_like(self.eigenvalues_)
+
+    @property
+    def embedding_(self) -> np.ndarray:
+        """Training points in component space, ``U sqrt(lambda)`` (n x k)."""
+        return self.eigenvectors_ * np.sqrt(np.maximum(self.eigenvalues_, 0.0))
+
+    @property
+    def X_fit(self) -> da.Array:
+        """The training data as stored (lazy)."""
+        return da.from_zarr(zarr.open_array(self.store, path="data/X", mode="r"))
+
+    def _weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lam = self.eigenvalues_
+        inv = np.zeros_like(lam)
+        nz = lam > 0
+        inv[nz] = 1.0 / np.sqrt(lam[nz])
+        W = self.eigenvectors_ * inv
+        return W, self.row_means_ @ W, W.sum(axis=0)
+
+    # -- out of sample ----------------------------------------------------
+    def _scores(self, X: Any) -> tuple[Any, bool]:
+        from .io import as_dask, open_input
+
+        raw = open_input(X)
+        lazy = isinstance(raw, da.Array)
+        Xd = as_dask(raw, block_rows=min(self.block, 4096))
+        if Xd.shape[1] != self.n_features:
+            raise ValueError(
+                f"X has {Xd.shape[1]} features but the model was fitted with {self.n_features}."
+            )
+        W, rW, sW = self._weights()
+        Wd, rWd, sWd = (dask.delayed(a, pure=True) for a in (W, rW, sW))
+        k = self.n_components
+        out = Xd.map_blocks(
+            _project_block, self.store, self.block, self.n_samples, self.kernel.to_dict(), Wd, rWd, sWd,
+            self.grand_mean_, dtype=np.float64, chunks=(Xd.chunks[0], (k + 2,)), meta=np.empty((0, 0)),
+        )
+        return out, lazy
+
+    def transform(self, X: Any) -> Any:
+        """Project new points onto the components.
+
+        Parameters
+        ----------
+        X : array-like of shape (m, d), dask array, or Zarr path
+            New points (same features as the training data).
+
+        Returns
+        -------
+        Z : ndarray of shape (m, k), or a lazy dask array if X is one.
+        """
+        S, lazy = self._scores(X)
+        Z = S[:, : self.n_components]
+        return Z if lazy else compute(Z)[0]
+
+    def reconstruction_error(self, X: Any, n_components: int | None = None) -> Any:
+        """Squared feature-space distance from phi(x) to its projection.
+
+        ``||phi~(x)||^2 - sum_{k<=q} z_k(x)^2`` with
+        ``||phi~(x)||^2 = k(x,x) - 2 mean(k(x)) + c``; shape (m,).
+        """
+        q = self.n_components if n_components is None else int(n_components)
+        S, lazy = self._scores(X)
+        k = self.n_components
+        norm2 = S[:, k + 1] - 2 * S[:, k] + self.grand_mean_
+        err = norm2 - (S[:, :q] ** 2).sum(axis=1)
+        return err if lazy else compute(err)[0]
+
+    # -- persistence ------------------------------------------------------
+    def save(self) -> str:
+        """Write the model into ``<store>/model`` (replacing an older one)."""
+        root = _store.create_or_open(self.store)
+        _store.remove_member(root, "model")
+        g = root.create_group("model")
+        g.create_array("eigenvalues", data=self.eigenvalues_)
+        g.create_array("eigenvectors", data=self.eigenvectors_,
+                       chunks=(min(self.block, self.n_samples), max(1, self.n_components)))
+        g.create_array("row_means", data=self.row_means_, chunks=(min(self.block, self.n_samples),))
+        g.attrs.update(_store.json_safe({
+            "kernel": self.kernel.to_dict(),
+            "grand_mean": self.grand_mean_,
+            "trace": self.trace_,
+            "block": self.block,
+            "n_features": self.n_features,
+            "report": self.report,
+            "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "dkpca_version": _store.version(),
+            "complete": True,
+        }))
+        return self.store
+
+    @classmethod
+    def load(cls, path: str) -> KPCAModel:
+        """Read a model written by :meth:`save` (or :func:`dkpca.fit`)."""
+        root = _store.open_existing(str(path))
+        if "model" not in root or not root["model"].attrs.get("complete"):
+            raise ValueError(f"store {path!r} holds no complete model; run dkpca fit with --store {path}.")
+        g = root["model"]
+        a = dict(g.attrs)
+        return cls(
+            eigenvalues_=g["eigenvalues"][:], eigenvectors_=g["eigenvectors"][:], row_means_=g["row_means"][:],
+            grand_mean_=float(a["grand_mean"]), trace_=float(a["trace"]), kernel=from_dict(a["kernel"]),
+            store=str(path), block=int(a["block"]), n_features=int(a["n_features"]), report=a.get("report", {}),
+        )
+
+    # -- display ----------------------------------------------------------
+    def summary(self) -> str:
+        """Plain-text spectrum, explained variance and solver report."""
+        r = self.report
+        lines = [
+            f"dkpca model: n={self.n_samples}, d={self.n_features}, k={self.n_components}",
+            f"  kernel: {self.kernel.to_dict()}",
+            f"  store:  {self.store}",
+            f"  solver: {r.get('solver')} ({r.get('solver_reason', '')}); passes={r.get('passes')}, "
+            f"converged={r.get('converged')}, max rel. residual={r.get('max_relative_residual', float('nan')):.2e}",
+            "   k   eigenvalue      explained   cumulative",
+        ]
+        cum = np.cumsum(self.explained_variance_ratio_)
+        for i, (lam, ev) in enumerate(zip(self.eigenvalues_, self.explained_variance_ratio_, strict=True)):
+            lines.append(f"  {i + 1:2d}  {lam:14.6g}  {ev:9.4%}  {cum[i]:9.4%}")
+        t = r.get("timings", {})
+        if t:
+            lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"KPCAModel(n_samples={self.n_samples}, n_components={self.n_components}, "
+                f"kernel={self.kernel.name!r}, store={self.store!r})")
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + html.escape(self.summary()) + "</pre>"
+
+
+def load(path: str) -> KPCAModel:
+    """Load a fitted model from its store (no pickle involved)."""
+    return KPCAModel.load(path)

@@ -1,0 +1,289 @@
+"""Core pipeline: Gram store, operator, dense/randomized solvers, model, reuse.
+
+Reference throughout: the dense kernel from a naive evaluation and
+scipy.linalg.eigh of H K H.
+"""
+
+import numpy as np
+import pytest
+import zarr
+from sklearn.decomposition import PCA, KernelPCA
+from sklearn.metrics.pairwise import rbf_kernel
+
+import dkpca
+from dkpca.gram import build_gram, gram_bytes
+from dkpca.io import as_dask, scan
+from dkpca.kernels import RBF, make_kernel
+from dkpca.operator import MatrixFreeKernelOperator, StoredKernelOperator
+
+from .conftest import centered, reference_eigh
+
+
+def slow_decay(rng, n=500, d=40):
+    """High-dimensional isotropic data with a wide rbf: slowly decaying spectrum."""
+    return rng.standard_normal((n, d))
+
+
+def _gram(tmp_path, X, kernel, dtype, block):
+    Xd = as_dask(X, block_rows=block)
+    return build_gram(str(tmp_path / "s.zarr"), Xd, kernel, scan(Xd), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype, tol", [("float64", 1e-13), ("float32", 1e-5)])
+def test_stored_gram_equals_dense_kernel(tmp_path, blobs, dtype, tol):
+    k = RBF(0.1)
+    info = _gram(tmp_path, blobs, k, dtype, block=128)
+    Kd = rbf_kernel(blobs, gamma=0.1)
+    Kz = info.K()
+    assert Kz.dtype == np.dtype(dtype) and Kz.chunks == (128, 128)
+    n, b = len(blobs), 128
+    for I in range(0, n, b):
+        for J in range(I, n, b):  # only upper blocks are stored
+            np.testing.assert_allclose(Kz[I:I + b, J:J + b], Kd[I:I + b, J:J + b], atol=tol)
+    # the lower triangle is never written (symmetric half storage)
+    assert np.all(Kz[b:2 * b, 0:b] == 0)
+    np.testing.assert_allclose(info.row_sums, Kd.sum(axis=1), rtol=10 * tol)
+    assert info.diag_sum == pytest.approx(n, rel=tol)
+    assert info.computed_blocks == 15 and info.reused_blocks == 0
+    # blocks of 128 over n=600: 4 full rows/cols of blocks + an 88-wide edge
+    sizes = [128, 128, 128, 128, 88]
+    want_bytes = sum(sizes[i] * sizes[j] for i in range(5) for j in range(i, 5)) * np.dtype(dtype).itemsize
+    assert gram_bytes(n, b, dtype) == want_bytes
+
+
+@pytest.mark.parametrize("mode", ["stored", "matrix-free"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_operator_matches_HKH(tmp_path, blobs, rng, mode, dtype):
+    k = RBF(0.1)
+    if mode == "stored":
+        op = StoredKernelOperator(_gram(tmp_path, blobs, k, dtype, block=100))
+    else:
+        op = MatrixFreeKernelOperator(as_dask(blobs, block_rows=100), k, dtype=dtype)
+    # The operator must be exactly the symmetric matrix of the evaluated blocks
+    # (block values themselves are checked against formulas elsewhere).
+    n = len(blobs)
+    Kd = np.empty((n, n))
+    for i in range(0, n, 100):
+        for j in range(i, n, 100):
+            blk = k.block(blobs[i:i + 100], None if i == j else blobs[j:j + 100], dtype)
+            Kd[i:i + 100, j:j + 100] = blk
+            Kd[j:j + 100, i:i + 100] = blk.T
+    V = rng.standard_normal((len(blobs), 7))
+    want = centered(Kd) @ V
+    got = op.matmat(V)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10 * np.abs(want).max())
+    assert op.trace == pytest.approx(np.trace(centered(Kd)), rel=1e-10)
+    np.testing.assert_allclose(op.dense(), centered(Kd), atol=1e-12)
+
+
+def _check_against_reference(model, K, k, dtype):
+    lam_ref, U_ref = reference_eigh(K, k)
+    if dtype == "float64":
+        np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=1e-8)
+    else:
+        np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=0, atol=1e-5 * lam_ref[0])
+    # eigenvectors: compare up to sign, on well-separated eigenvalues
+    gaps = np.abs(np.diff(np.r_[lam_ref, 0.0]))
+    for i in range(k):
+        if gaps[i] > 1e-3 * lam_ref[0] and (i == 0 or abs(lam_ref[i - 1] - lam_ref[i]) > 1e-3 * lam_ref[0]):
+            err = min(np.linalg.norm(model.eigenvectors_[:, i] - s * U_ref[:, i]) for s in (1, -1))
+            assert err < (1e-6 if dtype == "float64" else 1e-3), (i, err)
+
+
+@pytest.mark.parametrize("solver", ["dense", "randomized"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("spectrum", ["separated", "slow"])
+def test_eigenvalues_against_eigh(tmp_path, blobs, rng, solver, dtype, spectrum):
+    X = blobs if spectrum == "separated" else slow_decay(rng)
+    gamma = 0.1 if spectrum == "separated" else 0.5 / X.shape[1]
+    k = 6
+    model = dkpca.fit(X, n_components=k, kernel="rbf", gamma=gamma, solver=solver, dtype=dtype,
+                      store=tmp_path / "s.zarr", chunk_size=128, tol=1e-10, max_passes=300, random_state=0)
+    K = rbf_kernel(X, gamma=gamma)
+    _check_against_reference(model, K, k, dtype)
+    assert model.report["converged"]
+    if solver == "randomized":
+        assert 2 <= model.report["passes"] <= 300
+        assert model.report["max_relative_residual"] <= 1e-10
+
+
+def test_deterministic_for_seed_and_signs(tmp_path, blobs):
+    a = dkpca.fit(blobs, n_components=4, solver="randomized", store=tmp_path / "a.zarr", random_state=3,
+                  dtype="float64", tol=1e-9)
+    b = dkpca.fit(blobs, n_components=4, solver="randomized", store=tmp_path / "b.zarr", random_state=3,
+                  dtype="float64", tol=1e-9)
+    np.testing.assert_array_equal(a.eigenvectors_, b.eigenvectors_)
+    c = dkpca.fit(blobs, n_components=4, solver="dense", store=tmp_path / "c.zarr", dtype="float64")
+    # signs are a deterministic function of the vectors, so solvers agree too
+    np.testing.assert_allclose(a.eigenvectors_, c.eigenvectors_, atol=1e-6)
+
+
+def test_new_point_projection_matches_seed_formula(tmp_path, blobs, rng):
+    gamma, k = 0.1, 5
+    model = dkpca.fit(blobs, n_components=k, gamma=gamma, store=tmp_path / "s.zarr", dtype="float64",
+                      solver="dense")
+    Xn = rng.standard_normal((30, blobs.shape[1])) * 2
+    K = rbf_kernel(blobs, gamma=gamma)
+    r, c = K.mean(axis=1), K.mean()
+    kx = rbf_kernel(Xn, blobs, gamma=gamma)
+    kt = kx - r[None, :] - kx.mean(axis=1, keepdims=True) + c
+    want = kt @ model.eigenvectors_ / np.sqrt(model.eigenvalues_)
+    np.testing.assert_allclose(model.transform(Xn), want, atol=1e-10)
+    # training points project onto U sqrt(lambda)
+    np.testing.assert_allclose(model.transform(blobs), model.embedding_, atol=1e-9)
+    # dask in -> lazy dask out
+    import dask.array as da
+
+    Z = model.transform(da.from_array(Xn, chunks=(7, -1)))
+    assert isinstance(Z, da.Array)
+    np.testing.assert_allclose(Z.compute(), want, atol=1e-10)
+    # reconstruction error: ||phi~(x)||^2 - sum z^2
+    norm2 = 1.0 - 2 * kx.mean(axis=1) + c
+    np.testing.assert_allclose(model.reconstruction_error(Xn), norm2 - (want**2).sum(1), atol=1e-10)
+
+
+def test_linear_kernel_equals_pca(tmp_path, rng):
+    X = rng.standard_normal((400, 8)) @ rng.standard_normal((8, 8))
+    model = dkpca.fit(X, n_components=3, kernel="linear", store=tmp_path / "s.zarr", dtype="float64",
+                      solver="randomized", tol=1e-10, random_state=0)
+    pca = PCA(3).fit(X)
+    np.testing.assert_allclose(model.eigenvalues_, pca.explained_variance_ * (len(X) - 1), rtol=1e-8)
+    Z, Zp = model.transform(X), pca.transform(X)
+    np.testing.assert_allclose(np.abs(Z), np.abs(Zp), atol=1e-8)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian", "poly", "cosine", "sigmoid", "linear"])
+def test_agrees_with_sklearn(tmp_path, rng, kernel):
+    X = rng.standard_normal((300, 5))
+    from sklearn.metrics.pairwise import laplacian_kernel
+
+    Xn = rng.standard_normal((20, 5))
+    if kernel == "laplacian":  # sklearn's KernelPCA takes laplacian only precomputed
+        sk = KernelPCA(n_components=4, kernel="precomputed", eigen_solver="dense").fit(laplacian_kernel(X))
+        sk_new, sk_train = sk.transform(laplacian_kernel(Xn, X)), sk.transform(laplacian_kernel(X))
+    else:
+        sk = KernelPCA(n_components=4, kernel=kernel, eigen_solver="dense").fit(X)
+        sk_new, sk_train = sk.transform(Xn), sk.transform(X)
+    model = dkpca.fit(X, n_components=4, kernel=kernel, store=tmp_path / "s.zarr", dtype="float64",
+                      solver="dense", chunk_size=64)
+    np.testing.assert_allclose(model.eigenvalues_, sk.eigenvalues_, rtol=1e-8)
+    np.testing.assert_allclose(np.abs(model.transform(Xn)), np.abs(sk_new), atol=1e-7)
+    np.testing.assert_allclose(np.abs(model.embedding_), np.abs(sk_train), atol=1e-7)
+
+
+def test_explained_variance_ratio_uses_exact_trace(tmp_path, blobs):
+    model = dkpca.fit(blobs, n_components=3, gamma=0.1, store=tmp_path / "s.zarr", dtype="float64")
+    Kc = centered(rbf_kernel(blobs, gamma=0.1))
+    np.testing.assert_allclose(model.explained_variance_ratio_,
+                               model.eigenvalues_ / np.trace(Kc), rtol=1e-10)
+
+
+def test_save_load_roundtrip_no_pickle(tmp_path, blobs):
+    model = dkpca.fit(blobs, n_components=3, store=tmp_path / "s.zarr")
+    loaded = dkpca.load(tmp_path / "s.zarr")
+    np.testing.assert_array_equal(loaded.eigenvalues_, model.eigenvalues_)
+    np.testing.assert_array_equal(loaded.transform(blobs[:5]), model.transform(blobs[:5]))
+    assert loaded.kernel == model.kernel
+    for path in (tmp_path / "s.zarr").rglob("*"):
+        if path.is_file():
+            assert not path.read_bytes().startswith(b"\x80"), f"{path} looks pickled"
+
+
+def test_store_reuse_and_fingerprint_error(tmp_path, blobs):
+    store = tmp_path / "s.zarr"
+    m1 = dkpca.fit(blobs, n_components=3, store=store, chunk_size=200)
+    assert m1.report["gram"]["computed_blocks"] == 6
+    m2 = dkpca.fit(blobs, n_components=4, store=store, chunk_size=200)
+    assert m2.report["gram"]["computed_blocks"] == 0 and m2.report["gram"]["reused_blocks"] == 6
+    other = blobs.copy()
+    other[5, 2] += 1.0
+    with pytest.raises(ValueError, match="overwrite=True"):
+        dkpca.fit(other, n_components=3, store=store, chunk_size=200)
+    with pytest.raises(ValueError, match="overwrite=True"):
+        dkpca.fit(blobs, n_components=3, store=store, chunk_size=200, gamma=0.5)
+    m3 = dkpca.fit(other, n_components=3, store=store, chunk_size=200, overwrite=True)
+    assert m3.report["gram"]["computed_blocks"] == 6
+
+
+def test_resume_trusts_only_done_markers(tmp_path, blobs):
+    """Blocks whose marker is missing are recomputed, even if a chunk exists."""
+    store = str(tmp_path / "s.zarr")
+    dkpca.fit(blobs, n_components=3, store=store, chunk_size=200, dtype="float64", gamma=0.1)
+    g = zarr.open_group(store, path="gram", mode="r+")
+    g["done"][0, 1] = 0
+    g["done"][2, 2] = 0
+    g["K"][0:200, 200:400] = 7.0  # a corrupt (half-written) block without a marker
+    g.attrs["complete"] = False
+    m = dkpca.fit(blobs, n_components=3, store=store, chunk_size=200, dtype="float64", gamma=0.1)
+    assert m.report["gram"]["computed_blocks"] == 2 and m.report["gram"]["reused_blocks"] == 4
+    lam_ref, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
+    np.testing.assert_allclose(m.eigenvalues_, lam_ref, rtol=1e-8)
+
+
+def test_default_store_is_sibling_of_input(tmp_path, blobs):
+    path = tmp_path / "data.zarr"
+    zarr.create_array(str(path), data=blobs.astype(np.float32), chunks=(100, 6))
+    model = dkpca.fit(str(path), n_components=2)
+    assert model.store == str(tmp_path / "data.dkpca.zarr")
+    assert dkpca.load(model.store).n_samples == len(blobs)
+
+
+# -- bad input ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "X, kwargs, exc, match",
+    [
+        (np.ones(10), {}, ValueError, "2-D"),
+        (np.ones((1, 3)), {}, ValueError, "at least 2"),
+        (np.array([["a", "b"], ["c", "d"]]), {}, ValueError, "dtype"),
+        (np.ones((5, 2)) + 0j, {}, ValueError, "real numeric"),
+        (np.ones((10, 2)), {"n_components": 11}, ValueError, "n_components=11"),
+        (np.ones((10, 2)), {"n_components": 0}, ValueError, "n_components=0"),
+        (np.ones((10, 2)), {"gamma": -2.0}, ValueError, "gamma=-2.0"),
+        (np.ones((10, 2)), {"kernel": "poly", "degree": 0}, ValueError, "degree=0"),
+        (np.ones((10, 2)), {"solver": "magic"}, ValueError, "solver='magic'"),
+        (np.ones((10, 2)), {"dtype": "int8"}, ValueError, "dtype='int8'"),
+        (np.ones((10, 2)), {"tol": -1}, ValueError, "tol=-1"),
+        (np.ones((10, 2)), {"chunk_size": 0}, ValueError, "chunk_size=0"),
+        ("/nonexistent/data.zarr", {}, FileNotFoundError, "does not exist"),
+    ],
+)
+def test_bad_input_errors(tmp_path, X, kwargs, exc, match):
+    kwargs = {"n_components": 2, **kwargs}
+    with pytest.raises(exc, match=match):
+        dkpca.fit(X, store=tmp_path / "s.zarr", **kwargs)
+    assert not (tmp_path / "s.zarr" / "gram").exists(), "nothing expensive may start before validation"
+
+
+def test_nan_error_names_row_without_loading_all(tmp_path, rng):
+    X = rng.standard_normal((1000, 3))
+    X[731, 1] = np.nan
+    path = tmp_path / "x.zarr"
+    zarr.create_array(str(path), data=X, chunks=(100, 3))
+    with pytest.raises(ValueError, match="row 731"):
+        dkpca.fit(str(path), n_components=2, store=tmp_path / "s.zarr", chunk_size=128)
+
+
+def test_zarr_group_input_needs_named_array(tmp_path, blobs):
+    g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    g.create_array("a", data=blobs)
+    g.create_array("b", data=blobs)
+    with pytest.raises(ValueError, match="name the data array 'X'"):
+        dkpca.fit(str(tmp_path / "g.zarr"), store=tmp_path / "s.zarr")
+
+
+def test_load_refuses_foreign_store(tmp_path):
+    zarr.open_group(str(tmp_path / "foreign.zarr"), mode="w").create_array("x", data=np.ones(3))
+    with pytest.raises(ValueError, match="not a dkpca store"):
+        dkpca.load(tmp_path / "foreign.zarr")
+    with pytest.raises(FileNotFoundError):
+        dkpca.load(tmp_path / "missing.zarr")
+
+
+def test_make_kernel_used_for_sum_kernels(tmp_path, blobs):
+    k = make_kernel(RBF(0.1) + 0.5 * make_kernel("linear"))
+    model = dkpca.fit(blobs, n_components=3, kernel=k, store=tmp_path / "s.zarr", dtype="float64")
+    K = rbf_kernel(blobs, gamma=0.1) + 0.5 * blobs @ blobs.T
+    lam_ref, _ = reference_eigh(K, 3)
+    np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=1e-8)

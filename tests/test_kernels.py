@@ -1,0 +1,107 @@
+"""Each kernel against its textbook formula, written out naively."""
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics.pairwise import pairwise_kernels
+
+from dkpca import kernels as K
+
+
+def naive(name, X, Y, gamma=None, degree=3, coef0=1.0):
+    d = X.shape[1]
+    g = 1.0 / d if gamma is None else gamma
+    out = np.empty((len(X), len(Y)))
+    for i, x in enumerate(X):
+        for j, y in enumerate(Y):
+            if name == "rbf":
+                out[i, j] = np.exp(-g * np.sum((x - y) ** 2))
+            elif name == "laplacian":
+                out[i, j] = np.exp(-g * np.sum(np.abs(x - y)))
+            elif name == "poly":
+                out[i, j] = (g * x @ y + coef0) ** degree
+            elif name == "linear":
+                out[i, j] = x @ y
+            elif name == "sigmoid":
+                out[i, j] = np.tanh(g * x @ y + coef0)
+            elif name == "cosine":
+                out[i, j] = x @ y / (np.linalg.norm(x) * np.linalg.norm(y))
+    return out
+
+
+NAMES = ["rbf", "laplacian", "poly", "linear", "sigmoid", "cosine"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("same", [True, False])
+def test_block_matches_formula_float64(name, same, rng):
+    X = rng.standard_normal((37, 5)) + 3.0  # offset: exercises cancellation in distances
+    Y = X if same else rng.standard_normal((23, 5))
+    k = K.make_kernel(name, gamma=None, degree=3, coef0=1.0).resolve(X.shape[1])
+    got = k.block(X, None if same else Y, np.float64)
+    want = naive(name, X, Y)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    if same:
+        assert np.array_equal(got, got.T), "diagonal blocks must be exactly symmetric"
+        np.testing.assert_allclose(np.diag(got), k.diag(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_block_float32_close_and_matches_sklearn(name, rng):
+    X = rng.standard_normal((40, 8))
+    k = K.make_kernel(name, gamma=0.2, degree=2, coef0=0.5).resolve(8)
+    got = k.block(X, None, np.float32)
+    assert got.dtype == np.float32
+    params = {"linear": {}, "cosine": {}, "rbf": {"gamma": 0.2}, "laplacian": {"gamma": 0.2},
+              "poly": {"gamma": 0.2, "degree": 2, "coef0": 0.5}, "sigmoid": {"gamma": 0.2, "coef0": 0.5}}[name]
+    want = pairwise_kernels(X, metric={"poly": "polynomial"}.get(name, name), **params)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_out_buffer_is_used(rng):
+    X = rng.standard_normal((10, 3))
+    buf = np.empty((10, 10), np.float32)
+    res = K.RBF(0.5).block(X, None, np.float32, out=buf)
+    assert res is buf or np.shares_memory(res, buf)
+
+
+def test_gamma_default_is_one_over_features():
+    assert K.make_kernel("rbf").resolve(20).gamma == pytest.approx(1 / 20)
+    assert K.make_kernel("rbf", gamma=2.0).resolve(20).gamma == 2.0
+
+
+def test_combinations_and_json_roundtrip(rng):
+    X = rng.standard_normal((15, 4))
+    k = 2.0 * K.RBF(0.3) + K.Polynomial(gamma=0.1, degree=2, coef0=1.0) * K.Linear()
+    want = 2.0 * naive("rbf", X, X, gamma=0.3) + naive("poly", X, X, gamma=0.1, degree=2) * naive("linear", X, X)
+    np.testing.assert_allclose(k.block(X), want, rtol=1e-12)
+    np.testing.assert_allclose(k.diag(X), np.diag(want), rtol=1e-12)
+    spec = json.loads(json.dumps(k.to_dict()))
+    k2 = K.from_dict(spec)
+    assert k2 == k
+    np.testing.assert_array_equal(k2.block(X), k.block(X))
+    assert not (K.Sigmoid(0.1) + K.RBF(1.0)).positive_definite
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (dict(kernel="rbf", gamma=-1.0), "gamma=-1.0"),
+        (dict(kernel="rbf", gamma=float("nan")), "gamma"),
+        (dict(kernel="poly", degree=0), "degree=0"),
+        (dict(kernel="poly", degree=2.5), "degree"),
+        (dict(kernel="sigmoid", coef0=float("inf")), "coef0"),
+        (dict(kernel="gaussian"), "unknown kernel 'gaussian'"),
+        (dict(kernel="rbf", kernel_params={"sigma": 1}), "unknown parameter"),
+        (dict(kernel=3), "kernel=3"),
+    ],
+)
+def test_bad_kernel_parameters(args, match):
+    with pytest.raises(ValueError, match=match):
+        K.make_kernel(**args)
+
+
+def test_scaled_requires_positive_scale():
+    with pytest.raises(ValueError, match="scale"):
+        K.Scaled(-1.0, K.RBF(1.0)).validate()
