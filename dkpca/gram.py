@@ -79,6 +79,7 @@ class GramInfo:
     reused_blocks: int = 0
     computed_blocks: int = 0
     build_seconds: float = 0.0
+    probe_product: np.ndarray | None = None
 
     @property
     def n_blocks(self) -> int:
@@ -100,8 +101,12 @@ def gram_bytes(n: int, block: int, dtype: Any) -> int:
 
 
 def _build_block(path: str, I: int, J: int, XI: np.ndarray, XJ: np.ndarray, kernel_spec: dict,
-                 dtype: str, block: int) -> int:
-    """Evaluate block (I, J), write it, its sums and then its done marker."""
+                 dtype: str, block: int, probe_I: np.ndarray | None = None, probe_J: np.ndarray | None = None):
+    """Evaluate block (I, J), write it, its sums and then its done marker.
+
+    With probes, also return the block's contributions to ``K @ probe`` (the
+    solver's first product, fused into the build while the block is in cache).
+    """
     kernel = from_dict(kernel_spec)
     i0, j0 = I * block, J * block
     i1, j1 = i0 + XI.shape[0], j0 + XJ.shape[0]
@@ -117,7 +122,11 @@ def _build_block(path: str, I: int, J: int, XI: np.ndarray, XJ: np.ndarray, kern
     # The marker goes last: only a block whose data and sums are all on disk
     # is ever trusted by a rerun.
     g["done"][I, J] = 1
-    return 1
+    if probe_I is None:
+        return None
+    from .operator import block_products
+
+    return block_products(blk, probe_I, probe_J, I != J)
 
 
 def _describe_mismatch(attrs: dict, want: dict) -> str:
@@ -166,6 +175,7 @@ def build_gram(
     fingerprint: Fingerprint,
     dtype: Any = np.float32,
     overwrite: bool = False,
+    probe: np.ndarray | None = None,
 ) -> GramInfo:
     """Build (or reuse, or finish) the Gram matrix of ``X`` in store ``path``.
 
@@ -183,6 +193,11 @@ def build_gram(
         Storage precision of K.
     overwrite : bool
         Rebuild even if the store holds K for other data or another kernel.
+    probe : ndarray of shape (n, l), optional
+        If given and every block is computed by this call, ``K @ probe`` is
+        accumulated during the build and returned as ``GramInfo.probe_product``
+        (a solver's first pass for free).  float32 probes give a
+        single-precision product.
 
     Raises
     ------
@@ -233,15 +248,26 @@ def build_gram(
     g = root["gram"]
     todo = [(I, J) for I in range(nb) for J in range(I, nb) if not done[I, J]]
     total = nb * (nb + 1) // 2
+    probe_product = None
     if todo:
         rows = X.to_delayed().ravel()
         spec = kernel.to_dict()
+        bounds = block_bounds(n, block)
+        fuse = probe is not None and len(todo) == total
+        pieces = [dask.delayed(probe[a:b], pure=True) for a, b in bounds] if fuse else [None] * nb
         tasks = [
             dask.delayed(_build_block, pure=True)(path, I, J, rows[I], rows[J], spec, dtype.name, block,
+                                                  pieces[I], pieces[J],
                                                   dask_key_name=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}")
             for I, J in todo
         ]
-        compute(*tasks, label=f"Gram matrix: {len(todo)} of {total} blocks to compute")
+        results = compute(*tasks, label=f"Gram matrix: {len(todo)} of {total} blocks to compute")
+        if fuse:
+            probe_product = np.zeros(probe.shape, dtype=np.float64)
+            for (I, J), (yI, yJ) in zip(todo, results, strict=True):
+                probe_product[bounds[I][0]:bounds[I][1]] += yI
+                if yJ is not None:
+                    probe_product[bounds[J][0]:bounds[J][1]] += yJ
     if not g.attrs.get("complete"):
         row_sums = np.empty(n, dtype=np.float64)
         ps = g["partial_sums"]
@@ -254,4 +280,5 @@ def build_gram(
     info.reused_blocks = total - len(todo)
     info.computed_blocks = len(todo)
     info.build_seconds = time.perf_counter() - t0
+    info.probe_product = probe_product
     return info

@@ -42,9 +42,17 @@ __all__ = ["CenteredKernelOperator", "StoredKernelOperator", "MatrixFreeKernelOp
 _STRIP = 256
 
 
-def _products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray, symmetric_pair: bool):
-    """``(blk @ VJ, blk.T @ VI)`` in float64 (second is None on the diagonal)."""
+def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray, symmetric_pair: bool):
+    """``(blk @ VJ, blk.T @ VI)`` in float64 (second is None on the diagonal).
+
+    ``V`` in float32 asks for a single-precision product (solvers use it for
+    early passes, whose errors later passes correct): no widening, half the
+    GEMM cost.
+    """
     bi, bj = blk.shape
+    if VI.dtype == np.float32 and blk.dtype == np.float32:
+        yI = (blk @ VJ).astype(np.float64)
+        return yI, (blk.T @ VI).astype(np.float64) if symmetric_pair else None
     yI = np.empty((bi, VJ.shape[1]), dtype=np.float64)
     yJ = np.zeros((bj, VI.shape[1]), dtype=np.float64) if symmetric_pair else None
     if blk.dtype == np.float64:
@@ -62,14 +70,53 @@ def _products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray, symmetric_pair: b
     return yI, yJ
 
 
+def _raw_chunk_file(Kz: zarr.Array, I: int, J: int) -> str | None:
+    """Path of chunk (I, J) if it is a plain little-endian file we can read directly.
+
+    Only for arrays whose single codec is ``bytes`` (no compression, no
+    transposition) in a LocalStore with the default ``c/I/J`` keys -- exactly
+    how :mod:`dkpca.gram` writes K; anything else goes through zarr.
+    """
+    import os
+    import sys
+
+    from zarr.storage import LocalStore
+
+    meta = Kz.metadata
+    if not isinstance(Kz.store, LocalStore) or sys.byteorder != "little":
+        return None
+    codecs = meta.to_dict().get("codecs", ())
+    if len(codecs) != 1 or codecs[0].get("name") != "bytes":
+        return None
+    enc = meta.to_dict().get("chunk_key_encoding", {})
+    if enc.get("name") != "default" or enc.get("configuration", {}).get("separator", "/") != "/":
+        return None
+    path = os.path.join(str(Kz.store.root), Kz.path, "c", str(I), str(J))
+    return path if os.path.exists(path) else None
+
+
+def _read_block(Kz: zarr.Array, I: int, J: int, i0: int, i1: int, j0: int, j1: int, dtype: str) -> np.ndarray:
+    """Block (I, J) of K, read into this thread's reused buffer (a view of it)."""
+    block = Kz.chunks[0]
+    raw = _raw_chunk_file(Kz, I, J)
+    if raw is not None:
+        # Edge chunks are stored padded to the full chunk shape.
+        full = scratch("op-block", (block, block), dtype)
+        with open(raw, "rb") as f:
+            nread = f.readinto(memoryview(full).cast("B"))
+        if nread == full.nbytes:
+            return full[: i1 - i0, : j1 - j0]
+    # Reading into a reused buffer avoids zarr allocating (and the kernel
+    # page-faulting) a fresh block-sized array per read.
+    buf = scratch("op-block", (i1 - i0, j1 - j0), dtype)
+    Kz.get_basic_selection((slice(i0, i1), slice(j0, j1)), out=NDBuffer.from_numpy_array(buf))
+    return buf
+
+
 def _stored_product(path: str, I: int, J: int, i0: int, i1: int, j0: int, j1: int,
                     VI: np.ndarray, VJ: np.ndarray, dtype: str):
     Kz = zarr.open_array(path, path="gram/K", mode="r")
-    buf = scratch("op-block", (i1 - i0, j1 - j0), dtype)
-    # Reading into a reused buffer avoids zarr allocating (and the kernel
-    # page-faulting) a fresh block-sized array per read.
-    Kz.get_basic_selection((slice(i0, i1), slice(j0, j1)), out=NDBuffer.from_numpy_array(buf))
-    return _products(buf, VI, VJ, I != J)
+    return block_products(_read_block(Kz, I, J, i0, i1, j0, j1, dtype), VI, VJ, I != J)
 
 
 def _matrix_free_product(I: int, J: int, XI: np.ndarray, XJ: np.ndarray, spec: dict, dtype: str,
@@ -77,7 +124,7 @@ def _matrix_free_product(I: int, J: int, XI: np.ndarray, XJ: np.ndarray, spec: d
     kernel = from_dict(spec)
     buf = scratch("op-block", (XI.shape[0], XJ.shape[0]), dtype)
     blk = kernel.block(XI, None if I == J else XJ, dtype, out=buf)
-    return _products(blk, VI, VJ, I != J)
+    return block_products(blk, VI, VJ, I != J)
 
 
 class CenteredKernelOperator:
@@ -111,7 +158,20 @@ class CenteredKernelOperator:
 
     def __init__(self) -> None:
         self.passes = 0
+        self.fused_passes = 0
+        #: passes made before any solver product (matrix-free: K 1)
+        self.setup_passes = 0
         self.pass_seconds: list[float] = []
+        self._primed: tuple[np.ndarray, np.ndarray] | None = None
+
+    def prime(self, V: np.ndarray, KV: np.ndarray) -> None:
+        """Hand over ``K @ V`` computed elsewhere (fused into the Gram build).
+
+        The next ``matmat`` with this very ``V`` object returns it centred
+        without a pass over K; it still counts as a product (``passes``) and is
+        recorded in ``fused_passes``.
+        """
+        self._primed = (V, KV)
 
     # -- to be provided by subclasses -------------------------------------
     def _block_task(self, I: int, J: int, VI: Any, VJ: Any) -> Any:  # pragma: no cover
@@ -134,9 +194,13 @@ class CenteredKernelOperator:
         """``trace(K~) = trace(K) - n c``, exact without any eigenvalue."""
         return float(self.diag_sum - self.n * self.grand_mean)
 
-    def raw_matmat(self, V: np.ndarray) -> np.ndarray:
-        """``K @ V`` (uncentred), one pass over the upper-triangular blocks."""
-        V = np.ascontiguousarray(V, dtype=np.float64)
+    def raw_matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
+        """``K @ V`` (uncentred), one pass over the upper-triangular blocks.
+
+        ``single=True`` computes the products in float32 when K is stored in
+        float32 (relative error ~1e-6; for early solver passes only).
+        """
+        V = np.ascontiguousarray(V, dtype=np.float32 if single and self.dtype == np.float32 else np.float64)
         bounds = self.bounds
         pieces = [dask.delayed(V[a:b], pure=True) for a, b in bounds]
         nb = len(bounds)
@@ -159,13 +223,23 @@ class CenteredKernelOperator:
         KV += c * sV[None, :]
         return KV
 
-    def matmat(self, V: np.ndarray) -> np.ndarray:
-        """``K~ @ V`` for ``V`` of shape (n, l); counts one pass."""
+    def matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
+        """``K~ @ V`` for ``V`` of shape (n, l); counts one pass.
+
+        ``single=True`` allows single-precision products (see ``raw_matmat``);
+        the result is float64 either way.
+        """
         t0 = time.perf_counter()
+        primed, self._primed = self._primed, None
+        if primed is not None and primed[0] is V:
+            self.fused_passes += 1
+            raw = primed[1]
+        else:
+            raw = None
         V = np.asarray(V, dtype=np.float64)
         if V.ndim != 2 or V.shape[0] != self.n:
             raise ValueError(f"V must have shape ({self.n}, l); got {V.shape}.")
-        out = self.center(self.raw_matmat(V), V)
+        out = self.center(raw if raw is not None else self.raw_matmat(V, single=single), V)
         self.passes += 1
         self.pass_seconds.append(time.perf_counter() - t0)
         return out
@@ -213,7 +287,7 @@ class StoredKernelOperator(CenteredKernelOperator):
 
     def _read_block(self, I, J):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
-        return self.gram.K()[i0:i1, j0:j1]
+        return _read_block(self.gram.K(), I, J, i0, i1, j0, j1, self.dtype.name).copy()
 
 
 class MatrixFreeKernelOperator(CenteredKernelOperator):
@@ -228,6 +302,10 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
     dtype : {float32, float64}
         Precision of block evaluation (products still accumulate in float64).
 
+    probe : ndarray of shape (n, l), optional
+        A solver's starting block whose product is fused into that pass
+        (see :meth:`CenteredKernelOperator.prime`).
+
     Notes
     -----
     Construction costs one pass (``K 1`` for the centering statistics).  X is
@@ -236,7 +314,8 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
 
     kind = "matrix-free"
 
-    def __init__(self, X: da.Array, kernel: Kernel, dtype: Any = np.float64) -> None:
+    def __init__(self, X: da.Array, kernel: Kernel, dtype: Any = np.float64,
+                 probe: np.ndarray | None = None) -> None:
         super().__init__()
         self.X = X.persist() if _has_client() else X
         self.n = X.shape[0]
@@ -247,8 +326,14 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
         self._spec = kernel.to_dict()
         self.row_means = np.zeros(self.n)
         self.grand_mean = 0.0
-        row_sums = self.raw_matmat(np.ones((self.n, 1)))[:, 0]
-        self.passes += 1
+        # K 1 (centering statistics) and, if given, the solver's first product
+        # K probe share this pass.
+        ones = np.ones((self.n, 1))
+        raw = self.raw_matmat(ones if probe is None else np.hstack([ones, probe]))
+        row_sums = raw[:, 0]
+        self.setup_passes = 1
+        if probe is not None:
+            self.prime(probe, raw[:, 1:])
         self.row_means = row_sums / self.n
         self.grand_mean = float(row_sums.sum() / self.n**2)
         diag_parts = [dask.delayed(_diag_sum)(r, self._spec, self.dtype.name) for r in self._rows]

@@ -26,7 +26,7 @@ from .io import Fingerprint, as_dask, check_n_components, default_block_size, op
 from .kernels import Kernel, make_kernel
 from .model import KPCAModel
 from .operator import MatrixFreeKernelOperator, StoredKernelOperator
-from .solvers import SOLVERS, ConvergenceWarning, choose_solver, finalize, get_solver
+from .solvers import SOLVERS, ConvergenceWarning, choose_solver, finalize, get_solver, randomized
 
 __all__ = ["fit", "default_store_path"]
 
@@ -175,6 +175,7 @@ def fit(
     solver_name, reason = choose_solver(n, k, solver)
     path = os.fspath(store) if store is not None else default_store_path(source)
     timings: dict[str, float] = {}
+    rng = np.random.default_rng(random_state)
 
     with show_progress(progress):
         t = time.perf_counter()
@@ -187,9 +188,21 @@ def fit(
             timings["copy_data"] = time.perf_counter() - t
             gram_report: dict[str, Any] = {"mode": gram}
             t = time.perf_counter()
+            solver_opts: dict[str, Any] = {}
+            probe = None
+            if solver_name == "randomized":
+                # The solver's first product K Q0 is fused into the Gram build
+                # (each block multiplies the probe while it is in cache), which
+                # saves one full read of K when the build computes every block.
+                ell = randomized.block_size(n, k)
+                probe = randomized.start_block(n, ell, rng)
+                solver_opts["start"] = probe
             if gram == "store":
-                info = build_gram(path, Xs, kern, fp, dtype=dt, overwrite=overwrite)
+                probe_in = probe.astype(np.float32) if probe is not None and dt == np.float32 else probe
+                info = build_gram(path, Xs, kern, fp, dtype=dt, overwrite=overwrite, probe=probe_in)
                 op = StoredKernelOperator(info)
+                if info.probe_product is not None:
+                    op.prime(probe, info.probe_product)
                 nblocks = info.reused_blocks + info.computed_blocks
                 entries = float(n) * n
                 gram_report.update({
@@ -199,14 +212,14 @@ def fit(
                     "entries_per_second": entries / info.build_seconds if info.computed_blocks == nblocks else None,
                 })
             else:
-                op = MatrixFreeKernelOperator(Xs, kern, dtype=dt)
+                op = MatrixFreeKernelOperator(Xs, kern, dtype=dt, probe=probe)
                 gram_report.update({"dtype": dt.name, "block": block})
             timings["gram"] = time.perf_counter() - t
             t = time.perf_counter()
             solve = get_solver(solver_name)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                res = solve(op, k, tol=tol, max_passes=max_passes or 60, rng=random_state)
+                res = solve(op, k, tol=tol, max_passes=max_passes or 60, rng=rng, **solver_opts)
             res = finalize(res, positive_definite=kern.positive_definite)
             timings["solve"] = time.perf_counter() - t
             if not res.converged:
@@ -220,6 +233,7 @@ def fit(
             timings["total"] = time.perf_counter() - t_start
             report = {
                 "solver": solver_name, "solver_reason": reason, "passes": res.passes,
+                "passes_over_K": res.passes - op.fused_passes + op.setup_passes, "fused_passes": op.fused_passes,
                 "converged": bool(res.converged), "tol": tol,
                 "residuals": res.residuals.tolist(),
                 "max_relative_residual": float(np.max(res.residuals) / scale) if k else 0.0,

@@ -20,8 +20,15 @@ def block_size(n: int, k: int, oversampling: int | None = None) -> int:
     return min(n, k + extra)
 
 
+def start_block(n: int, ell: int, rng) -> np.ndarray:
+    """Orthonormal Gaussian starting block (n x l) from an explicit generator."""
+    rng = np.random.default_rng(rng)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, ell)))
+    return Q
+
+
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None,
-          oversampling: int | None = None) -> EigResult:
+          oversampling: int | None = None, start: np.ndarray | None = None) -> EigResult:
     """Top-``k`` eigenpairs of K~ by subspace iteration.
 
     Parameters
@@ -37,6 +44,9 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
         Source of the starting block (explicit, for reproducibility).
     oversampling : int, optional
         Extra vectors beyond k (default max(10, k)).
+    start : ndarray of shape (n, l), optional
+        Orthonormal starting block (default: ``start_block(n, l, rng)``); the
+        pipeline passes the block whose product it fused into the Gram build.
 
     Returns
     -------
@@ -46,14 +56,18 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
     start_passes = operator.passes
     n = operator.n
     ell = block_size(n, k, oversampling)
-    Q, _ = np.linalg.qr(rng.standard_normal((n, ell)))
+    Q = start_block(n, ell, rng) if start is None else start
     history: list[float] = []
     theta = np.zeros(ell)
     res = np.full(k, np.inf)
     U = Q[:, :k]
     converged = False
     for _ in range(max_passes):
-        Y = operator.matmat(Q)
+        # Single-precision products while far from converged: their ~1e-6
+        # relative error is corrected by the following passes, which switch to
+        # float64 accumulation well before the residual reaches tol.
+        single = not history or history[-1] > max(1e-4, 1e2 * tol)
+        Y = operator.matmat(Q, single=single)
         B = Q.T @ Y
         B = 0.5 * (B + B.T)
         theta, S = scipy.linalg.eigh(B)

@@ -1,0 +1,20 @@
+"""Keep benchmarks/RESULTS.md as named sections, each rewritten by its benchmark."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+from _common import HERE
+
+PATH = HERE / "RESULTS.md"
+HEADER = "# dkpca benchmark results\n\nEach section is rewritten by the benchmark named in its title.\n"
+
+
+def update_section(name: str, body: str) -> None:
+    text = PATH.read_text() if PATH.exists() else HEADER
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    block = f"<!-- {name}:start -->\n## {name} (`python benchmarks/{name}.py`, {stamp})\n\n{body}\n<!-- {name}:end -->"
+    pattern = re.compile(rf"<!-- {name}:start -->.*?<!-- {name}:end -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    PATH.write_text(text)

@@ -1,0 +1,106 @@
+"""dkpca vs scikit-learn KernelPCA, each fit in its own process, in one run.
+
+    python benchmarks/compare.py [--sizes 2000 5000 10000 20000 40000] [--d 50] [--k 10]
+
+For each n: the same clustered data (rbf, gamma=1/d, k components) is fitted by
+scikit-learn (arpack, randomized, dense where n <= 10000) from a .npy file and
+by dkpca from a Zarr path (default settings: float32 store, auto solver).
+Reports wall time of the fit, peak RSS of the whole process tree (sampled
+every 50 ms), and the largest relative eigenvalue error against the most
+accurate reference available (sklearn dense in float64 where feasible, else
+dkpca in float64 with tol=1e-10).  Writes benchmarks/RESULTS.md's "compare"
+section and benchmarks/compare.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from _common import HERE, clustered, machine, run_child, write_inputs
+from _results import update_section
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 5000, 10000, 20000, 40000])
+    ap.add_argument("--d", type=int, default=50)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
+    a = ap.parse_args()
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="dkpca-bench-"))
+    rows = []
+    for n in a.sizes:
+        X = clustered(n, a.d)
+        npy, zpath = write_inputs(X, work, f"clustered_{n}_{a.d}")
+        np.save(str(npy).replace(".npy", ".f64.npy"), X.astype(np.float64))
+        methods = ["dkpca", "sklearn-arpack", "sklearn-randomized"] + (["sklearn-dense"] if n <= 10000 else [])
+        results = {m: run_child([m, str(npy), str(zpath), str(a.k)]) for m in methods}
+        # reference: float64 dense (small n) or float64 dkpca with a tight tolerance
+        if n <= 10000:
+            ref = run_child(["sklearn-dense", str(npy).replace(".npy", ".f64.npy"), str(zpath), str(a.k)])
+            ref_name = "sklearn dense, float64"
+        else:
+            ref = run_child(["dkpca-ref", str(npy), str(zpath), str(a.k),
+                             json.dumps({"dtype": "float64", "tol": 1e-10, "max_passes": 200})])
+            ref_name = "dkpca float64, tol 1e-10"
+        lam_ref = np.array(ref["eigenvalues"]) if "eigenvalues" in ref else None
+        for m, r in results.items():
+            err = None
+            if lam_ref is not None and "eigenvalues" in r:
+                err = float(np.max(np.abs(np.array(r["eigenvalues"]) - lam_ref) / lam_ref))
+            rows.append({"n": n, "method": m, "fit_s": r.get("fit_s"), "peak_rss_gb": r.get("peak_rss_gb"),
+                         "eig_rel_err": err, "reference": ref_name, "error": r.get("error"),
+                         "passes": r.get("report", {}).get("passes"),
+                         "solver": r.get("report", {}).get("solver"),
+                         "gram_s": r.get("report", {}).get("timings", {}).get("gram"),
+                         "solve_s": r.get("report", {}).get("timings", {}).get("solve")})
+            print(json.dumps(rows[-1]), flush=True)
+    table = ["| n | method | fit time (s) | vs arpack | peak RSS (GB) | max rel. eigenvalue error | notes |",
+             "|---:|---|---:|---:|---:|---:|---|"]
+    for n in a.sizes:
+        arp = next((r for r in rows if r["n"] == n and r["method"] == "sklearn-arpack"), {})
+        for r in (r for r in rows if r["n"] == n):
+            speed = (f"{arp['fit_s'] / r['fit_s']:.2f}x" if r["fit_s"] and arp.get("fit_s") else "")
+            note = r["error"] or (f"{r['solver']}, {r['passes']} passes, Gram {r['gram_s']:.1f}s, "
+                                  f"solve {r['solve_s']:.1f}s" if r["method"] == "dkpca" else "")
+            fmt = lambda v, f: (f % v) if v is not None else "—"  # noqa: E731
+            table.append(f"| {n} | {r['method']} | {fmt(r['fit_s'], '%.2f')} | {speed} | "
+                         f"{fmt(r['peak_rss_gb'], '%.2f')} | {fmt(r['eig_rel_err'], '%.1e')} | {note} |")
+    text = "\n".join(table)
+    print(text)
+    _plot(rows, a.sizes)
+    if not a.no_write:
+        update_section("compare", f"rbf kernel, d={a.d}, k={a.k}, clustered synthetic data; "
+                       f"one process per fit; reference per n in `reference` column of the JSON log.\n"
+                       f"Machine: {machine()}\n\n{text}\n\n![compare](compare.png)\n")
+
+
+def _plot(rows, sizes) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for m in sorted({r["method"] for r in rows}):
+        pts = [(r["n"], r["fit_s"], r["peak_rss_gb"]) for r in rows if r["method"] == m and r["fit_s"]]
+        if pts:
+            n, t, mem = zip(*pts, strict=True)
+            axes[0].loglog(n, t, "o-", label=m)
+            axes[1].loglog(n, mem, "o-", label=m)
+    axes[0].set(xlabel="n", ylabel="fit time (s)", title="time")
+    axes[1].set(xlabel="n", ylabel="peak RSS (GB)", title="memory")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "compare.png", dpi=100)
+
+
+if __name__ == "__main__":
+    main()
