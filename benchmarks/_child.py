@@ -11,7 +11,7 @@ import numpy as np
 
 
 def main() -> None:
-    method, npy, zpath, k = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    method, npy, zpath, k = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])  # npy may be "-"
     extra = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
     res: dict = {"method": method}
     if method.startswith("sklearn-"):

@@ -14,7 +14,10 @@ HEADER = "# dkpca benchmark results\n\nEach section is rewritten by the benchmar
 def update_section(name: str, body: str) -> None:
     text = PATH.read_text() if PATH.exists() else HEADER
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    block = f"<!-- {name}:start -->\n## {name} (`python benchmarks/{name}.py`, {stamp})\n\n{body}\n<!-- {name}:end -->"
+    script = name.split("-", 1)[0]
+    args = f" {name.split('-', 1)[1]}" if "-" in name else ""
+    title = f"`python benchmarks/{script}.py{args}`"
+    block = f"<!-- {name}:start -->\n## {name} ({title}, {stamp})\n\n{body}\n<!-- {name}:end -->"
     pattern = re.compile(rf"<!-- {name}:start -->.*?<!-- {name}:end -->", re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     PATH.write_text(text)

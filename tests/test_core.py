@@ -191,10 +191,16 @@ def test_save_load_roundtrip_no_pickle(tmp_path, blobs):
 
 def test_store_reuse_and_fingerprint_error(tmp_path, blobs):
     store = tmp_path / "s.zarr"
-    m1 = dkpca.fit(blobs, n_components=3, store=store, chunk_size=200)
+    kw = dict(store=store, chunk_size=200, solver="randomized", dtype="float64", tol=1e-10, random_state=1)
+    m1 = dkpca.fit(blobs, n_components=3, **kw)
     assert m1.report["gram"]["computed_blocks"] == 6
-    m2 = dkpca.fit(blobs, n_components=4, store=store, chunk_size=200)
+    # a fresh build fuses the solver's first product into the build ...
+    assert m1.report["fused_passes"] == 1 and m1.report["passes_over_K"] == m1.report["passes"] - 1
+    m2 = dkpca.fit(blobs, n_components=3, **kw)
     assert m2.report["gram"]["computed_blocks"] == 0 and m2.report["gram"]["reused_blocks"] == 6
+    # ... a reused store cannot; both give the same answer
+    assert m2.report["fused_passes"] == 0 and m2.report["passes_over_K"] == m2.report["passes"]
+    np.testing.assert_allclose(m1.eigenvalues_, m2.eigenvalues_, rtol=1e-12)
     other = blobs.copy()
     other[5, 2] += 1.0
     with pytest.raises(ValueError, match="overwrite=True"):
@@ -286,4 +292,15 @@ def test_make_kernel_used_for_sum_kernels(tmp_path, blobs):
     model = dkpca.fit(blobs, n_components=3, kernel=k, store=tmp_path / "s.zarr", dtype="float64")
     K = rbf_kernel(blobs, gamma=0.1) + 0.5 * blobs @ blobs.T
     lam_ref, _ = reference_eigh(K, 3)
+    np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=1e-8)
+
+
+def test_fsspec_url_input(tmp_path, blobs):
+    path = tmp_path / "data.zarr"
+    zarr.create_array(str(path), data=blobs, chunks=(100, 6))
+    url = path.as_uri()  # file:// URL, read through fsspec
+    with pytest.raises(ValueError, match="pass store="):
+        dkpca.fit(url, n_components=2)
+    model = dkpca.fit(url, n_components=3, store=tmp_path / "s.zarr", dtype="float64", gamma=0.1)
+    lam_ref, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
     np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=1e-8)
