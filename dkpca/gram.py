@@ -256,18 +256,19 @@ def build_gram(
         fuse = probe is not None and len(todo) == total
         pieces = [dask.delayed(probe[a:b], pure=True) for a, b in bounds] if fuse else [None] * nb
         tasks = [
-            dask.delayed(_build_block, pure=True)(path, I, J, rows[I], rows[J], spec, dtype.name, block,
-                                                  pieces[I], pieces[J],
-                                                  dask_key_name=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}")
+            dask.delayed(_build_block, pure=True, nout=2 if fuse else None)(
+                path, I, J, rows[I], rows[J], spec, dtype.name, block, pieces[I], pieces[J],
+                dask_key_name=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}")
             for I, J in todo
         ]
-        results = compute(*tasks, label=f"Gram matrix: {len(todo)} of {total} blocks to compute")
+        label = f"Gram matrix: {len(todo)} of {total} blocks to compute"
         if fuse:
-            probe_product = np.zeros(probe.shape, dtype=np.float64)
-            for (I, J), (yI, yJ) in zip(todo, results, strict=True):
-                probe_product[bounds[I][0]:bounds[I][1]] += yI
-                if yJ is not None:
-                    probe_product[bounds[J][0]:bounds[J][1]] += yJ
+            from .operator import scatter_sum
+
+            # every block task feeds some row block's sum, so this builds all of K
+            probe_product = np.concatenate(compute(*scatter_sum(todo, tasks, nb), label=label), axis=0)
+        else:
+            compute(*tasks, label=label)
     if not g.attrs.get("complete"):
         row_sums = np.empty(n, dtype=np.float64)
         ps = g["partial_sums"]

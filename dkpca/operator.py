@@ -127,6 +127,35 @@ def _matrix_free_product(I: int, J: int, XI: np.ndarray, XJ: np.ndarray, spec: d
     return block_products(blk, VI, VJ, I != J)
 
 
+def _add(*parts: np.ndarray) -> np.ndarray:
+    out = parts[0].copy()
+    for p in parts[1:]:
+        out += p
+    return out
+
+
+def scatter_sum(pairs: list[tuple[int, int]], tasks: list, nb: int, fan_in: int = 8) -> list:
+    """Per row block R, the lazy sum of every block product landing in R.
+
+    ``tasks[i]`` is a 2-output delayed ``(K_IJ V_J, K_IJ^T V_I)`` for
+    ``pairs[i] = (I, J)``.  Each row block's contributions are added in a tree
+    of ``fan_in``-way additions inside the graph, so a partial product is freed
+    as soon as it is added: memory stays O(n l) plus a few blocks per worker,
+    instead of holding all nb^2 / 2 partial products until the end.
+    """
+    contrib: list[list] = [[] for _ in range(nb)]
+    for (I, J), t in zip(pairs, tasks, strict=True):
+        contrib[I].append(t[0])
+        if I != J:
+            contrib[J].append(t[1])
+    sums = []
+    for parts in contrib:
+        while len(parts) > 1:
+            parts = [dask.delayed(_add, pure=True)(*parts[i:i + fan_in]) for i in range(0, len(parts), fan_in)]
+        sums.append(parts[0])
+    return sums
+
+
 class CenteredKernelOperator:
     """``V -> K~ V`` for the centred kernel matrix of the training data.
 
@@ -206,13 +235,7 @@ class CenteredKernelOperator:
         nb = len(bounds)
         pairs = [(I, J) for I in range(nb) for J in range(I, nb)]
         tasks = [self._block_task(I, J, pieces[I], pieces[J]) for I, J in pairs]
-        results = compute(*tasks, label="")
-        out = np.zeros((self.n, V.shape[1]), dtype=np.float64)
-        for (I, J), (yI, yJ) in zip(pairs, results, strict=True):
-            out[bounds[I][0]:bounds[I][1]] += yI
-            if yJ is not None:
-                out[bounds[J][0]:bounds[J][1]] += yJ
-        return out
+        return np.concatenate(compute(*scatter_sum(pairs, tasks, nb), label=""), axis=0)
 
     def center(self, KV: np.ndarray, V: np.ndarray) -> np.ndarray:
         """Apply the rank-one corrections to ``K V`` (in place) -> ``K~ V``."""
