@@ -111,7 +111,7 @@ def cmd_workers(a) -> str:
     build_bound = "compute" if build_cpu > io else "filesystem"
     pass_bound = "compute" if pass_cpu > io else "filesystem"
     tasks = (N / 4096) ** 2 / 2
-    passes = r2["passes"]
+    passes = r2["passes_over_K"]
     lines += [
         "",
         f"Projection to n = 10⁶ on 100 nodes × 32 cores (3,200 workers), from the 2-worker run's measured "
