@@ -56,6 +56,23 @@ def progress_enabled() -> bool:
     return _progress_enabled
 
 
+def _distributed_progress(futures: list) -> None:
+    """distributed's progress bar: a widget in Jupyter (if ipywidgets is installed), else text."""
+    from distributed import progress
+    from distributed.utils import is_kernel
+
+    if is_kernel():
+        try:
+            import ipywidgets  # noqa: F401 - the widget needs it
+            from IPython.display import display
+        except ImportError:
+            pass
+        else:
+            display(progress(futures, notebook=True))  # updates itself while we gather
+            return
+    progress(futures, notebook=False)
+
+
 def compute(*tasks: Any, label: str = "") -> tuple:
     """``dask.compute(*tasks)`` under dkpca's execution policy.
 
@@ -66,10 +83,8 @@ def compute(*tasks: Any, label: str = "") -> tuple:
     if client is not None:
         futures = client.compute(list(tasks))
         if _progress_enabled and label:
-            from distributed import progress
-
             print(label, flush=True)
-            progress(futures)
+            _distributed_progress(futures)
         return tuple(client.gather(futures))
     from threadpoolctl import threadpool_limits
 

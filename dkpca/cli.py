@@ -1,13 +1,16 @@
-"""The ``dkpca`` command line: fit, info, transform, demo.
+"""The ``dkpca`` command line: fit, plan, info, transform, demo.
 
 Errors caused by the user's input exit with status 2 and one line on stderr
-(``dkpca: error: ...``), never a traceback.
+(``dkpca: error: ...``), never a traceback.  Log messages of the ``dkpca``
+logger (the plan, the dashboard link) go to stderr at INFO level unless
+``--quiet``; results and progress go to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
 import time
 from typing import Any
@@ -17,7 +20,8 @@ import numpy as np
 from .gram import InsufficientDiskSpace
 from .store import StoreLockedError
 
-USER_ERRORS = (ValueError, FileNotFoundError, InsufficientDiskSpace, StoreLockedError, NotADirectoryError)
+USER_ERRORS = (ValueError, FileNotFoundError, InsufficientDiskSpace, StoreLockedError, NotADirectoryError,
+               ImportError)
 
 
 def _kernel_args(p: argparse.ArgumentParser) -> None:
@@ -44,9 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--tol", type=float, default=1e-6)
     f.add_argument("--max-passes", type=int, default=None)
     f.add_argument("--random-state", type=int, default=0)
-    f.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (tcp://host:port)")
+    _cluster_args(f)
     f.add_argument("--overwrite", action="store_true", help="replace a store holding another fit")
     f.add_argument("--no-progress", action="store_true")
+
+    pl = sub.add_parser("plan", help="print sizes, memory, passes and a time estimate without computing K")
+    pl.add_argument("input", help="Zarr array (or group with array 'X'), path or URL")
+    pl.add_argument("--n-components", "-k", type=int, default=2)
+    _kernel_args(pl)
+    pl.add_argument("--solver", default="auto")
+    pl.add_argument("--store", default=None)
+    pl.add_argument("--chunk-size", type=int, default=None)
+    pl.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    pl.add_argument("--gram", default="store", choices=["auto", "store", "recompute"],
+                    help="as for fit (default store)")
+    pl.add_argument("--tol", type=float, default=1e-6)
+    pl.add_argument("--max-passes", type=int, default=None)
+    pl.add_argument("--cluster", default=None, metavar="FILE",
+                    help="size workers from a cluster config (nothing is started)")
+    pl.add_argument("--no-measure", action="store_true", help="sizes only, no timing sample")
 
     i = sub.add_parser("info", help="print a fitted model's spectrum and solver report")
     i.add_argument("store")
@@ -55,31 +75,39 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("store")
     t.add_argument("input")
     t.add_argument("output")
-    t.add_argument("--scheduler", default=None)
+    _cluster_args(t)
 
     d = sub.add_parser("demo", help="write sample data to Zarr and fit it on a local Dask cluster")
     d.add_argument("--dir", default=None, help="where to write the sample data (default: a temp dir)")
     d.add_argument("--n-samples", type=int, default=12000)
     d.add_argument("--n-components", type=int, default=8)
     d.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
+    for p in (f, pl, i, t, d):
+        p.add_argument("--quiet", "-q", action="store_true", help="no log messages (plan, dashboard link)")
     return parser
 
 
-@contextlib.contextmanager
-def _client(address: str | None):
-    if address is None:
-        yield None
-        return
-    from distributed import Client
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--scheduler", default=None, metavar="ADDR",
+                   help="address of a running Dask scheduler (tcp://host:port)")
+    g.add_argument("--cluster", default=None, metavar="FILE",
+                   help="cluster config YAML (see cluster_configs/): start it, fit, shut it down")
 
-    with Client(address, timeout="30s") as client:
+
+@contextlib.contextmanager
+def _client(a: argparse.Namespace):
+    from .cluster import connected
+
+    target = getattr(a, "cluster", None) or getattr(a, "scheduler", None)
+    with connected(target) as client:
         yield client
 
 
 def cmd_fit(a: argparse.Namespace) -> int:
     from .pipeline import fit
 
-    with _client(a.scheduler):
+    with _client(a):
         model = fit(
             a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
             coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
@@ -89,7 +117,21 @@ def cmd_fit(a: argparse.Namespace) -> int:
     g = model.report.get("gram", {})
     if g.get("mode") == "store":
         print(f"Gram blocks: {g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused from the store")
+    resumed = (model.report.get("solver_info") or {}).get("resumed_at_pass")
+    if resumed:
+        print(f"Solver: resumed at pass {resumed} from the checkpoint in the store "
+              f"({model.report.get('passes')} passes in all)")
     print(model.summary())
+    return 0
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from .plan import plan
+
+    p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
+             coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
+             tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=not a.no_measure)
+    print(p)
     return 0
 
 
@@ -108,7 +150,7 @@ def cmd_transform(a: argparse.Namespace) -> int:
     from .model import load
 
     model = load(a.store)
-    with _client(a.scheduler):
+    with _client(a):
         Z = model.transform(as_dask(a.input))
         compute(da.to_zarr(Z, a.output, overwrite=True, compute=False))
     print(f"wrote {Z.shape[0]} x {Z.shape[1]} projections to {a.output}")
@@ -152,12 +194,29 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"fit": cmd_fit, "info": cmd_info, "transform": cmd_transform, "demo": cmd_demo}
+COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd_transform, "demo": cmd_demo}
+
+
+def _setup_logging(quiet: bool) -> None:
+    """dkpca's INFO messages (plan, dashboard link) on stderr for the CLI."""
+    log = logging.getLogger("dkpca")
+    if quiet:
+        log.setLevel(logging.WARNING)
+        return
+    if not any(getattr(h, "_dkpca_cli", False) for h in log.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("dkpca: %(message)s"))
+        h._dkpca_cli = True
+        log.addHandler(h)
+    log.setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
+    log = logging.getLogger("dkpca")
+    old_level = log.level
+    _setup_logging(getattr(a, "quiet", False))
     try:
         return COMMANDS[a.command](a)
     except USER_ERRORS as exc:
@@ -166,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dkpca: interrupted; rerun the same command to resume from the store", file=sys.stderr)
         return 130
+    finally:
+        log.setLevel(old_level)
 
 
 def _entry() -> Any:  # pragma: no cover

@@ -53,8 +53,21 @@ def _project_block(Xb: np.ndarray, path: str, block: int, n: int, spec: dict, W:
         acc += Kx @ W[j0:j1]
         ksum += Kx.sum(axis=1)
     mean_k = ksum / n
-    Z = acc - rW[None, :] - np.outer(mean_k, sW) + c * sW[None, :]
+    Z = center_projection(acc, mean_k, rW, sW, c)
     return np.column_stack([Z, mean_k, kernel.diag(Xb)])
+
+
+def center_projection(KW: np.ndarray, mean_k: np.ndarray, rW: np.ndarray, sW: np.ndarray, c: float) -> np.ndarray:
+    """Scores ``k~(x)^T W`` of new points from their uncentred ``k(x)^T W``.
+
+    ``k~(x) = k(x) - r - mean(k(x)) 1 + c 1`` (DESIGN.md), so with
+    ``rW = r^T W`` and ``sW = 1^T W`` the centering costs O(k) per point.
+    ``KW`` (m, k) is overwritten.
+    """
+    KW -= rW[None, :]
+    KW -= np.outer(mean_k, sW)
+    KW += c * sW[None, :]
+    return KW
 
 
 @dataclass
@@ -236,7 +249,49 @@ class KPCAModel:
                 f"kernel={self.kernel.name!r}, store={self.store!r})")
 
     def _repr_html_(self) -> str:
-        return "<pre>" + html.escape(self.summary()) + "</pre>"
+        """Jupyter: the summary as tables (model facts, then the spectrum)."""
+        r = self.report
+        e = html.escape
+        facts = [
+            ("samples x features", f"{self.n_samples} x {self.n_features}"),
+            ("kernel", e(str(self.kernel.to_dict()))),
+            ("store", e(str(self.store))),
+            ("solver", e(f"{r.get('solver')} ({r.get('solver_reason', '')})")),
+            ("passes / converged", e(f"{r.get('passes')} / {r.get('converged')}")),
+            ("max relative residual", f"{r.get('max_relative_residual', float('nan')):.2e}"),
+        ]
+        g = r.get("gram") or {}
+        if g.get("mode") == "store":
+            facts.append(("Gram blocks", f"{g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused"))
+        t = r.get("timings") or {}
+        if t:
+            facts.append(("time", e(", ".join(f"{k} {v:.2f}s" for k, v in t.items()))))
+        rows = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>"
+                       for k, v in facts)
+        cum = np.cumsum(self.explained_variance_ratio_)
+        spec = "".join(
+            f"<tr><td>{i + 1}</td><td>{lam:.6g}</td><td>{ev:.4%}</td><td>{cum[i]:.4%}</td></tr>"
+            for i, (lam, ev) in enumerate(zip(self.eigenvalues_, self.explained_variance_ratio_, strict=True))
+        )
+        return (
+            "<div><strong>dkpca KPCAModel</strong>"
+            f"<table>{rows}</table>"
+            "<table><tr><th>k</th><th>eigenvalue</th><th>explained</th><th>cumulative</th></tr>"
+            f"{spec}</table></div>"
+        )
+
+    # -- plots (matplotlib, the ``plot`` extra) ---------------------------
+    def plot_spectrum(self, **kwargs: Any) -> Any:
+        """Explained-variance bar chart; see :func:`dkpca.plot.plot_spectrum`."""
+        from .plot import plot_spectrum
+
+        return plot_spectrum(self, **kwargs)
+
+    def plot_embedding(self, **kwargs: Any) -> Any:
+        """Training points in two components; see :func:`dkpca.plot.plot_embedding`."""
+        from .plot import plot_embedding
+
+        return plot_embedding(self, **kwargs)
 
 
 def load(path: str) -> KPCAModel:

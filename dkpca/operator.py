@@ -318,16 +318,22 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
 
     Parameters
     ----------
-    X : dask array of shape (n, d)
-        Row chunks equal to the block edge.
+    X : dask array or ndarray of shape (n, d)
+        Training data; rechunked to row blocks of ``block`` rows and all columns.
     kernel : Kernel
         Resolved kernel.
     dtype : {float32, float64}
         Precision of block evaluation (products still accumulate in float64).
-
     probe : ndarray of shape (n, l), optional
         A solver's starting block whose product is fused into that pass
         (see :meth:`CenteredKernelOperator.prime`).
+    block : int, optional
+        Block edge (default: X's first row chunk).
+    statistics : bool, default=True
+        Compute the centering statistics (one pass).  ``False`` leaves
+        ``row_means`` as None and ``grand_mean``/``diag_sum`` as NaN: for the
+        Nystroem solver, which never multiplies by K~ and supplies the
+        statistics of its approximation instead; ``matmat`` then raises.
 
     Notes
     -----
@@ -338,15 +344,32 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
     kind = "matrix-free"
 
     def __init__(self, X: da.Array, kernel: Kernel, dtype: Any = np.float64,
-                 probe: np.ndarray | None = None) -> None:
+                 probe: np.ndarray | None = None, block: int | None = None, statistics: bool = True) -> None:
         super().__init__()
+        if not isinstance(X, da.Array):
+            X = np.asarray(X)
+            X = da.from_array(X, chunks=(block or X.shape[0], X.shape[1]))
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}.")
+        block = int(block or X.chunks[0][0])
+        # One task per row block needs equal row chunks (matching ``bounds``)
+        # and every column in one chunk (to_delayed gives one object per row block).
+        if set(X.chunks[0][:-1]) - {block} or X.chunks[0][-1] > block or len(X.chunks[1]) != 1:
+            X = X.rechunk((block, X.shape[1]))
         self.X = X.persist() if _has_client() else X
         self.n = X.shape[0]
-        self.block = X.chunks[0][0]
+        self.block = block
         self.dtype = np.dtype(dtype)
         self.kernel = kernel
         self._rows = self.X.to_delayed().ravel()
         self._spec = kernel.to_dict()
+        self.row_means = None
+        self.grand_mean = float("nan")
+        self.diag_sum = float("nan")
+        if not statistics:
+            if probe is not None:
+                raise ValueError("probe needs statistics=True (its product is fused into the statistics pass).")
+            return
         self.row_means = np.zeros(self.n)
         self.grand_mean = 0.0
         # K 1 (centering statistics) and, if given, the solver's first product
@@ -361,6 +384,12 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
         self.grand_mean = float(row_sums.sum() / self.n**2)
         diag_parts = [dask.delayed(_diag_sum)(r, self._spec, self.dtype.name) for r in self._rows]
         self.diag_sum = float(sum(compute(*diag_parts)))
+
+    def center(self, KV: np.ndarray, V: np.ndarray) -> np.ndarray:
+        if self.row_means is None:
+            raise ValueError("this operator was built with statistics=False; K~ products need the centering "
+                             "statistics (build it with statistics=True).")
+        return super().center(KV, V)
 
     def _block_task(self, I, J, VI, VJ):
         return dask.delayed(_matrix_free_product, pure=True, nout=2)(

@@ -8,6 +8,7 @@ anything is written.
 
 from __future__ import annotations
 
+import logging
 import numbers
 import os
 import tempfile
@@ -21,16 +22,19 @@ import zarr
 
 from . import store as _store
 from ._compute import compute, show_progress
+from .checkpoint import SolverCheckpoint
 from .gram import build_gram
 from .io import Fingerprint, as_dask, check_n_components, default_block_size, open_input, scan
 from .kernels import Kernel, make_kernel
 from .model import KPCAModel
 from .operator import MatrixFreeKernelOperator, StoredKernelOperator
-from .solvers import SOLVERS, ConvergenceWarning, choose_solver, finalize, get_solver, randomized
+from .solvers import SOLVERS, ConvergenceWarning, choose, finalize, get_solver, randomized
 
 __all__ = ["fit", "default_store_path"]
 
-GRAM_MODES = ("store", "recompute")
+GRAM_MODES = ("auto", "store", "recompute")
+
+logger = logging.getLogger("dkpca")
 
 
 def default_store_path(source: Any) -> str:
@@ -61,7 +65,10 @@ def _check_params(solver, dtype, tol, max_passes, chunk_size, gram) -> np.dtype:
     if chunk_size is not None and (not isinstance(chunk_size, numbers.Integral) or chunk_size < 1):
         raise ValueError(f"chunk_size={chunk_size!r} is invalid; it must be a positive integer (e.g. 4096).")
     if gram not in GRAM_MODES:
-        raise ValueError(f"gram={gram!r} is invalid; choose 'store' or 'recompute'.")
+        raise ValueError(f"gram={gram!r} is invalid; choose 'auto', 'store' or 'recompute'.")
+    if solver == "nystrom" and gram == "store":
+        raise ValueError("gram='store' does not apply to solver='nystrom', which never reads K; "
+                         "use gram='auto' or 'recompute'.")
     return dt
 
 
@@ -106,7 +113,7 @@ def fit(
     max_passes: int | None = None,
     random_state: int | np.random.Generator | None = None,
     overwrite: bool = False,
-    gram: str = "store",
+    gram: str = "auto",
     progress: bool = False,
 ) -> KPCAModel:
     """Fit kernel PCA out of core and persist the model.
@@ -124,8 +131,11 @@ def fit(
     gamma, degree, coef0, kernel_params
         Kernel parameters with scikit-learn's names and defaults
         (``gamma=None`` -> 1/n_features).
-    solver : {"auto", "dense", "randomized"}, default="auto"
-        Eigensolver; ``auto`` is dense for small n, else randomized.
+    solver : {"auto", "dense", "randomized", "lanczos", "nystrom"}, default="auto"
+        Eigensolver; ``auto`` is dense for small n, else block Lanczos (or
+        randomized subspace iteration when the Krylov basis would not fit in
+        memory); ``nystrom`` is approximate and only on request.  The choice
+        and its reason are in ``model.report``.
     store : str, optional
         Store root.  Default: ``<input>.dkpca.zarr`` beside a path input, a
         new temporary directory for in-memory input.
@@ -142,9 +152,12 @@ def fit(
         Seed of the solver's starting block.
     overwrite : bool, default=False
         Replace a store that holds another data set or kernel.
-    gram : {"store", "recompute"}, default="store"
+    gram : {"auto", "store", "recompute"}, default="auto"
         ``store`` writes K to Zarr once and reads it each pass; ``recompute``
-        evaluates kernel blocks from X every pass and stores no K.
+        evaluates kernel blocks from X every pass and stores no K; ``auto``
+        recomputes when K does not fit on the store's disk or when the
+        measured cost of a pass says it is faster (see
+        :func:`dkpca.solvers.choose`).
     progress : bool, default=False
         Show progress bars (terminal or Jupyter).
 
@@ -172,10 +185,19 @@ def fit(
     block = min(block, n)
     X = X.rechunk((block, d))
     kern = kern.resolve(d)
-    solver_name, reason = choose_solver(n, k, solver)
     path = os.fspath(store) if store is not None else default_store_path(source)
+    choice = choose(n, k, solver, gram, X=X, kernel=kern, dtype=dt, block=block, store=path, tol=tol,
+                    max_passes=max_passes or 60)
+    solver_name, gram, reason = choice.solver, choice.gram, choice.reason
     timings: dict[str, float] = {}
     rng = np.random.default_rng(random_state)
+
+    if logger.isEnabledFor(logging.INFO):
+        # The same plan `dkpca plan` prints (measured: about a second).
+        from .plan import _resources, make_plan
+
+        logger.info("%s", make_plan(X, kern, k, block, dt, solver_name, reason, gram, path, tol=tol,
+                                    max_passes=max_passes or 60, resources=_resources(None)))
 
     with show_progress(progress):
         t = time.perf_counter()
@@ -190,15 +212,31 @@ def fit(
             t = time.perf_counter()
             solver_opts: dict[str, Any] = {}
             probe = None
-            if solver_name == "randomized":
+            # Iterative solvers save their state every pass (resume after a kill).
+            ckpt = SolverCheckpoint(path, {
+                "fingerprint": fp.to_dict(), "kernel": kern.to_dict(), "k": k, "solver": solver_name, "gram": gram,
+                "dtype": dt.name, "block": block,
+                "random_state": random_state if isinstance(random_state, numbers.Integral) else None,
+            }, chunk_rows=block)
+            if overwrite:
+                ckpt.clear()
+            if solver_name in ("randomized", "lanczos"):
+                solver_opts["checkpoint"] = ckpt
                 # The solver's first product K Q0 is fused into the Gram build
                 # (each block multiplies the probe while it is in cache), which
                 # saves one full read of K when the build computes every block.
                 ell = randomized.block_size(n, k)
                 probe = randomized.start_block(n, ell, rng)
                 solver_opts["start"] = probe
-            if gram == "store":
-                probe_in = probe.astype(np.float32) if probe is not None and dt == np.float32 else probe
+            if solver_name == "nystrom":
+                # Only n x m kernel slices are evaluated (in the solver); the
+                # centering statistics are those of the approximation.
+                op = MatrixFreeKernelOperator(Xs, kern, dtype=dt, statistics=False)
+                gram_report.update({"mode": "none", "dtype": dt.name, "block": block})
+            elif gram == "store":
+                # Lanczos keeps every product in its Krylov relation: float64 only.
+                single = probe is not None and dt == np.float32 and solver_name == "randomized"
+                probe_in = probe.astype(np.float32) if single else probe
                 info = build_gram(path, Xs, kern, fp, dtype=dt, overwrite=overwrite, probe=probe_in)
                 op = StoredKernelOperator(info)
                 if info.probe_product is not None:
@@ -221,6 +259,11 @@ def fit(
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = solve(op, k, tol=tol, max_passes=max_passes or 60, rng=rng, **solver_opts)
             res = finalize(res, positive_definite=kern.positive_definite)
+            centering = res.info.pop("centering", None)
+            if centering is not None:  # nystrom: statistics of the approximation it solved
+                op.row_means, op.grand_mean = centering["row_means"], centering["grand_mean"]
+                op.diag_sum = centering["diag_sum"]
+            pass_seconds = res.info.pop("pass_seconds", None) or (op.pass_seconds[-res.passes:] if res.passes else [])
             timings["solve"] = time.perf_counter() - t
             if not res.converged:
                 warnings.warn(
@@ -233,11 +276,13 @@ def fit(
             timings["total"] = time.perf_counter() - t_start
             report = {
                 "solver": solver_name, "solver_reason": reason, "passes": res.passes,
-                "passes_over_K": res.passes - op.fused_passes + op.setup_passes, "fused_passes": op.fused_passes,
+                "passes_over_K": (op.passes if solver_name == "nystrom"
+                                  else res.passes - op.fused_passes + op.setup_passes),
+                "fused_passes": op.fused_passes, "auto": choice.details,
                 "converged": bool(res.converged), "tol": tol,
                 "residuals": res.residuals.tolist(),
                 "max_relative_residual": float(np.max(res.residuals) / scale) if k else 0.0,
-                "history": res.history, "pass_seconds": op.pass_seconds[-res.passes:] if res.passes else [],
+                "history": res.history, "pass_seconds": pass_seconds,
                 "solver_info": res.info, "gram": gram_report, "timings": timings,
                 "n_samples": n, "n_features": d,
             }
@@ -247,4 +292,5 @@ def fit(
                 n_features=d, report=_store.json_safe(report),
             )
             model.save()
+            ckpt.clear()
     return model

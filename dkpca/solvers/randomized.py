@@ -28,7 +28,8 @@ def start_block(n: int, ell: int, rng) -> np.ndarray:
 
 
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None,
-          oversampling: int | None = None, start: np.ndarray | None = None) -> EigResult:
+          oversampling: int | None = None, start: np.ndarray | None = None,
+          checkpoint=None) -> EigResult:
     """Top-``k`` eigenpairs of K~ by subspace iteration.
 
     Parameters
@@ -47,6 +48,11 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
     start : ndarray of shape (n, l), optional
         Orthonormal starting block (default: ``start_block(n, l, rng)``); the
         pipeline passes the block whose product it fused into the Gram build.
+    checkpoint : dkpca.checkpoint.SolverCheckpoint, optional
+        Where to save the state (next basis ``Q``, passes, history) after every
+        pass, and to resume from: a saved state of the same problem replaces
+        ``start``, and its passes count towards ``max_passes`` (at least one
+        new pass is made).  ``info["resumed_at_pass"]`` says where it resumed.
 
     Returns
     -------
@@ -56,13 +62,18 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
     start_passes = operator.passes
     n = operator.n
     ell = block_size(n, k, oversampling)
-    Q = start_block(n, ell, rng) if start is None else start
     history: list[float] = []
+    resumed = 0
+    state = checkpoint.load() if checkpoint is not None else None
+    if state is not None and state.arrays.get("Q", np.empty(0)).shape == (n, ell):
+        Q, history, resumed = state.arrays["Q"], list(state.history), state.passes
+    else:
+        Q = start_block(n, ell, rng) if start is None else start
     theta = np.zeros(ell)
     res = np.full(k, np.inf)
     U = Q[:, :k]
     converged = False
-    for _ in range(max_passes):
+    for _ in range(max(1, max_passes - resumed)):
         # Single-precision products while far from converged: their ~1e-6
         # relative error is corrected by the following passes, which switch to
         # float64 accumulation well before the residual reaches tol.
@@ -77,11 +88,20 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
         res = np.linalg.norm(KU - U * theta[:k], axis=0)
         scale = max(abs(theta[0]), np.finfo(float).tiny)
         history.append(float(res.max() / scale))
-        report_pass(operator, history[-1])
-        if history[-1] <= tol:
-            converged = True
+        converged = history[-1] <= tol
+        if not converged:
+            # Next basis: an orthonormal basis of K~ Q (one subspace-iteration
+            # step), saved before the pass is reported so that a fit killed
+            # after "pass N" resumes at pass N.  Also saved after the last
+            # allowed pass: a rerun with a larger max_passes continues.
+            Q, _ = scipy.linalg.qr(Y @ S, mode="economic", check_finite=False)
+            if checkpoint is not None:
+                checkpoint.save(resumed + operator.passes - start_passes, history, Q=Q)
+        report_pass(operator, history[-1], resumed + operator.passes - start_passes)
+        if converged:
             break
-        # Next basis: an orthonormal basis of K~ Q (one subspace-iteration step).
-        Q, _ = scipy.linalg.qr(Y @ S, mode="economic", check_finite=False)
-    return EigResult(theta[:k].copy(), U, passes=operator.passes - start_passes, residuals=res, converged=converged,
-                     solver="randomized", history=history, info={"block_size": ell})
+    info = {"block_size": ell}
+    if resumed:
+        info["resumed_at_pass"] = resumed
+    return EigResult(theta[:k].copy(), U, passes=resumed + operator.passes - start_passes, residuals=res,
+                     converged=converged, solver="randomized", history=history, info=info)

@@ -1,0 +1,169 @@
+"""Solver checkpoints in the store, so a killed fit resumes its eigensolver.
+
+An iterative solver's state after each pass is small next to K (a few n x l
+arrays and a pass count), so it is written to ``<store>/solver/`` after every
+pass and read back when the same fit is rerun::
+
+    solver/            attrs: key, slot, passes, history, checksums, saved
+      s0/<name>        arrays of one generation (e.g. ``Q``, n x l float64)
+      s1/<name>        the other generation
+
+Two slots alternate: a pass writes the slot that the attributes do *not*
+point to, then rewrites the group attributes (one JSON document, replaced
+atomically by zarr's LocalStore) to point at it.  A writer killed half-way
+leaves either the old pointer (the old slot is intact) or the new one (the
+new slot is complete); on top of that every array's checksum is recorded in
+the attributes and verified on load, so a torn or foreign state is never
+trusted -- it is ignored and the solver starts afresh.
+
+The state is keyed to everything it depends on (fingerprint of X, kernel,
+Gram dtype and chunking, k, solver settings): a checkpoint of another fit is
+ignored, never used.  :meth:`SolverCheckpoint.clear` removes it once the model
+is saved.  Arrays are Zarr, metadata JSON: nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+
+from . import store as _store
+
+__all__ = ["SolverCheckpoint", "CheckpointState"]
+
+logger = logging.getLogger("dkpca")
+
+GROUP = "solver"
+_SLOTS = ("s0", "s1")
+
+
+def _checksum(a: np.ndarray) -> str:
+    a = np.ascontiguousarray(a)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{a.dtype.str}{a.shape}".encode())
+    h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+@dataclass
+class CheckpointState:
+    """A solver state read back from the store.
+
+    Attributes
+    ----------
+    passes : int
+        Passes over K completed when the state was saved.
+    history : list of float
+        The solver's per-pass convergence history up to then.
+    arrays : dict of str to ndarray
+        The solver's arrays (randomized: ``Q``, the next basis, n x l).
+    """
+
+    passes: int
+    history: list[float] = field(default_factory=list)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class SolverCheckpoint:
+    """Save/restore an iterative solver's state in ``<store>/solver``.
+
+    Parameters
+    ----------
+    path : str
+        Store root (a dkpca store).
+    key : dict
+        JSON-serialisable identity of the problem (fingerprint, kernel, k,
+        solver settings).  Only a state saved under an equal key is loaded.
+    chunk_rows : int, optional
+        Row chunking of saved arrays (default: whole arrays up to 2**20 rows).
+
+    Notes
+    -----
+    Solvers call :meth:`load` once before their first pass and :meth:`save`
+    after every pass; both run in the client process.
+    """
+
+    def __init__(self, path: str, key: dict[str, Any], chunk_rows: int | None = None) -> None:
+        self.path = str(path)
+        self.key = _store.json_safe(key)
+        self.chunk_rows = chunk_rows
+        self.saves = 0
+
+    def _group(self, create: bool) -> zarr.Group | None:
+        root = _store.open_existing(self.path, mode="r+" if create else "r")
+        if GROUP in root:
+            return root[GROUP]
+        if not create:
+            return None
+        return root.create_group(GROUP)
+
+    def load(self) -> CheckpointState | None:
+        """The saved state for this key, or None (absent, other key, or damaged)."""
+        try:
+            g = self._group(create=False)
+        except (FileNotFoundError, ValueError):
+            return None
+        if g is None:
+            return None
+        a = dict(g.attrs)
+        if a.get("key") != self.key:
+            if a.get("key") is not None:
+                logger.info("solver checkpoint in %s belongs to another fit; ignoring it", self.path)
+            return None
+        slot = a.get("slot")
+        sums = a.get("checksums") or {}
+        if slot not in _SLOTS or slot not in g or not sums:
+            return None
+        arrays = {}
+        try:
+            for name, digest in sums.items():
+                arr = g[slot][name][:]
+                if _checksum(arr) != digest:
+                    logger.warning("solver checkpoint array %s/%s fails its checksum; starting afresh", slot, name)
+                    return None
+                arrays[name] = arr
+        except (KeyError, ValueError, OSError) as exc:
+            logger.warning("solver checkpoint in %s is unreadable (%s); starting afresh", self.path, exc)
+            return None
+        return CheckpointState(passes=int(a["passes"]), history=[float(h) for h in a.get("history", [])],
+                               arrays=arrays)
+
+    def save(self, passes: int, history: list[float], **arrays: np.ndarray) -> None:
+        """Record the state after ``passes`` passes (arrays, then the pointer)."""
+        g = self._group(create=True)
+        current = g.attrs.get("slot") if g.attrs.get("key") == self.key else None
+        slot = _SLOTS[1] if current == _SLOTS[0] else _SLOTS[0]
+        _store.remove_member(g, slot)
+        sg = g.create_group(slot)
+        sums = {}
+        for name, arr in arrays.items():
+            arr = np.ascontiguousarray(arr)
+            if arr.ndim:
+                rows = max(1, min(self.chunk_rows or (1 << 20), arr.shape[0]))
+                chunks = (rows, *arr.shape[1:])
+            else:
+                chunks = ()
+            z = sg.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks, compressors=None)
+            z[...] = arr
+            sums[name] = _checksum(arr)
+        # The pointer goes last, in one atomic JSON write.
+        g.attrs.put(_store.json_safe({
+            "key": self.key, "slot": slot, "passes": int(passes), "history": list(history),
+            "checksums": sums, "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        }))
+        self.saves += 1
+
+    def clear(self) -> None:
+        """Remove the checkpoint (after the model is saved, or on overwrite)."""
+        try:
+            root = _store.open_existing(self.path, mode="r+")
+        except (FileNotFoundError, ValueError):
+            return
+        if GROUP in root:
+            _store.remove_member(root, GROUP)

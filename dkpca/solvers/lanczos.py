@@ -1,0 +1,203 @@
+"""Block Lanczos / randomized block Krylov iteration with full reorthogonalisation.
+
+Musco & Musco (2015), "Randomized Block Krylov Methods for Stronger and Faster
+Approximate Singular Value Decomposition", Alg. 2, for a symmetric operator
+K~, organised as a block Lanczos process so that every iteration is exactly
+one product ``K~ @ V_j`` with an n x l block (one pass over K):
+
+* ``V_1`` is an orthonormal Gaussian n x l block (or the pipeline's start block);
+* pass j computes ``W = K~ V_j``; its coefficients ``H = [V_1 .. V_j]^T W``
+  are the new block column of the projected matrix ``T = V^T K~ V`` (full,
+  not just block tridiagonal: full reorthogonalisation, Gram-Schmidt twice);
+  the remainder ``R = W - V H`` gives the next block ``V_{j+1} = orth(R)``;
+* Rayleigh-Ritz on the Krylov basis: ``T = S diag(theta) S^T``, Ritz vectors
+  ``U = V S``.  Because ``K~ V = V T + R E_j^T`` (the Krylov relation), the
+  residuals ``||K~ u_i - theta_i u_i|| = ||R s_i^{(j)}||`` (``s_i^{(j)}`` the
+  last l entries of ``s_i``) cost no extra pass.
+
+After p passes the Ritz values come from the p*l-dimensional Krylov space
+``span[V_1, K~ V_1, ..., K~^{p-1} V_1]`` rather than from the l-dimensional
+``K~^{p-1} V_1`` of subspace iteration: convergence is governed by a
+Chebyshev polynomial of the gap, so slowly decaying spectra need far fewer
+passes (Musco & Musco: O(log n / sqrt(eps)) instead of O(log n / eps)).
+
+Memory is the basis, ``n x max_basis`` float64 in the client; when it is full
+the iteration is thick-restarted (Wu & Simon 2000): the best Ritz vectors are
+kept, with the projected matrix ``diag(theta)``, and the Krylov relation stays
+exact, so the residual formula still holds.
+
+Products are always float64 (unlike the randomized solver's early float32
+passes): an inexact product is baked into T and would cap the accuracy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+from . import EigResult, report_pass
+from .randomized import block_size, start_block
+
+__all__ = ["solve", "default_max_basis"]
+
+#: client memory for the Krylov basis (plus as much again for its workspace)
+BASIS_BYTES = 1 << 30
+
+
+def default_max_basis(n: int, ell: int, budget: int = BASIS_BYTES) -> int:
+    """Largest Krylov basis (columns) kept before a thick restart.
+
+    At least ``3 l`` (restarts keep about half), at most ``n``, otherwise what
+    fits in ``budget`` bytes of float64.
+    """
+    return int(min(n, max(3 * ell, budget // (8 * max(n, 1)))))
+
+
+def _orthogonalise(basis: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``W - basis H`` and ``H = basis^T W``, by classical Gram-Schmidt twice.
+
+    "Twice is enough" (Giraud et al. 2005): the second sweep removes what
+    rounding left after the first, so the basis stays orthonormal to working
+    precision without the serial cost of modified Gram-Schmidt.
+    """
+    H = basis.T @ W
+    W = W - basis @ H
+    H2 = basis.T @ W
+    W -= basis @ H2
+    return W, H + H2
+
+
+def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
+    """Orthonormal basis of the part of ``R`` not yet in the Krylov space.
+
+    Pivoted QR drops directions whose weight is at rounding level (a
+    (nearly) invariant subspace has been found); they carry no new information
+    and would only add noise to T.
+    """
+    Q, Rf, _ = scipy.linalg.qr(R, mode="economic", pivoting=True, check_finite=False)
+    d = np.abs(np.diag(Rf))
+    keep = int(np.sum(d > 1e3 * np.finfo(float).eps * max(scale, d[0] if d.size else 0.0)))
+    Q = Q[:, :keep]
+    if keep and basis.shape[1]:
+        # the QR of a small remainder can reintroduce components along the basis
+        Q, _ = _orthogonalise(basis, Q)
+        Q, _ = np.linalg.qr(Q)
+    return Q
+
+
+def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, rng=None,
+          block: int | None = None, max_basis: int | None = None,
+          start: np.ndarray | None = None, checkpoint=None) -> EigResult:
+    """Top-``k`` eigenpairs of K~ by block Lanczos (randomized block Krylov).
+
+    Parameters
+    ----------
+    operator : CenteredKernelOperator
+        Anything with ``n`` and ``matmat(V) -> K~ V`` (V of shape (n, l)).
+    k : int
+        Number of eigenpairs.
+    tol : float
+        Stop when every ``||K~ u_i - theta_i u_i|| <= tol * theta_1`` (i <= k).
+    max_passes : int
+        Upper bound on products with K~ (each is one pass over K).
+    rng : numpy.random.Generator or int, optional
+        Source of the starting block.
+    block : int, optional
+        Block size l (default: as the randomized solver, ``k + max(10, k)``),
+        so that a pass costs the same as one of subspace iteration.
+    max_basis : int, optional
+        Krylov basis columns kept in memory before a thick restart (default
+        :func:`default_max_basis`: what fits in 1 GiB, at least ``3 l``).
+    start : ndarray of shape (n, l), optional
+        Orthonormal starting block (the pipeline passes the block whose
+        product it fused into the Gram build).
+    checkpoint : dkpca.checkpoint.SolverCheckpoint, optional
+        Where to save, after every pass, a thick-restart state -- the best
+        ``min(2 l, basis)`` Ritz vectors ``U``, their values ``theta`` and the
+        next block ``V`` (n x 3l floats, not the whole basis) -- and to resume
+        from: the run then continues as after a restart, its passes counting
+        towards ``max_passes``; ``info["resumed_at_pass"]`` says where.
+
+    Returns
+    -------
+    EigResult
+        ``info`` holds ``block_size``, ``basis_size`` (final Krylov dimension),
+        ``max_basis`` and ``restarts``.
+    """
+    n = operator.n
+    max_passes = 60 if max_passes is None else int(max_passes)
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k} is invalid; it must be between 1 and n={n}.")
+    ell = block_size(n, k, None if block is None else max(0, int(block) - k))
+    if block is not None and int(block) < k:
+        raise ValueError(f"block={block} is invalid; it must be at least k={k}.")
+    cap = default_max_basis(n, ell) if max_basis is None else int(min(n, max_basis))
+    if cap < min(n, k + ell):
+        raise ValueError(f"max_basis={max_basis} is too small; it must be at least k + block = {k + ell}.")
+    start_passes = operator.passes
+    V = start_block(n, ell, rng) if start is None else np.asarray(start, dtype=np.float64)
+    if V.shape != (n, ell):
+        raise ValueError(f"start must have shape ({n}, {ell}); got {V.shape}.")
+
+    basis = np.empty((n, 0))
+    T = np.zeros((0, 0))
+    history: list[float] = []
+    resumed = 0
+    state = checkpoint.load() if checkpoint is not None else None
+    if state is not None and {"U", "theta", "V"} <= set(state.arrays):
+        Us, ths, Vs = state.arrays["U"], state.arrays["theta"], state.arrays["V"]
+        if Us.shape[0] == n and Vs.shape[0] == n and Us.shape[1] == ths.size >= k and Vs.shape[1] >= 1:
+            # A saved thick-restart state: K~ U = U diag(theta) + (terms in span V).
+            basis, T, V = Us, np.diag(ths), Vs
+            history, resumed = list(state.history), state.passes
+    theta = np.zeros(k)
+    U = V[:, :k]
+    res = np.full(k, np.inf)
+    converged = False
+    restarts = 0
+    for _ in range(max(1, max_passes - resumed)):
+        W = operator.matmat(V)
+        # The new block joins the basis; T gains V_j's row and column.
+        basis = np.hstack([basis, V])
+        W, H = _orthogonalise(basis, W)
+        j = T.shape[0]
+        T = np.pad(T, ((0, V.shape[1]), (0, V.shape[1])))
+        T[:, j:] = H
+        T[j:, :] = H.T
+        T[j:, j:] = 0.5 * (H[j:] + H[j:].T)
+        theta_all, S = scipy.linalg.eigh(T, check_finite=False)
+        theta_all, S = theta_all[::-1], S[:, ::-1]
+        kk = min(k, theta_all.size)
+        theta = theta_all[:kk]
+        # Krylov relation K~ basis = basis T + W E_j^T: residual of Ritz pair i is W s_i(last block).
+        res = np.linalg.norm(W @ S[j:, :kk], axis=0)
+        scale = max(abs(theta_all[0]), np.finfo(float).tiny)
+        history.append(float(res.max() / scale) if kk == k else float("inf"))
+        converged = kk == k and history[-1] <= tol
+        done = resumed + operator.passes - start_passes
+        report_pass(operator, history[-1], done)
+        if converged or basis.shape[1] >= n:
+            converged = converged or kk == k
+            break
+        V = _next_block(W, basis, scale)
+        if V.shape[1] == 0:
+            # invariant subspace: the Ritz pairs are exact
+            converged = kk == k
+            break
+        if checkpoint is not None:
+            keep = min(basis.shape[1], 2 * ell)
+            checkpoint.save(done, history, U=basis @ S[:, :keep], theta=theta_all[:keep], V=V)
+        if basis.shape[1] + V.shape[1] > cap:
+            # Thick restart: keep the leading Ritz vectors; K~ U_keep = U_keep
+            # diag(theta) + W (B s) terms, all inside span[U_keep, V], so the
+            # Krylov relation (and the residual formula) survive unchanged.
+            keep = max(kk, min(basis.shape[1], cap - V.shape[1]) // 2)
+            basis = basis @ S[:, :keep]
+            T = np.diag(theta_all[:keep])
+            restarts += 1
+    U = basis @ S[:, :kk]
+    info = {"block_size": ell, "basis_size": int(basis.shape[1]), "max_basis": cap, "restarts": restarts}
+    if resumed:
+        info["resumed_at_pass"] = resumed
+    return EigResult(theta.copy(), U, passes=resumed + operator.passes - start_passes, residuals=res,
+                     converged=bool(converged), solver="lanczos", history=history, info=info)

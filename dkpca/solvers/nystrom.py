@@ -1,0 +1,306 @@
+"""Nystroem approximation: eigenpairs of ``H C W^+ C^T H`` from m landmarks.
+
+With landmarks L (m rows of X), ``C = K(X, L)`` (n x m) and ``W = K(L, L)``,
+the Nystroem approximation is ``K ~ C W^+ C^T = F F^T`` with the feature
+matrix ``F = C Q Lambda^{-1/2}`` (``W = Q Lambda Q^T``, tiny eigenvalues of W
+truncated -- the pseudo-inverse).  It is centred consistently, as a kernel
+matrix in its own right: ``K~_nys = H F F^T H = F~ F~^T`` with
+``F~ = F - 1 mu^T``, ``mu = F^T 1 / n``.  Its non-zero eigenpairs come from
+the m x m matrix ``F~^T F~ = V Sigma^2 V^T``: eigenvalues ``Sigma^2`` and
+eigenvectors ``U = F~ V Sigma^{-1}`` over all n training points, so the usual
+:class:`~dkpca.model.KPCAModel` projects new points.  The centering
+statistics of the approximation, ``r = F mu`` and ``c = |mu|^2``, are
+returned in ``info["centering"]`` for the model (the pipeline uses them; no
+pass over K is ever made).
+
+Cost: two passes over X, each evaluating the n x m block ``K(X, L)`` row
+block by row block through :mod:`dkpca.kernels` (memory: one row block x m
+per task, m x m in the client; never n x n), plus landmark selection:
+
+* ``"uniform"``: m rows drawn without replacement;
+* ``"rpcholesky"`` (default): block randomly pivoted Cholesky (Chen, Epperly,
+  Tropp & Webber 2022): rounds of pivots sampled with probability
+  proportional to the diagonal of the residual ``K - F F^T``; one pass over X
+  per round (an n x b block), and an n x m float64 factor in the client;
+* ``"greedy"``: the same with deterministic pivots (largest residual
+  diagonal; classic pivoted Cholesky, sensitive to outliers).
+
+Approximate by design: the reported residuals are the rigorous bound
+``||K~ u - theta u|| <= ||K - K_nys||_2 <= trace(K - K_nys)`` (free: the
+trace of the Nystroem error is ``sum_i k(x_i, x_i) - ||F||_F^2``), unless
+``exact_residuals=True`` asks for one pass over K through the operator.
+
+Data access: ``X`` and ``kernel`` are taken from the keyword arguments if
+given, else from the operator: :class:`~dkpca.operator.MatrixFreeKernelOperator`
+carries ``X`` and ``kernel``; a :class:`~dkpca.operator.StoredKernelOperator`
+carries ``kernel`` and its store holds the training data at ``data/X``
+(written by :func:`dkpca.fit`).
+"""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import scipy.linalg
+
+from . import EigResult
+
+__all__ = ["solve", "LANDMARK_METHODS", "nystrom_features"]
+
+LANDMARK_METHODS = ("rpcholesky", "greedy", "uniform")
+
+#: rows of X per task when X is not already chunked (one row block x m per task)
+_ROWS = 4096
+
+
+def _data(operator, X, kernel):
+    """Training data (dask, row-chunked) and kernel for the landmarks."""
+    if kernel is None:
+        kernel = getattr(operator, "kernel", None)
+    if X is None:
+        X = getattr(operator, "X", None)
+    if X is None and getattr(operator, "path", None) is not None:
+        import zarr
+
+        try:
+            X = da.from_zarr(zarr.open_array(operator.path, path="data/X", mode="r"))
+        except (FileNotFoundError, KeyError):
+            X = None
+    if X is None or kernel is None:
+        raise ValueError(
+            "the nystrom solver needs the training data and the kernel, not only K~ products; pass X=... and "
+            "kernel=... or use an operator that has them (MatrixFreeKernelOperator, or a "
+            "StoredKernelOperator whose store holds data/X as written by dkpca.fit)."
+        )
+    X = X if isinstance(X, da.Array) else da.from_array(np.asarray(X), chunks=(_ROWS, -1))
+    if X.ndim != 2 or X.shape[0] != operator.n:
+        raise ValueError(f"X must have shape ({operator.n}, d) to match the operator; got {X.shape}.")
+    return X.rechunk({1: -1}), kernel
+
+
+def _rows_of(X: da.Array, idx: np.ndarray) -> np.ndarray:
+    from .._compute import compute
+
+    return np.ascontiguousarray(compute(X[np.sort(idx)], label="")[0], dtype=np.float64)[
+        np.argsort(np.argsort(idx))]
+
+
+def _columns(X: da.Array, spec: dict, XL: np.ndarray) -> np.ndarray:
+    """``K(X, L)`` (n x b), one task per row block of X."""
+    from .._compute import compute
+
+    parts = [dask.delayed(_column_block, pure=True)(b, spec, XL) for b in X.to_delayed().ravel()]
+    return np.concatenate(compute(*parts, label=""), axis=0)
+
+
+def _column_block(Xb: np.ndarray, spec: dict, XL: np.ndarray) -> np.ndarray:
+    from ..kernels import from_dict
+
+    return from_dict(spec).block(Xb, XL, np.float64)
+
+
+def select_landmarks(X: da.Array, kernel, m: int, method: str, rng, rounds: int = 8) -> tuple[np.ndarray, int]:
+    """Indices of m landmarks and the passes over X spent choosing them."""
+    n = X.shape[0]
+    if method == "uniform" or m >= n:
+        return np.sort(rng.choice(n, size=m, replace=False)), 0
+    from .._compute import compute
+
+    spec = kernel.to_dict()
+    diag = np.concatenate(compute(*[dask.delayed(_diag_block)(b, spec) for b in X.to_delayed().ravel()],
+                                  label=""))
+    resid = diag.copy()
+    F = np.empty((n, 0))
+    chosen: list[int] = []
+    b = max(1, -(-m // rounds))
+    passes = 0
+    while len(chosen) < m:
+        want = min(b, m - len(chosen))
+        avail = resid.copy()
+        avail[chosen] = 0.0
+        avail = np.maximum(avail, 0.0)
+        total = avail.sum()
+        if total <= 1e-14 * diag.sum():
+            # K is (numerically) reproduced by the landmarks so far: pad uniformly
+            rest = np.setdiff1d(np.arange(n), chosen)
+            chosen.extend(rng.choice(rest, size=m - len(chosen), replace=False).tolist())
+            break
+        nz = int(np.count_nonzero(avail))
+        want = min(want, nz)
+        if method == "greedy":
+            S = np.argsort(avail)[::-1][:want]
+        else:
+            S = rng.choice(n, size=want, replace=False, p=avail / total)
+        G = _columns(X, spec, _rows_of(X, S)) - F @ F[S].T
+        passes += 1
+        # Cholesky of the pivot block through eigh: it may be (nearly) singular.
+        lam, Q = scipy.linalg.eigh(0.5 * (G[S] + G[S].T), check_finite=False)
+        ok = lam > 1e-12 * max(lam.max(initial=0.0), np.finfo(float).tiny)
+        Fn = G @ (Q[:, ok] / np.sqrt(lam[ok]))
+        F = np.hstack([F, Fn])
+        resid -= np.einsum("ij,ij->i", Fn, Fn)
+        chosen.extend(int(i) for i in S)
+    return np.sort(np.asarray(chosen[:m])), passes
+
+
+def _diag_block(Xb: np.ndarray, spec: dict) -> np.ndarray:
+    from ..kernels import from_dict
+
+    return from_dict(spec).diag(Xb, np.float64)
+
+
+def _gram_block(Xb: np.ndarray, spec: dict, XL: np.ndarray, R: np.ndarray, shift: np.ndarray):
+    """Per row block: ``(F_b - s)^T (F_b - s)``, ``sum (F_b - s)``, ``sum k(x, x)``."""
+    from ..kernels import from_dict
+
+    kernel = from_dict(spec)
+    Fs = kernel.block(Xb, XL, np.float64) @ R - shift
+    return Fs.T @ Fs, Fs.sum(axis=0), float(kernel.diag(Xb, np.float64).sum()), float(np.einsum("ij,ij->", Fs, Fs))
+
+
+def _vector_block(Xb: np.ndarray, spec: dict, XL: np.ndarray, R: np.ndarray, mu: np.ndarray, P: np.ndarray):
+    """Per row block: ``[(F_b - mu) P | F_b mu]`` (eigenvectors, row means)."""
+    from ..kernels import from_dict
+
+    F = from_dict(spec).block(Xb, XL, np.float64) @ R
+    return np.column_stack([(F - mu) @ P, F @ mu])
+
+
+def nystrom_features(W: np.ndarray, rcond: float | None = None) -> np.ndarray:
+    """``R = Q Lambda^{-1/2}`` over the well-determined spectrum of W (m x r).
+
+    ``C R (C R)^T = C W^+_tau C^T`` with W's eigenvalues below
+    ``tau = rcond * lambda_max`` dropped (default ``rcond = sqrt(eps)``).  The
+    cut is for stability, not only for exact singularity: a kept eigenvalue
+    lambda amplifies the rounding of C (``eps ||C||``) by ``1 / sqrt(lambda)``,
+    so ``F F^T`` carries an error of about ``eps ||C||^2 / lambda``; near-duplicate
+    landmarks or a smooth kernel make W's spectrum reach 1e-15 and that error
+    O(1).  Dropping below ``sqrt(eps) lambda_max`` bounds it by about
+    ``sqrt(eps) (n / m) lambda_max`` while changing the approximation only by
+    directions of weight < tau.
+    """
+    lam, Q = scipy.linalg.eigh(0.5 * (W + W.T), check_finite=False)
+    rcond = np.sqrt(np.finfo(float).eps) if rcond is None else rcond
+    keep = lam > rcond * max(lam.max(initial=0.0), np.finfo(float).tiny)
+    return Q[:, keep] / np.sqrt(lam[keep])
+
+
+def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, rng=None,
+          n_landmarks: int | None = None, landmarks: str = "rpcholesky", X=None, kernel=None,
+          exact_residuals: bool = False) -> EigResult:
+    """Top-``k`` eigenpairs of the centred Nystroem approximation of K~.
+
+    Parameters
+    ----------
+    operator : CenteredKernelOperator
+        Gives ``n`` and, unless passed here, the data and kernel (see module
+        docstring).  No product with K~ is made unless ``exact_residuals``.
+    k : int
+        Number of eigenpairs (``k <= n_landmarks``).
+    tol, max_passes
+        Accepted for the common solver interface; Nystroem is not iterative.
+    rng : numpy.random.Generator or int, optional
+        Source of the landmark choice.
+    n_landmarks : int, optional
+        m (default ``min(n, max(10 k, 500))``).
+    landmarks : {"rpcholesky", "greedy", "uniform"} or array of int, default="rpcholesky"
+        How landmarks are chosen (module docstring), or their row indices
+        (then ``n_landmarks`` is ignored).
+    X : array-like or dask array of shape (n, d), optional
+        Training data (default: from the operator).
+    kernel : Kernel, optional
+        Resolved kernel (default: the operator's).
+    exact_residuals : bool, default=False
+        Compute ``||K~ u - theta u||`` against the exact operator (one pass
+        over K); otherwise report the free upper bound ``trace(K - K_nys)``.
+
+    Returns
+    -------
+    EigResult
+        ``passes`` counts passes over X (each an n x m or n x b kernel
+        slice, not n x n); ``info`` has ``n_landmarks``, ``landmarks``,
+        ``landmark_passes``, ``rank``, ``trace_error`` (``trace(K - K_nys)``),
+        ``relative_trace_error`` and ``centering`` (the approximation's
+        ``row_means``, ``grand_mean``, ``diag_sum``: arrays, for the model, not
+        for the JSON report).
+    """
+    import time
+
+    from .._compute import compute
+
+    n = operator.n
+    given = None
+    if not isinstance(landmarks, str):
+        given = np.unique(np.asarray(landmarks))
+        if given.dtype.kind not in "iu" or given.size < k or given[0] < 0 or given[-1] >= n:
+            raise ValueError(f"landmarks must be a method name ({', '.join(LANDMARK_METHODS)}) or at least k={k} "
+                             f"distinct row indices in [0, {n}).")
+        n_landmarks = given.size
+    elif landmarks not in LANDMARK_METHODS:
+        raise ValueError(f"landmarks={landmarks!r} is unknown; choose one of {', '.join(LANDMARK_METHODS)}.")
+    m = min(n, max(10 * k, 500)) if n_landmarks is None else int(n_landmarks)
+    if not k <= m <= n:
+        raise ValueError(f"n_landmarks={n_landmarks!r} is invalid; it must be between k={k} and n={n}.")
+    rng = np.random.default_rng(rng)
+    X, kernel = _data(operator, X, kernel)
+    spec = kernel.to_dict()
+    t0 = time.perf_counter()
+    idx, sel_passes = (given, 0) if given is not None else select_landmarks(X, kernel, m, landmarks, rng)
+    t_select = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    XL = _rows_of(X, idx)
+    W = kernel.block(XL, None, np.float64)
+    R = nystrom_features(W)
+    # The landmarks' own features, W R = Q Lambda^{1/2}, average close to mu:
+    # accumulating about that shift avoids cancellation in F~^T F~ = F^T F - n mu mu^T.
+    shift = (W @ R).mean(axis=0)
+    rows = X.to_delayed().ravel()
+    parts = compute(*[dask.delayed(_gram_block, pure=True, nout=4)(b, spec, XL, R, shift) for b in rows], label="")
+    G = sum(p[0] for p in parts)
+    delta = sum(p[1] for p in parts) / n
+    diag_sum = float(sum(p[2] for p in parts))
+    fro2 = float(sum(p[3] for p in parts))
+    mu = shift + delta
+    t_pass1 = time.perf_counter() - t0
+    Gc = G - n * np.outer(delta, delta)
+    sig2, Vs = scipy.linalg.eigh(0.5 * (Gc + Gc.T), check_finite=False)
+    sig2, Vs = sig2[::-1], Vs[:, ::-1]
+    r = R.shape[1]
+    if r < k:
+        raise ValueError(
+            f"the Nystroem approximation has rank {r} < k={k} (landmarks nearly duplicate); "
+            "use more landmarks (n_landmarks=...) or fewer components."
+        )
+    lam = np.maximum(sig2[:k], 0.0)
+    inv = np.zeros(k)
+    pos = lam > np.finfo(float).eps * max(lam[0], np.finfo(float).tiny) * n
+    inv[pos] = 1.0 / np.sqrt(lam[pos])
+    P = Vs[:, :k] * inv
+    t0 = time.perf_counter()
+    out = np.concatenate(compute(*[dask.delayed(_vector_block, pure=True)(b, spec, XL, R, mu, P) for b in rows],
+                                 label=""), axis=0)
+    U, row_means = out[:, :k], out[:, k]
+    pass_seconds = [t_select / max(sel_passes, 1)] * sel_passes + [t_pass1, time.perf_counter() - t0]
+    # ||F||_F^2 = ||F - s||^2 + 2 s.sum(F - s) + n |s|^2; trace(K - K_nys) >= 0 up to rounding.
+    trace_nys = fro2 + 2.0 * shift @ (delta * n) + n * shift @ shift
+    trace_err = max(diag_sum - trace_nys, 0.0)
+    passes = sel_passes + 2
+    if exact_residuals:
+        KU = operator.matmat(U)
+        res = np.linalg.norm(KU - U * lam, axis=0)
+        passes_note = "exact: one product with K~"
+    else:
+        res = np.full(k, trace_err)
+        passes_note = "bound: trace(K - K_nys)"
+    scale = max(lam[0], np.finfo(float).tiny)
+    info = {
+        "n_landmarks": m, "landmarks": landmarks if given is None else "given", "landmark_passes": sel_passes,
+        "rank": int(R.shape[1]),
+        "trace_error": trace_err, "relative_trace_error": trace_err / diag_sum if diag_sum > 0 else 0.0,
+        "residuals": passes_note, "passes_are": "passes over X (n x m kernel slices), not over K",
+        "pass_seconds": pass_seconds,
+        "centering": {"row_means": row_means, "grand_mean": float(mu @ mu), "diag_sum": diag_sum},
+    }
+    return EigResult(lam, U, passes=passes, residuals=res, converged=True, solver="nystrom",
+                     history=[float(res.max() / scale)], info=info)

@@ -1,0 +1,174 @@
+"""Resume after the whole job is killed (SIGKILL of the `dkpca fit` process).
+
+Gram blocks completed before the kill are recorded by per-block done markers
+and are not recomputed on the rerun (their markers keep their mtime); the
+randomized solver restarts from the subspace it saved after its last pass
+(``<store>/solver``), not from scratch.  Both are checked on real
+subprocesses and against scipy.linalg.eigh of the dense centred kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import zarr
+from sklearn.metrics.pairwise import rbf_kernel
+
+import dkpca
+from dkpca import store as _store
+from dkpca.checkpoint import SolverCheckpoint
+from dkpca.io import as_dask
+from dkpca.kernels import make_kernel
+from dkpca.operator import MatrixFreeKernelOperator
+from dkpca.solvers import randomized
+
+from .conftest import reference_eigh
+from .test_cluster import dkpca_cmd, done_markers, kill_group, make_data, spawn, wait_until, write_data
+from .test_faults import LineReader
+
+
+def _rerun(args):
+    proc = subprocess.run(dkpca_cmd(*args), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_job_killed_mid_build_resumes(tmp_path):
+    X = make_data(1200, seed=5)
+    data = write_data(tmp_path / "d.zarr", X)
+    store = str(tmp_path / "d.dkpca.zarr")
+    nb = 24
+    total = nb * (nb + 1) // 2
+    args = ("fit", data, "-k", "3", "--gamma", "0.2", "--chunk-size", "50", "--dtype", "float64",
+            "--solver", "dense", "-q")
+    proc = spawn(dkpca_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(done_markers(store)) >= total // 5, 120, what="20% of the Gram blocks")
+        kill_group(proc)  # SIGKILL of the whole job
+    finally:
+        kill_group(proc)
+    assert proc.returncode == -9
+    before = done_markers(store)
+    assert 0 < len(before) < total, "the build finished before the kill; the test proved nothing"
+    assert os.path.exists(os.path.join(store, ".dkpca.lock"))  # left behind by the dead process
+
+    out = _rerun(args)
+    m = re.search(r"Gram blocks: (\d+) computed, (\d+) reused", out)
+    computed, reused = int(m.group(1)), int(m.group(2))
+    assert computed + reused == total and reused >= len(before) and computed > 0
+    after = done_markers(store)
+    assert len(after) == total
+    # blocks completed before the kill were not recomputed (the marker is written last, per block)
+    assert all(after[p] == t for p, t in before.items())
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 3)
+    np.testing.assert_allclose(dkpca.load(store).eigenvalues_, lam, rtol=1e-8)
+    print(f"job kill mid-build: {len(before)}/{total} blocks done at the kill; rerun computed {computed}, "
+          f"reused {reused}")
+
+
+def test_job_killed_mid_solve_resumes_from_checkpoint(tmp_path):
+    X = make_data(1200, seed=2)
+    data = write_data(tmp_path / "d.zarr", X)
+    store = str(tmp_path / "d.dkpca.zarr")
+    args = ("fit", data, "-k", "3", "--gamma", "0.2", "--chunk-size", "100", "--dtype", "float64",
+            "--solver", "randomized", "--tol", "1e-10", "-q")
+    proc = spawn(dkpca_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+    reader = LineReader(proc)
+    try:
+        wait_until(lambda: reader.has("pass   4:"), 120, what="solver pass 4")
+        kill_group(proc)
+    finally:
+        kill_group(proc)
+    first = reader.text()
+    seen = [int(x) for x in re.findall(r"^\s+pass\s+(\d+):", first, flags=re.M)]
+    assert "converged" not in first and max(seen) >= 4
+    saved = SolverCheckpoint(store, key={}).load  # any key: just check something is there
+    assert saved() is None  # a different key is never trusted
+    attrs = dict(zarr.open_group(store, path="solver", mode="r").attrs)
+    assert attrs["passes"] >= max(seen)  # saved before each pass line is printed
+
+    out = subprocess.run(dkpca_cmd(*args[:-1]), capture_output=True, text=True, timeout=240)  # with progress
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"Solver: resumed at pass (\d+) from the checkpoint in the store \((\d+) passes in all\)",
+                  out.stdout)
+    assert m, out.stdout
+    resumed, total_passes = int(m.group(1)), int(m.group(2))
+    assert resumed == attrs["passes"]
+    rerun_passes = [int(x) for x in re.findall(r"^\s+pass\s+(\d+):", out.stdout, flags=re.M)]
+    assert rerun_passes[0] == resumed + 1 and rerun_passes[-1] == total_passes
+    assert "Gram blocks: 0 computed, 78 reused" in out.stdout
+    model = dkpca.load(store)
+    assert model.report["converged"] and model.report["solver_info"]["resumed_at_pass"] == resumed
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 3)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
+    # the checkpoint is cleared once the model is saved
+    assert "solver" not in zarr.open_group(store, mode="r")
+    print(f"job kill mid-solve: killed after pass {max(seen)}; rerun resumed at pass {resumed}, "
+          f"{total_passes - resumed} more passes, all 78 Gram blocks reused")
+
+
+# -- the checkpoint itself ------------------------------------------------------
+@pytest.fixture
+def small_problem(tmp_path):
+    X = make_data(300, seed=7)
+    path = str(tmp_path / "s.zarr")
+    _store.create_or_open(path)
+    kern = make_kernel("rbf", gamma=0.2)
+    op = MatrixFreeKernelOperator(as_dask(X, block_rows=100), kern, dtype=np.float64)
+    return X, path, op
+
+
+def test_checkpoint_roundtrip_and_trust(small_problem):
+    _, path, _ = small_problem
+    ck = SolverCheckpoint(path, {"k": 3, "kernel": {"name": "rbf"}})
+    assert ck.load() is None
+    Q1 = np.random.default_rng(0).standard_normal((300, 13))
+    ck.save(2, [1.0, 0.1], Q=Q1)
+    Q2 = Q1 * 2
+    ck.save(3, [1.0, 0.1, 0.01], Q=Q2)
+    st = ck.load()
+    assert st.passes == 3 and st.history == [1.0, 0.1, 0.01]
+    np.testing.assert_array_equal(st.arrays["Q"], Q2)
+    # another fit's key: ignored
+    assert SolverCheckpoint(path, {"k": 4, "kernel": {"name": "rbf"}}).load() is None
+    # a torn state (array not matching its recorded checksum) is never trusted
+    g = zarr.open_group(path, path="solver", mode="r+")
+    g[g.attrs["slot"]]["Q"][0, 0] = 42.0
+    assert ck.load() is None
+    # a pointer to a missing slot (killed between writes) is never trusted either
+    attrs = dict(g.attrs)
+    g.attrs.put({**attrs, "slot": "s9"})
+    assert ck.load() is None
+    ck.clear()
+    assert "solver" not in zarr.open_group(path, mode="r")
+
+
+def test_resumed_solve_equals_uninterrupted(small_problem):
+    """Stop after 3 passes (as a killed job would), resume: identical to one uninterrupted run."""
+    _, path, op = small_problem
+    ref = randomized.solve(op, 3, tol=1e-12, max_passes=40, rng=1)
+    ck = SolverCheckpoint(path, {"k": 3})
+    part = randomized.solve(op, 3, tol=1e-12, max_passes=3, rng=1, checkpoint=ck)
+    assert not part.converged and ck.load().passes == 3
+    rest = randomized.solve(op, 3, tol=1e-12, max_passes=40, rng=999, checkpoint=ck)  # rng unused on resume
+    assert rest.info["resumed_at_pass"] == 3 and rest.passes == ref.passes
+    assert rest.history[:3] == part.history
+    np.testing.assert_allclose(rest.eigenvalues, ref.eigenvalues, rtol=1e-13)
+    np.testing.assert_allclose(np.abs(rest.eigenvectors), np.abs(ref.eigenvectors), atol=1e-10)
+
+
+def test_fit_clears_checkpoint_and_ignores_foreign_one(tmp_path, blobs):
+    store = tmp_path / "s.zarr"
+    _store.create_or_open(str(store))
+    # a checkpoint of some other problem in the store must not be used
+    SolverCheckpoint(str(store), {"k": 99}).save(5, [0.5] * 5, Q=np.ones((600, 13)))
+    model = dkpca.fit(blobs, n_components=3, gamma=0.1, solver="randomized", chunk_size=200, dtype="float64",
+                      tol=1e-10, store=store)
+    assert "resumed_at_pass" not in model.report["solver_info"]
+    assert "solver" not in zarr.open_group(str(store), mode="r")
+    lam, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)

@@ -1,0 +1,522 @@
+"""Solvers (dense, randomized, lanczos, nystrom) x operators (stored, matrix-free) vs scipy.linalg.eigh.
+
+Reference: ``scipy.linalg.eigh`` of the dense centred kernel H K H, with K
+evaluated naively block by block exactly as the operator does (float64).
+
+Spectra (n = 480, k = 6):
+
+* ``fast``: 1-D Gaussian data, rbf -- eigenvalues fall geometrically (by
+  ~0.3 per index; lambda_6 ~ 7e-3 lambda_1);
+* ``slow``: isotropic Gaussian in 40-D, wide rbf -- lambda_{k+1}/lambda_k ~ 0.95,
+  the hard case for subspace iteration;
+* ``degenerate``: points on a circle (2-D), rbf -- the kernel matrix is
+  (nearly) circulant, so eigenvalues come in pairs (lambda_1 = lambda_2, ...)
+  that agree to ~1e-8 lambda_1;
+  individual eigenvectors are not defined there, so subspaces of the
+  degenerate pairs are compared through principal angles.
+
+Tolerances (float64 storage; ``tol = 1e-10`` for the iterative solvers):
+
+* eigenvalues: a Ritz value with residual ``r`` lies within ``r^2 / delta``
+  of an eigenvalue (delta: gap to the rest of the spectrum, >= 1e-3 lambda_1
+  here), far below the asserted ``1e-8 * lambda_i`` per eigenvalue;
+* subspaces: Davis-Kahan, ``sin angle <= ||R|| / gap``; asserted ``< 1e-6``
+  for the top-k space and for each (near-)degenerate cluster, whose gap to
+  the rest is >= 1e-3 lambda_1;
+* reported residuals equal the true ``||K~ u - theta u||`` to 1e-9 lambda_1.
+
+Pass budgets (products with K~ to reach tol = 1e-10; measured, then ~1.5x):
+
+============  ====  ====  ==========
+solver        fast  slow  degenerate
+============  ====  ====  ==========
+dense            1     1           1
+randomized       5   150           8
+lanczos          5    16           5
+============  ====  ====  ==========
+
+(measured over 4 seeds: randomized 2-3 / 80-100 / 4-5, lanczos 2-3 / 10-11 / 3)
+
+and block Lanczos must need fewer passes than subspace iteration on ``slow``.
+Nystroem is approximate: its eigenvalues are bounded above by the exact ones
+(``K_nys <= K`` in the Loewner order, Weyl), its error is non-increasing in m
+for nested landmark sets and decreases with m for the random methods, and it
+is exact (1e-8) when every point is a landmark.
+"""
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.linalg
+import zarr
+
+import dkpca
+from dkpca.gram import build_gram, gram_bytes
+from dkpca.io import as_dask, scan
+from dkpca.kernels import RBF, Linear
+from dkpca.operator import MatrixFreeKernelOperator, StoredKernelOperator
+from dkpca.solvers import SOLVERS, choose, choose_solver, finalize, get_solver
+from dkpca.solvers.lanczos import solve as lanczos_solve
+from dkpca.solvers.randomized import solve as randomized_solve
+
+from .conftest import centered
+
+N, K_COMP, BLOCK, TOL = 480, 6, 128, 1e-10
+
+BUDGET = {
+    ("dense", "fast"): 1, ("dense", "slow"): 1, ("dense", "degenerate"): 1,
+    ("randomized", "fast"): 5, ("randomized", "slow"): 150, ("randomized", "degenerate"): 8,
+    ("lanczos", "fast"): 5, ("lanczos", "slow"): 16, ("lanczos", "degenerate"): 5,
+}
+
+
+def _data(spectrum: str):
+    rng = np.random.default_rng(2024)
+    if spectrum == "fast":
+        return rng.standard_normal((N, 1)), RBF(0.5)
+    if spectrum == "slow":
+        return rng.standard_normal((N, 40)), RBF(0.5 / 40)
+    t = 2 * np.pi * np.arange(N) / N
+    X = np.column_stack([np.cos(t), np.sin(t)]) + 1e-9 * rng.standard_normal((N, 2))
+    return X, RBF(2.0)
+
+
+def _dense_kernel(X, kernel, block=BLOCK, dtype=np.float64):
+    """K as the operator sees it: upper blocks evaluated in ``dtype``, mirrored, as float64."""
+    n = len(X)
+    Kd = np.empty((n, n))
+    for i in range(0, n, block):
+        for j in range(i, n, block):
+            blk = kernel.block(X[i:i + block], None if i == j else X[j:j + block], dtype)
+            Kd[i:i + block, j:j + block] = blk
+            Kd[j:j + block, i:i + block] = blk.T
+    return Kd
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory):
+    """Per spectrum: X, kernel, dense centred K, reference eigenpairs, a float64 Gram store."""
+    out = {}
+    for spectrum in ("fast", "slow", "degenerate"):
+        X, kernel = _data(spectrum)
+        Kc = centered(_dense_kernel(X, kernel))
+        lam, U = scipy.linalg.eigh(Kc)
+        path = str(tmp_path_factory.mktemp(spectrum) / "s.dkpca.zarr")
+        Xd = as_dask(X, block_rows=BLOCK)
+        info = build_gram(path, Xd, kernel, scan(Xd), dtype="float64")
+        # the training data where dkpca.fit puts it (the nystrom solver reads it from a stored operator)
+        zarr.open_group(path, mode="r+").create_array("data/X", data=X, chunks=(BLOCK, X.shape[1]))
+        out[spectrum] = dict(X=X, kernel=kernel, Kc=Kc, lam=lam[::-1], U=U[:, ::-1], gram=info)
+    return out
+
+
+def _operator(p, mode):
+    if mode == "stored":
+        return StoredKernelOperator(p["gram"])
+    return MatrixFreeKernelOperator(as_dask(p["X"], block_rows=BLOCK), p["kernel"], dtype=np.float64)
+
+
+def _clusters(lam, k, rel=1e-6):
+    """Index groups of eigenvalues within rel * lambda_1 of each other (top k)."""
+    groups, cur = [], [0]
+    for i in range(1, k):
+        if lam[i - 1] - lam[i] <= rel * lam[0]:
+            cur.append(i)
+        else:
+            groups.append(cur)
+            cur = [i]
+    groups.append(cur)
+    return groups
+
+
+def _max_angle_sin(A, B):
+    return float(np.sin(np.max(scipy.linalg.subspace_angles(A, B))))
+
+
+def test_problem_spectra_are_what_the_docstring_says(problems):
+    lam = problems["fast"]["lam"]
+    assert np.all(lam[1:K_COMP + 1] / lam[:K_COMP] < 0.6) and lam[K_COMP - 1] > 1e-3 * lam[0]
+    lam = problems["slow"]["lam"]
+    assert lam[K_COMP] / lam[K_COMP - 1] > 0.9 and lam[K_COMP - 1] > 0.5 * lam[0]
+    lam = problems["degenerate"]["lam"]
+    # pairs (lambda_1, lambda_2), (lambda_3, lambda_4), ... agree to 1e-7; gaps between pairs >= 1e-3
+    groups = _clusters(lam, K_COMP + 2)
+    assert groups == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert lam[K_COMP - 1] - lam[K_COMP] > 1e-3 * lam[0]
+
+
+@pytest.mark.parametrize("mode", ["stored", "matrix-free"])
+@pytest.mark.parametrize("spectrum", ["fast", "slow", "degenerate"])
+@pytest.mark.parametrize("solver", ["dense", "randomized", "lanczos"])
+def test_exact_solvers_against_eigh(problems, solver, spectrum, mode):
+    p = problems[spectrum]
+    op = _operator(p, mode)
+    k = K_COMP  # degenerate: 3 whole pairs, so the top-k subspace is well defined
+    res = finalize(get_solver(solver)(op, k, tol=TOL, max_passes=200, rng=0))
+    lam, U, Kc = p["lam"][:k], p["U"][:, :k], p["Kc"]
+    assert res.converged and res.solver == solver
+    np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-8, atol=0)
+    # Davis-Kahan: whole top-k subspace and every (near-)degenerate cluster inside it
+    assert _max_angle_sin(res.eigenvectors, U) < 1e-6
+    for g in _clusters(p["lam"], k):
+        assert _max_angle_sin(res.eigenvectors[:, g], U[:, g]) < 1e-6, g
+    np.testing.assert_allclose(res.eigenvectors.T @ res.eigenvectors, np.eye(k), atol=1e-10)
+    true_res = np.linalg.norm(Kc @ res.eigenvectors - res.eigenvectors * res.eigenvalues, axis=0)
+    assert true_res.max() <= 10 * TOL * lam[0]
+    if solver != "dense":
+        np.testing.assert_allclose(res.residuals, true_res, rtol=0, atol=1e-9 * lam[0])
+        assert len(res.history) == res.passes
+    assert 1 <= res.passes <= BUDGET[solver, spectrum], res.passes
+    assert op.passes == res.passes  # one operator product per reported pass
+
+
+def test_lanczos_needs_fewer_passes_than_subspace_iteration_on_slow_decay(problems):
+    p = problems["slow"]
+    counts = {}
+    for name, solve in (("randomized", randomized_solve), ("lanczos", lanczos_solve)):
+        op = _operator(p, "matrix-free")
+        res = solve(op, K_COMP, tol=1e-8, max_passes=200, rng=1)
+        assert res.converged
+        counts[name] = res.passes
+    # measured over 3 seeds: randomized 65-80, lanczos 9 -- require at least a factor 3
+    assert 3 * counts["lanczos"] <= counts["randomized"], counts
+
+
+def test_lanczos_is_one_block_product_per_pass(problems):
+    p = problems["slow"]
+    op = _operator(p, "matrix-free")
+    widths = []
+    orig = op.matmat
+
+    def spy(V, single=False):
+        widths.append(V.shape)
+        return orig(V, single)
+
+    op.matmat = spy
+    res = lanczos_solve(op, K_COMP, tol=1e-8, max_passes=50, rng=0, block=16)
+    assert len(widths) == res.passes and all(w == (N, 16) for w in widths)
+    assert res.info["block_size"] == 16 and res.info["basis_size"] == 16 * res.passes
+
+
+def test_lanczos_thick_restart_keeps_accuracy(problems):
+    p = problems["slow"]
+    op = _operator(p, "matrix-free")
+    ell = 6 + 10
+    res = finalize(lanczos_solve(op, K_COMP, tol=TOL, max_passes=200, rng=0, max_basis=3 * ell))
+    assert res.converged and res.info["restarts"] >= 1 and res.info["basis_size"] <= 3 * ell
+    np.testing.assert_allclose(res.eigenvalues, p["lam"][:K_COMP], rtol=1e-8)
+    true_res = np.linalg.norm(p["Kc"] @ res.eigenvectors - res.eigenvectors * res.eigenvalues, axis=0)
+    np.testing.assert_allclose(res.residuals, true_res, rtol=0, atol=1e-9 * p["lam"][0])
+
+
+def test_lanczos_resumes_from_checkpoint(problems, tmp_path):
+    from dkpca.checkpoint import SolverCheckpoint
+    from dkpca.store import create_or_open
+
+    p = problems["slow"]
+    path = str(tmp_path / "ck.zarr")
+    create_or_open(path)
+    ck = SolverCheckpoint(path, {"test": "lanczos"})
+    first = lanczos_solve(_operator(p, "matrix-free"), K_COMP, tol=TOL, max_passes=4, rng=0, checkpoint=ck)
+    assert not first.converged and ck.saves == 4 and ck.load().passes == 4
+    op = _operator(p, "matrix-free")
+    res = finalize(lanczos_solve(op, K_COMP, tol=TOL, max_passes=BUDGET["lanczos", "slow"], rng=0, checkpoint=ck))
+    assert res.info["resumed_at_pass"] == 4 and res.converged
+    assert res.passes == 4 + op.passes <= BUDGET["lanczos", "slow"] and res.history[:4] == first.history
+    np.testing.assert_allclose(res.eigenvalues, p["lam"][:K_COMP], rtol=1e-8)
+    assert _max_angle_sin(res.eigenvectors, p["U"][:, :K_COMP]) < 1e-6
+    # a checkpoint of another problem (other n) is not used
+    other = lanczos_solve(MatrixFreeKernelOperator(p["X"][:200], p["kernel"], block=BLOCK), 3, tol=1e-8, rng=0,
+                          checkpoint=ck)
+    assert "resumed_at_pass" not in other.info
+
+
+def test_lanczos_finds_invariant_subspace_of_low_rank_kernel():
+    # linear kernel on 5 features: rank(K~) = 5 < block; the Krylov space closes after one pass
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((200, 5)) * np.array([5.0, 4, 3, 2, 1])
+    op = MatrixFreeKernelOperator(as_dask(X, block_rows=64), Linear(), dtype=np.float64)
+    res = finalize(lanczos_solve(op, 3, tol=1e-12, max_passes=20, rng=0))
+    lam = scipy.linalg.eigvalsh(centered(X @ X.T))[::-1][:3]
+    assert res.converged and res.passes <= 2
+    np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-10)
+
+
+def test_lanczos_bad_options(problems):
+    op = _operator(problems["fast"], "matrix-free")
+    with pytest.raises(ValueError, match="block=3"):
+        lanczos_solve(op, 6, block=3)
+    with pytest.raises(ValueError, match="max_basis"):
+        lanczos_solve(op, 6, max_basis=10)
+    with pytest.raises(ValueError, match="start must have shape"):
+        lanczos_solve(op, 6, start=np.ones((N, 2)))
+
+
+# -- Nystroem ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["stored", "matrix-free"])
+@pytest.mark.parametrize("spectrum", ["fast", "slow", "degenerate"])
+def test_nystrom_with_every_point_a_landmark_is_exact(problems, spectrum, mode):
+    p = problems[spectrum]
+    op = _operator(p, mode)  # stored: X comes from the store's data/X
+    k = K_COMP
+    res = finalize(get_solver("nystrom")(op, k, n_landmarks=N, rng=0, exact_residuals=True))
+    lam = p["lam"][:k]
+    np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-8)
+    for g in _clusters(p["lam"], k):
+        assert _max_angle_sin(res.eigenvectors[:, g], p["U"][:, g]) < 1e-6
+    assert res.residuals.max() <= 1e-8 * lam[0]
+    assert res.info["relative_trace_error"] < 1e-8
+    c = res.info["centering"]
+    np.testing.assert_allclose(c["row_means"], op.row_means, rtol=0, atol=1e-10)
+    assert c["grand_mean"] == pytest.approx(op.grand_mean, rel=1e-10)
+
+
+@pytest.mark.parametrize("spectrum", ["fast", "slow"])
+def test_nystrom_error_non_increasing_for_nested_landmarks(problems, spectrum):
+    p = problems[spectrum]
+    op = _operator(p, "matrix-free")
+    perm = np.random.default_rng(5).permutation(N)
+    lam_ref = p["lam"][:K_COMP]
+    errs, traces = [], []
+    K = _dense_kernel(p["X"], p["kernel"])
+    for m in (20, 40, 80, 160, 320):
+        res = finalize(get_solver("nystrom")(op, K_COMP, landmarks=perm[:m]))
+        # K_nys <= K (Loewner), so every eigenvalue of H K_nys H is below the exact one
+        assert np.all(res.eigenvalues <= lam_ref * (1 + 1e-10))
+        errs.append(float(np.max((lam_ref - res.eigenvalues) / lam_ref)))
+        traces.append(res.info["trace_error"])
+        # direct formula: trace(K - C W^+ C^T), and the centred approximation's spectrum
+        S = np.sort(perm[:m])
+        K_nys = K[:, S] @ np.linalg.pinv(K[np.ix_(S, S)], rcond=np.sqrt(np.finfo(float).eps), hermitian=True) @ K[S, :]
+        assert res.info["trace_error"] == pytest.approx(np.trace(K - K_nys), rel=1e-6, abs=1e-9 * np.trace(K))
+        lam_nys = scipy.linalg.eigvalsh(centered(K_nys))[::-1][:K_COMP]
+        np.testing.assert_allclose(res.eigenvalues, lam_nys, rtol=1e-7)
+        # the reported residual is an upper bound of the true one
+        true_res = np.linalg.norm(p["Kc"] @ res.eigenvectors - res.eigenvectors * res.eigenvalues, axis=0)
+        assert np.all(true_res <= res.residuals * (1 + 1e-8))
+    assert all(b <= a * (1 + 1e-9) + 1e-12 for a, b in zip(errs, errs[1:], strict=False)), errs
+    assert all(b <= a * (1 + 1e-9) + 1e-9 for a, b in zip(traces, traces[1:], strict=False)), traces
+    assert errs[-1] < 0.5 * errs[0]
+
+
+@pytest.mark.parametrize("method", ["uniform", "rpcholesky", "greedy"])
+def test_nystrom_error_decreases_with_m(problems, method):
+    p = problems["fast"]
+    op = _operator(p, "matrix-free")
+    lam_ref = p["lam"][:K_COMP]
+    errs = []
+    for m in (12, 48, 192):
+        res = finalize(get_solver("nystrom")(op, K_COMP, n_landmarks=m, landmarks=method, rng=7))
+        errs.append(float(np.max(np.abs(lam_ref - res.eigenvalues) / lam_ref)))
+        assert res.info["n_landmarks"] == m and res.info["landmarks"] == method
+    assert errs[1] < errs[0] and errs[2] < errs[1], errs
+    assert errs[2] < 1e-2
+
+
+def test_nystrom_pivoted_cholesky_beats_uniform_on_unbalanced_clusters():
+    """RPCholesky controls the trace error of the approximation (Chen et al. 2022, Thm. 5.1).
+
+    97 % of the points in one cluster: uniform landmarks rarely see the small
+    clusters.  Measured relative trace errors at m = 32 over 4 seeds: uniform
+    0.024-0.032, rpcholesky 0.003-0.005.
+    """
+    rng = np.random.default_rng(11)
+    sizes = [466, 7, 7]
+    centers = np.array([[0.0, 0], [6, 0], [0, 6]])
+    X = np.vstack([c + 0.5 * rng.standard_normal((s, 2)) for c, s in zip(centers, sizes, strict=True)])
+    kernel = RBF(1.0)
+    op = MatrixFreeKernelOperator(as_dask(X, block_rows=BLOCK), kernel, dtype=np.float64)
+    K = _dense_kernel(X, kernel)
+    err = {}
+    for method in ("uniform", "rpcholesky"):
+        e = []
+        for seed in range(3):
+            res = get_solver("nystrom")(op, 4, n_landmarks=32, landmarks=method, rng=seed)
+            e.append(res.info["relative_trace_error"])
+        err[method] = float(np.mean(e))
+    assert err["rpcholesky"] < 0.5 * err["uniform"], err
+    assert 0 <= res.info["trace_error"] <= np.trace(K)
+
+
+def test_nystrom_needs_data_and_valid_options(problems):
+    p = problems["fast"]
+
+    class Bare:
+        n = N
+
+    with pytest.raises(ValueError, match="needs the training data"):
+        get_solver("nystrom")(Bare(), 2)
+    res = get_solver("nystrom")(Bare(), 2, X=p["X"], kernel=p["kernel"], n_landmarks=50, rng=0)
+    assert res.eigenvectors.shape == (N, 2)
+    op = _operator(p, "matrix-free")
+    with pytest.raises(ValueError, match="n_landmarks"):
+        get_solver("nystrom")(op, 6, n_landmarks=3)
+    with pytest.raises(ValueError, match="landmarks='best'"):
+        get_solver("nystrom")(op, 6, landmarks="best")
+    with pytest.raises(ValueError, match="distinct row indices"):
+        get_solver("nystrom")(op, 6, landmarks=[0, 1, N + 5, 3, 4, 5])
+
+
+# -- matrix-free operator ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunks", [(100, 40), (50, 20), ((200, 80, 200), (40,))])
+def test_matrix_free_operator_any_chunking(problems, chunks):
+    """Irregular row chunks or split columns are rechunked to one task per row block."""
+    p = problems["slow"]
+    X = da.from_array(p["X"], chunks=chunks)
+    op = MatrixFreeKernelOperator(X, p["kernel"], dtype=np.float64, block=BLOCK)
+    V = np.random.default_rng(0).standard_normal((N, 5))
+    np.testing.assert_allclose(op.matmat(V), p["Kc"] @ V, rtol=0, atol=1e-11 * np.abs(p["Kc"]).sum(1).max())
+    assert op.trace == pytest.approx(np.trace(p["Kc"]), rel=1e-12)
+    assert op.setup_passes == 1 and op.passes == 1
+
+
+def test_matrix_free_operator_numpy_input_float32_and_probe(problems):
+    p = problems["fast"]
+    V = np.random.default_rng(1).standard_normal((N, 4))
+    op = MatrixFreeKernelOperator(p["X"], p["kernel"], dtype=np.float32, block=BLOCK, probe=V)
+    # float32 blocks, float64 accumulation: the error is the float32 rounding of K only
+    Kc32 = centered(_dense_kernel(p["X"], p["kernel"], dtype=np.float32))
+    got = op.matmat(V)  # primed: fused into the statistics pass
+    assert op.fused_passes == 1
+    np.testing.assert_allclose(got, Kc32 @ V, rtol=0, atol=1e-9 * np.abs(Kc32 @ V).max())
+    np.testing.assert_allclose(got, p["Kc"] @ V, rtol=0, atol=1e-5 * np.abs(p["Kc"] @ V).max())
+
+
+def test_matrix_free_without_statistics_refuses_products(problems):
+    p = problems["fast"]
+    op = MatrixFreeKernelOperator(p["X"], p["kernel"], block=BLOCK, statistics=False)
+    assert op.setup_passes == 0 and op.row_means is None
+    with pytest.raises(ValueError, match="statistics=False"):
+        op.matmat(np.ones((N, 1)))
+    with pytest.raises(ValueError, match="probe needs statistics"):
+        MatrixFreeKernelOperator(p["X"], p["kernel"], block=BLOCK, statistics=False, probe=np.ones((N, 1)))
+
+
+# -- through dkpca.fit: both gram modes, report ------------------------------------------------
+
+
+@pytest.mark.parametrize("gram", ["store", "recompute"])
+@pytest.mark.parametrize("solver", ["lanczos", "randomized"])
+def test_fit_iterative_both_gram_modes(problems, tmp_path, solver, gram):
+    p = problems["slow"]
+    model = dkpca.fit(p["X"], n_components=K_COMP, kernel=p["kernel"], solver=solver, gram=gram,
+                      dtype="float64", tol=TOL, chunk_size=BLOCK, store=tmp_path / "m.zarr", random_state=0,
+                      max_passes=BUDGET[solver, "slow"])
+    np.testing.assert_allclose(model.eigenvalues_, p["lam"][:K_COMP], rtol=1e-8)
+    assert _max_angle_sin(model.eigenvectors_, p["U"][:, :K_COMP]) < 1e-6
+    r = model.report
+    assert r["solver"] == solver and r["gram"]["mode"] == gram and r["converged"]
+    assert len(r["residuals"]) == K_COMP and r["max_relative_residual"] <= TOL
+    assert len(r["pass_seconds"]) == r["passes"] == len(r["history"]) <= BUDGET[solver, "slow"]
+    # the first product is fused into the Gram build (store: one read pass saved) or into the
+    # centering pass that the matrix-free operator makes anyway
+    assert r["fused_passes"] == 1 and r["passes_over_K"] == r["passes"] - (gram == "store")
+    assert ("gram" in zarr.open_group(str(tmp_path / "m.zarr"), mode="r")) == (gram == "store")
+
+
+def test_fit_lanczos_float32_store_reaches_float64_accuracy_of_rounded_K(problems, tmp_path):
+    # the fused probe of a float32 build is float64 for lanczos (a float32 product would cap accuracy)
+    p = problems["slow"]
+    model = dkpca.fit(p["X"], n_components=K_COMP, kernel=p["kernel"], solver="lanczos", gram="store",
+                      dtype="float32", tol=1e-9, chunk_size=BLOCK, store=tmp_path / "m.zarr", random_state=0)
+    assert model.report["converged"] and model.report["max_relative_residual"] <= 1e-9
+    np.testing.assert_allclose(model.eigenvalues_, p["lam"][:K_COMP], rtol=1e-5)
+
+
+def test_fit_nystrom_transform_and_report(problems, tmp_path):
+    p = problems["fast"]
+    Xn = p["X"][:50] + 0.05
+    model = dkpca.fit(p["X"], n_components=4, kernel=p["kernel"], solver="nystrom", dtype="float64",
+                      chunk_size=BLOCK, store=tmp_path / "m.zarr", random_state=0)
+    r = model.report
+    assert r["solver"] == "nystrom" and r["gram"]["mode"] == "none" and r["passes_over_K"] == 0
+    assert "gram" not in zarr.open_group(str(tmp_path / "m.zarr"), mode="r")
+    assert len(r["pass_seconds"]) == r["passes"] and r["solver_info"]["n_landmarks"] == N
+    # n_landmarks defaults to min(n, max(10 k, 500)) = n here: exact, and transform agrees with the exact formula
+    lam, U = p["lam"][:4], p["U"][:, :4]
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
+    Kx = p["kernel"].block(Xn, p["X"], np.float64)
+    K = _dense_kernel(p["X"], p["kernel"])
+    r_, c = K.mean(axis=1), K.mean()
+    Kxc = Kx - r_[None, :] - Kx.mean(axis=1, keepdims=True) + c
+    Z_ref = Kxc @ U / np.sqrt(lam)
+    Z = model.transform(Xn)
+    np.testing.assert_allclose(np.abs(Z), np.abs(Z_ref), rtol=0, atol=1e-7 * np.abs(Z_ref).max())
+    with pytest.raises(ValueError, match="gram='store' does not apply"):
+        dkpca.fit(p["X"], n_components=2, solver="nystrom", gram="store", store=tmp_path / "x.zarr")
+
+
+# -- auto --------------------------------------------------------------------------------------
+
+_CHEAP_KERNEL = {"kernel_block": 0.01, "write_block": 0.2, "read_block": 0.2, "product_block": 0.01, "passes": 20}
+_CHEAP_DISK = {"kernel_block": 0.5, "write_block": 0.02, "read_block": 0.02, "product_block": 0.01, "passes": 20}
+
+
+@pytest.mark.parametrize("kw, solver, gram, why", [
+    (dict(n=2000, k=5), "dense", "store", "dense eigh"),
+    (dict(n=10_000, k=3000), "dense", "store", "most of the spectrum"),
+    (dict(n=50_000, k=10, measured=_CHEAP_DISK), "lanczos", "store", "measured pass"),
+    (dict(n=50_000, k=10, measured=_CHEAP_KERNEL), "lanczos", "recompute", "measured pass"),
+    (dict(n=50_000, k=10, free_bytes=10**9), "lanczos", "recompute", "free at the store"),
+    (dict(n=50_000, k=10, memory_bytes=10**8, measured=_CHEAP_DISK), "randomized", "store", "would not fit"),
+    (dict(n=50_000, k=10, solver="nystrom"), "nystrom", "recompute", "never reads K"),
+    (dict(n=50_000, k=10, solver="randomized", gram="recompute"), "randomized", "recompute", "requested"),
+])
+def test_choose_rules(kw, solver, gram, why):
+    kw = {"memory_bytes": 16 * 10**9, "free_bytes": 10**13, "block": 4096, "workers": 2, "solver": "auto",
+          "gram": "auto", **kw}
+    n, k = kw.pop("n"), kw.pop("k")
+    c = choose(n, k, kw.pop("solver"), kw.pop("gram"), **kw)
+    assert (c.solver, c.gram) == (solver, gram), c.reason
+    assert why in c.reason and c.reason.startswith("solver=")
+    if "measured" in kw:
+        est = c.details["estimated_seconds"]
+        assert (est["store"] <= est["recompute"]) == (gram == "store")
+        # block Lanczos is expected to need fewer passes than subspace iteration's 20
+        assert (c.details["expected_passes"] < 20) == (solver == "lanczos")
+
+
+def test_choose_solver_compat_and_names():
+    assert choose_solver(100, 2, "auto")[0] == "dense"
+    assert choose_solver(100, 2, "lanczos") == ("lanczos", "solver=lanczos: solver requested; gram=store: requested")
+    assert set(SOLVERS) == {"auto", "dense", "randomized", "lanczos", "nystrom"}
+    with pytest.raises(ValueError, match="solver='magic'"):
+        choose(10, 2, "magic")
+    with pytest.raises(ValueError, match="gram='disk'"):
+        choose(10, 2, "auto", "disk")
+    with pytest.raises(ValueError, match="solver='magic' is unknown"):
+        get_solver("magic")
+
+
+def test_fit_auto_small_gram_is_stored_without_measuring(tmp_path):
+    """n just above the dense limit: auto picks lanczos; K (41 MB) is stored, no timing involved."""
+    X = np.random.default_rng(0).standard_normal((3200, 3))
+    model = dkpca.fit(X, n_components=3, gamma=0.5, store=tmp_path / "a.zarr", random_state=0, tol=1e-6)
+    r = model.report
+    assert (r["solver"], r["gram"]["mode"]) == ("lanczos", "store")
+    assert "solver=lanczos" in r["solver_reason"] and "gram=store: K is small" in r["solver_reason"]
+    assert "measured" not in r["auto"] and r["auto"]["gram_bytes"] == gram_bytes(3200, model.block, "float32")
+    assert r["converged"] and len(r["pass_seconds"]) == r["passes"] and len(r["residuals"]) == 3
+    assert "gram" in zarr.open_group(str(tmp_path / "a.zarr"), mode="r")
+
+
+def test_fit_auto_measures_a_pass_for_large_gram(tmp_path, monkeypatch):
+    """Above SMALL_GRAM_BYTES the gram mode comes from a measured block (here: threshold lowered)."""
+    import dkpca.solvers
+
+    monkeypatch.setattr(dkpca.solvers, "SMALL_GRAM_BYTES", 0)
+    X = np.random.default_rng(0).standard_normal((3200, 3))
+    model = dkpca.fit(X, n_components=3, gamma=0.5, store=tmp_path / "a.zarr", random_state=0, tol=1e-6)
+    r = model.report
+    mode = r["gram"]["mode"]
+    assert r["solver"] == "lanczos" and mode in ("store", "recompute")
+    assert f"gram={mode}: measured pass" in r["solver_reason"]
+    assert set(r["auto"]["measured"]) >= {"kernel_block", "write_block", "read_block", "product_block", "passes"}
+    est = r["auto"]["estimated_seconds"]
+    assert (est["store"] <= est["recompute"]) == (mode == "store")
+    assert ("gram" in zarr.open_group(str(tmp_path / "a.zarr"), mode="r")) == (mode == "store")
+    assert r["converged"] and len(r["pass_seconds"]) == r["passes"]
