@@ -39,11 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("input", help="Zarr array (or group with array 'X'), path or URL")
     f.add_argument("--n-components", "-k", type=int, default=2)
     _kernel_args(f)
-    f.add_argument("--solver", default="auto", help="auto, dense, randomized")
+    f.add_argument("--solver", default="auto", help="auto, dense, randomized, lanczos, nystrom")
     f.add_argument("--store", default=None, help="store path (default <input>.dkpca.zarr)")
     f.add_argument("--chunk-size", type=int, default=None, help="Gram block edge (default ~4096)")
     f.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    f.add_argument("--gram", default="store", choices=["store", "recompute"],
+    f.add_argument("--gram", default="store", choices=["auto", "store", "recompute"],
                    help="store K in Zarr (default) or recompute blocks every pass")
     f.add_argument("--tol", type=float, default=1e-6)
     f.add_argument("--max-passes", type=int, default=None)
