@@ -108,10 +108,39 @@ def disk_rates(workdir: Path, size_gb: float = 2.0) -> dict:
     return {"disk_write": write, "disk_read": read, "page_cache_read": cached, "page_cache_write": cache_write}
 
 
+def block_write_rate(workdir: Path, cores: int, block: int, files_per_thread: int = 6) -> float:
+    """Aggregate page-cache write rate of the Gram build's own write pattern.
+
+    ``cores`` threads each write ``block x block`` float32 chunks to new files
+    renamed into place (what :class:`dkpca.store.ChunkWriter` does).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = [np.random.default_rng(i).random((block, block), dtype=np.float32) for i in range(cores)]
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    def write(i: int) -> int:
+        for r in range(files_per_thread):
+            path = workdir / f"w{i}-{r}"
+            with open(f"{path}.partial", "wb", buffering=0) as f:
+                f.write(memoryview(data[i]).cast("B"))
+            os.replace(f"{path}.partial", path)
+        return files_per_thread * data[i].nbytes
+
+    with ThreadPoolExecutor(cores) as ex:
+        t = time.perf_counter()
+        done = sum(ex.map(write, range(cores)))
+        rate = done / (time.perf_counter() - t)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return rate
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--d", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=3, help="write-ceiling + Gram build rounds")
+    ap.add_argument("--pause", type=float, default=5.0, help="seconds for freed memory to go back to the host")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
@@ -121,7 +150,6 @@ def main() -> None:
     r = gemm_rates(a.d, cores)
     r.update(disk_rates(work))
 
-    import dkpca
     from dkpca.gram import build_gram, gram_bytes
     from dkpca.io import as_dask, default_block_size, scan
     from dkpca.kernels import RBF
@@ -129,28 +157,39 @@ def main() -> None:
 
     X = clustered(a.n, a.d)
     store = str(work / "ceiling.dkpca.zarr")
-    shutil.rmtree(store, ignore_errors=True)
     Xd = as_dask(X, block_rows=default_block_size(a.n))
-    t = time.perf_counter()
-    info = build_gram(store, Xd, RBF(1.0 / a.d), scan(Xd), dtype="float32")
-    build_s = time.perf_counter() - t
-    b = info.block
+    fp = scan(Xd)
+    b = Xd.chunks[0][0]
     computed = gram_bytes(a.n, b, "float32") / 4  # entries actually evaluated (upper blocks)
+    # kernel-evaluation ceiling: GEMM (2d flop/entry, kernel shape) + one exp per entry, all cores
+    kernel_ceiling = cores / (2 * a.d / r["gemm_kernel_float32_1core"] + 1 / r["exp_float32_1core"])
+    # This VM (Firecracker, free page reporting) hands freed memory back to
+    # the host within ~2 s, and touching it again costs a host fault: writes
+    # into fresh page cache run at 0.5-1.3 GB/s, into just-freed pages at
+    # 3-6 GB/s.  Both the probe and the build therefore start after a pause
+    # (the state a real build meets), the write ceiling is measured right
+    # before each build, and each build is compared with its own round.
+    # Evaluating and writing both occupy the cores (a page-cache write is a
+    # CPU copy), so the build's ceiling is their serial combination.
+    rounds = []
+    for _ in range(a.rounds):
+        shutil.rmtree(store, ignore_errors=True)
+        time.sleep(a.pause)
+        w = block_write_rate(work / "writes", cores, b)
+        time.sleep(a.pause)
+        t = time.perf_counter()
+        info = build_gram(store, Xd, RBF(1.0 / a.d), fp, dtype="float32")
+        s = time.perf_counter() - t
+        combined = 1 / (1 / kernel_ceiling + 4 / w)
+        rounds.append((w, s, computed / s, combined))
     op = StoredKernelOperator(info)
     V = np.random.default_rng(0).standard_normal((a.n, 20))
     single_s = best_of(lambda: op.matmat(V, single=True), reps=2)
     double_s = best_of(lambda: op.matmat(V), reps=2)
     shutil.rmtree(store, ignore_errors=True)
 
-    # kernel-evaluation ceiling: GEMM (2d flop/entry, kernel shape) + one exp per entry, all cores
-    per_entry = 2 * a.d / r["gemm_kernel_float32_1core"] + 1 / r["exp_float32_1core"]
-    kernel_ceiling = cores / per_entry
-    # The build writes through the page cache (no fsync); writeback to disk
-    # overlaps with later work as long as dirty pages fit in RAM.
-    disk_ceiling = r["page_cache_write"] / 4
-    build_rate = computed / build_s
-    bound = "kernel evaluation" if kernel_ceiling < disk_ceiling else "disk write"
-    ceiling = min(kernel_ceiling, disk_ceiling)
+    _, build_s, build_rate, combined = min(rounds, key=lambda row: row[1])
+    fractions = sorted(rate / c for _, _, rate, c in rounds)
     pass_bytes = gram_bytes(a.n, b, "float32")
     lines = [
         f"Machine: {machine()}",
@@ -164,28 +203,40 @@ def main() -> None:
         f"| exp float32, 1 core (in cache) | {r['exp_float32_1core'] / 1e9:.2f} G/s |",
         f"| exp float64, 1 core (in cache) | {r['exp_float64_1core'] / 1e9:.2f} G/s |",
         f"| disk write (fsync) | {r['disk_write'] / 1e9:.2f} GB/s |",
-        f"| page-cache write (new file, no fsync) | {r['page_cache_write'] / 1e9:.2f} GB/s |",
+        f"| page-cache write, 1 thread (64 MiB writes, no fsync) | {r['page_cache_write'] / 1e9:.2f} GB/s |",
         f"| disk read (cache dropped) | {r['disk_read'] / 1e9:.2f} GB/s |",
         f"| page-cache read | {r['page_cache_read'] / 1e9:.2f} GB/s |",
         "",
-        f"rbf kernel-evaluation ceiling at d={a.d}, float32, {cores} cores: "
-        f"{kernel_ceiling / 1e6:.0f} M entries/s (GEMM + exp); page-cache write ceiling "
-        f"{disk_ceiling / 1e6:.0f} M float32 entries/s; fsync'd disk {r['disk_write'] / 4e6:.0f} M entries/s.",
+        f"rbf kernel-evaluation ceiling at d={a.d}, float32, {cores} cores: {kernel_ceiling / 1e6:.0f} M "
+        f"entries/s (GEMM + exp). The build writes K through the page cache (dirty pages are flushed while "
+        f"later blocks compute; fsync'd disk would be {r['disk_write'] / 4e6:.0f} M entries/s), so its write "
+        f"ceiling is the page-cache rate of its own pattern: {cores} threads each writing {b}x{b} float32 "
+        "chunk files renamed into place, re-measured before each build. Evaluation and writing share the "
+        "cores, so the build's ceiling is their serial combination.",
         "",
-        f"| stage (n={a.n}, d={a.d}, block {b}) | time | rate | fraction of ceiling ({bound}) |",
+        "| round | write ceiling | combined ceiling | Gram build | computed entries/s | full K (n²/t) | "
+        "fraction of combined |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+        *[f"| {i + 1} | {w / 1e9:.2f} GB/s | {c / 1e6:.0f} M/s | {s:.2f} s | {rate / 1e6:.0f} M/s | "
+          f"{a.n**2 / s / 1e6:.0f} M/s | {rate / c:.0%} |" for i, (w, s, rate, c) in enumerate(rounds)],
+        "",
+        f"Fastest build: {build_s:.2f} s = {build_rate / 1e6:.0f} M computed entries/s, "
+        f"{build_rate / combined:.0%} of its round's combined ceiling (median over rounds "
+        f"{fractions[len(fractions) // 2]:.0%}); {build_rate / kernel_ceiling:.0%} of the kernel-evaluation "
+        f"ceiling alone, {a.n**2 / build_s / kernel_ceiling:.0%} counting the full K it delivers (n²/t: the "
+        "lower blocks are never evaluated).",
+        "",
+        f"| solver pass (n={a.n}, block {b}) | time | rate | fraction of ceiling |",
         "|---|---:|---:|---:|",
-        f"| Gram build (float32, upper blocks) | {build_s:.2f} s | {build_rate / 1e6:.0f} M computed entries/s "
-        f"({a.n**2 / build_s / 1e6:.0f} M/s of full K) | {build_rate / ceiling:.0%} |",
-        f"| solver pass, single precision | {single_s:.2f} s | {pass_bytes / single_s / 1e9:.2f} GB/s of K | "
+        f"| single precision | {single_s:.2f} s | {pass_bytes / single_s / 1e9:.2f} GB/s of K | "
         f"{pass_bytes / single_s / r['disk_read']:.0%} of disk read, "
         f"{pass_bytes / single_s / r['page_cache_read']:.0%} of page-cache read |",
-        f"| solver pass, float64 accumulation | {double_s:.2f} s | {pass_bytes / double_s / 1e9:.2f} GB/s of K | "
+        f"| float64 accumulation | {double_s:.2f} s | {pass_bytes / double_s / 1e9:.2f} GB/s of K | "
         f"{pass_bytes / double_s / r['disk_read']:.0%} of disk read, "
         f"{pass_bytes / double_s / r['page_cache_read']:.0%} of page-cache read |",
     ]
     text = "\n".join(lines)
     print(text)
-    del dkpca
     if not a.no_write:
         update_section("ceiling", text)
 

@@ -22,6 +22,7 @@ can be driven far below float32 rounding.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 import zarr
 from zarr.core.buffer.cpu import NDBuffer
 
+from . import store as _store
 from ._compute import compute
 from ._workspace import scratch
 from .gram import GramInfo, block_bounds
@@ -70,36 +72,11 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray, symmetric_pa
     return yI, yJ
 
 
-def _raw_chunk_file(Kz: zarr.Array, I: int, J: int) -> str | None:
-    """Path of chunk (I, J) if it is a plain little-endian file we can read directly.
-
-    Only for arrays whose single codec is ``bytes`` (no compression, no
-    transposition) in a LocalStore with the default ``c/I/J`` keys -- exactly
-    how :mod:`dkpca.gram` writes K; anything else goes through zarr.
-    """
-    import os
-    import sys
-
-    from zarr.storage import LocalStore
-
-    meta = Kz.metadata
-    if not isinstance(Kz.store, LocalStore) or sys.byteorder != "little":
-        return None
-    codecs = meta.to_dict().get("codecs", ())
-    if len(codecs) != 1 or codecs[0].get("name") != "bytes":
-        return None
-    enc = meta.to_dict().get("chunk_key_encoding", {})
-    if enc.get("name") != "default" or enc.get("configuration", {}).get("separator", "/") != "/":
-        return None
-    path = os.path.join(str(Kz.store.root), Kz.path, "c", str(I), str(J))
-    return path if os.path.exists(path) else None
-
-
 def _read_block(Kz: zarr.Array, I: int, J: int, i0: int, i1: int, j0: int, j1: int, dtype: str) -> np.ndarray:
     """Block (I, J) of K, read into this thread's reused buffer (a view of it)."""
     block = Kz.chunks[0]
-    raw = _raw_chunk_file(Kz, I, J)
-    if raw is not None:
+    raw = _store.chunk_file(Kz, (I, J))
+    if raw is not None and os.path.exists(raw):
         # Edge chunks are stored padded to the full chunk shape.
         full = scratch("op-block", (block, block), dtype)
         with open(raw, "rb") as f:

@@ -191,7 +191,8 @@ def test_save_load_roundtrip_no_pickle(tmp_path, blobs):
 
 def test_store_reuse_and_fingerprint_error(tmp_path, blobs):
     store = tmp_path / "s.zarr"
-    kw = dict(store=store, chunk_size=200, solver="randomized", dtype="float64", tol=1e-10, random_state=1, gram="store")
+    kw = dict(store=store, chunk_size=200, solver="randomized", dtype="float64", tol=1e-10, random_state=1,
+              gram="store")
     m1 = dkpca.fit(blobs, n_components=3, **kw)
     assert m1.report["gram"]["computed_blocks"] == 6
     # a fresh build fuses the solver's first product into the build ...
