@@ -139,9 +139,14 @@ class SolverCheckpoint:
         g = self._group(create=True)
         current = g.attrs.get("slot") if g.attrs.get("key") == self.key else None
         slot = _SLOTS[1] if current == _SLOTS[0] else _SLOTS[0]
-        _store.remove_member(g, slot)
-        sg = g.create_group(slot)
+        # The slot being written is the one nobody points to.  Its arrays are
+        # reused when their shape is unchanged (each pass of a solver saves
+        # the same shapes): no directory churn, and chunk files go straight
+        # from memory through ChunkWriter (temporary file + rename).
+        sg = g[slot] if slot in g else g.create_group(slot)
         sums = {}
+        for name in set(sg.array_keys()) - set(arrays):
+            _store.remove_member(sg, name)
         for name, arr in arrays.items():
             arr = np.ascontiguousarray(arr)
             if arr.ndim:
@@ -149,8 +154,17 @@ class SolverCheckpoint:
                 chunks = (rows, *arr.shape[1:])
             else:
                 chunks = ()
-            z = sg.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks, compressors=None)
-            z[...] = arr
+            z = sg[name] if name in sg else None
+            if z is None or z.shape != arr.shape or z.dtype != arr.dtype or tuple(z.chunks) != chunks:
+                if z is not None:
+                    _store.remove_member(sg, name)
+                z = sg.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks, compressors=None)
+            if arr.ndim:
+                writer = _store.ChunkWriter.of(self.path, z)
+                for i, r0 in enumerate(range(0, arr.shape[0], chunks[0])):
+                    writer.write((i,) + (0,) * (arr.ndim - 1), arr[r0:r0 + chunks[0]])
+            else:
+                z[...] = arr
             sums[name] = _checksum(arr)
         # The pointer goes last, in one atomic JSON write.
         g.attrs.put(_store.json_safe({

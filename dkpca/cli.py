@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--store", default=None, help="store path (default <input>.dkpca.zarr)")
     f.add_argument("--chunk-size", type=int, default=None, help="Gram block edge (default ~4096)")
     f.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    f.add_argument("--gram", default="store", choices=["auto", "store", "recompute"],
-                   help="store K in Zarr (default) or recompute blocks every pass")
+    f.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"],
+                   help="store K in Zarr, recompute blocks every pass, or auto (default: as dkpca.fit, "
+                        "store unless K does not fit on disk or recomputing is measured faster)")
     f.add_argument("--tol", type=float, default=1e-6)
     f.add_argument("--max-passes", type=int, default=None)
     f.add_argument("--random-state", type=int, default=0)
@@ -60,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--store", default=None)
     pl.add_argument("--chunk-size", type=int, default=None)
     pl.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    pl.add_argument("--gram", default="store", choices=["auto", "store", "recompute"],
-                    help="as for fit (default store)")
+    pl.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"],
+                    help="as for fit (default auto)")
     pl.add_argument("--tol", type=float, default=1e-6)
     pl.add_argument("--max-passes", type=int, default=None)
     pl.add_argument("--cluster", default=None, metavar="FILE",

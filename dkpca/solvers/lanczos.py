@@ -70,18 +70,23 @@ def _orthogonalise(basis: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.nda
 def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
     """Orthonormal basis of the part of ``R`` not yet in the Krylov space.
 
-    Pivoted QR drops directions whose weight is at rounding level (a
-    (nearly) invariant subspace has been found); they carry no new information
-    and would only add noise to T.
+    Directions whose weight is at rounding level (a (nearly) invariant
+    subspace has been found) carry no new information and would only add
+    noise to T: they are dropped using the singular values of the small
+    triangular factor (a QR of the tall ``R`` plus an l x l SVD; measured 3x
+    cheaper than a column-pivoted QR of the tall block at n = 20,000).
     """
-    Q, Rf, _ = scipy.linalg.qr(R, mode="economic", pivoting=True, check_finite=False)
-    d = np.abs(np.diag(Rf))
-    keep = int(np.sum(d > 1e3 * np.finfo(float).eps * max(scale, d[0] if d.size else 0.0)))
-    Q = Q[:, :keep]
+    Q, Rf = scipy.linalg.qr(R, mode="economic", check_finite=False)
+    Ub, sv, _ = np.linalg.svd(Rf)
+    keep = int(np.sum(sv > 1e3 * np.finfo(float).eps * max(scale, sv[0] if sv.size else 0.0)))
+    Q = Q @ Ub[:, :keep]
     if keep and basis.shape[1]:
-        # the QR of a small remainder can reintroduce components along the basis
-        Q, _ = _orthogonalise(basis, Q)
-        Q, _ = np.linalg.qr(Q)
+        # Q = R (..)^-1 amplifies what rounding left of R along the basis by
+        # 1 / sigma_min(R); when R was small that is no longer negligible.
+        C = basis.T @ Q
+        if np.abs(C).max() > 1e-14:
+            Q -= basis @ C
+            Q, _ = scipy.linalg.qr(Q, mode="economic", check_finite=False)
     return Q
 
 
@@ -139,7 +144,11 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
     if V.shape != (n, ell):
         raise ValueError(f"start must have shape ({n}, {ell}); got {V.shape}.")
 
-    basis = np.empty((n, 0))
+    # Column-major storage with room for the largest basis: appending a block
+    # writes only its own columns (np.hstack copied the whole basis every
+    # pass), and untouched columns cost no memory.
+    space = np.empty((n, max(cap, 2 * ell) + ell), order="F")
+    basis = space[:, :0]
     T = np.zeros((0, 0))
     history: list[float] = []
     resumed = 0
@@ -148,7 +157,8 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         Us, ths, Vs = state.arrays["U"], state.arrays["theta"], state.arrays["V"]
         if Us.shape[0] == n and Vs.shape[0] == n and Us.shape[1] == ths.size >= k and Vs.shape[1] >= 1:
             # A saved thick-restart state: K~ U = U diag(theta) + (terms in span V).
-            basis, T, V = Us, np.diag(ths), Vs
+            space[:, :Us.shape[1]] = Us
+            basis, T, V = space[:, :Us.shape[1]], np.diag(ths), Vs
             history, resumed = list(state.history), state.passes
     theta = np.zeros(k)
     U = V[:, :k]
@@ -158,7 +168,9 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
     for _ in range(max(1, max_passes - resumed)):
         W = operator.matmat(V)
         # The new block joins the basis; T gains V_j's row and column.
-        basis = np.hstack([basis, V])
+        m = basis.shape[1]
+        space[:, m:m + V.shape[1]] = V
+        basis = space[:, :m + V.shape[1]]
         W, H = _orthogonalise(basis, W)
         j = T.shape[0]
         T = np.pad(T, ((0, V.shape[1]), (0, V.shape[1])))
@@ -192,7 +204,8 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
             # diag(theta) + W (B s) terms, all inside span[U_keep, V], so the
             # Krylov relation (and the residual formula) survive unchanged.
             keep = max(kk, min(basis.shape[1], cap - V.shape[1]) // 2)
-            basis = basis @ S[:, :keep]
+            space[:, :keep] = basis @ S[:, :keep]
+            basis = space[:, :keep]
             T = np.diag(theta_all[:keep])
             restarts += 1
     U = basis @ S[:, :kk]
