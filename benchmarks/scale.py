@@ -2,7 +2,7 @@
 matrix-free, time vs number of workers, and a projection to a 100-node cluster.
 
     python benchmarks/scale.py mnist [--data-dir ../shared/data]
-    python benchmarks/scale.py synthetic --sizes 50000 100000 200000 [--gram recompute]
+    python benchmarks/scale.py synthetic [--sizes 50000 100000 200000] [--gram auto|store|recompute]
     python benchmarks/scale.py workers [--n 20000]
 
 Each fit runs in its own process; peak RSS is that of the whole process tree
@@ -77,7 +77,7 @@ def cmd_synthetic(a) -> list[dict]:
         _, zpath = write_inputs(X, Path(a.workdir), f"clustered_{n}_{a.d}")
         extra = {"gram": a.gram, "tol": a.tol}
         r = run_child(["dkpca", "-", str(zpath), str(a.k), json.dumps(extra)], timeout=3 * 3600)
-        rows.append(_row(f"synthetic clusters, gram={a.gram}", n, a.d, r, a.k))
+        rows.append(_row(f"synthetic clusters (d={a.d}), gram={a.gram}", n, a.d, r, a.k))
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -138,7 +138,8 @@ def main() -> None:
     s.add_argument("--sizes", type=int, nargs="+", default=[50000, 100000, 200000])
     s.add_argument("--d", type=int, default=50)
     s.add_argument("--k", type=int, default=10)
-    s.add_argument("--gram", default="recompute", choices=["store", "recompute"])
+    s.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"],
+                   help="default auto: dkpca stores K where the disk holds it and recomputing is not faster")
     s.add_argument("--tol", type=float, default=1e-5)
     w = sub.add_parser("workers")
     w.add_argument("--n", type=int, default=20000)

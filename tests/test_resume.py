@@ -76,7 +76,10 @@ def test_job_killed_mid_solve_resumes_from_checkpoint(tmp_path):
     store = str(tmp_path / "d.dkpca.zarr")
     args = ("fit", data, "-k", "3", "--gamma", "0.2", "--chunk-size", "100", "--dtype", "float64",
             "--solver", "randomized", "--tol", "1e-10", "-q")
-    proc = spawn(dkpca_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+    # checkpoint every pass (the default skips saves within 5 s of the last one)
+    env = {**os.environ, "DASK_DKPCA__CHECKPOINT_INTERVAL": "0"}
+    proc = spawn(dkpca_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                 env=env)
     reader = LineReader(proc)
     try:
         wait_until(lambda: reader.has("pass   4:"), 120, what="solver pass 4")
@@ -91,7 +94,7 @@ def test_job_killed_mid_solve_resumes_from_checkpoint(tmp_path):
     attrs = dict(zarr.open_group(store, path="solver", mode="r").attrs)
     assert attrs["passes"] >= max(seen)  # saved before each pass line is printed
 
-    out = subprocess.run(dkpca_cmd(*args[:-1]), capture_output=True, text=True, timeout=240)  # with progress
+    out = subprocess.run(dkpca_cmd(*args[:-1]), capture_output=True, text=True, timeout=240, env=env)  # progress
     assert out.returncode == 0, out.stderr
     m = re.search(r"Solver: resumed at pass (\d+) from the checkpoint in the store \((\d+) passes in all\)",
                   out.stdout)
@@ -124,7 +127,7 @@ def small_problem(tmp_path):
 
 def test_checkpoint_roundtrip_and_trust(small_problem):
     _, path, _ = small_problem
-    ck = SolverCheckpoint(path, {"k": 3, "kernel": {"name": "rbf"}})
+    ck = SolverCheckpoint(path, {"k": 3, "kernel": {"name": "rbf"}}, interval=0)
     assert ck.load() is None
     Q1 = np.random.default_rng(0).standard_normal((300, 13))
     ck.save(2, [1.0, 0.1], Q=Q1)
@@ -151,7 +154,7 @@ def test_resumed_solve_equals_uninterrupted(small_problem):
     """Stop after 3 passes (as a killed job would), resume: identical to one uninterrupted run."""
     _, path, op = small_problem
     ref = randomized.solve(op, 3, tol=1e-12, max_passes=40, rng=1)
-    ck = SolverCheckpoint(path, {"k": 3})
+    ck = SolverCheckpoint(path, {"k": 3}, interval=0)
     part = randomized.solve(op, 3, tol=1e-12, max_passes=3, rng=1, checkpoint=ck)
     assert not part.converged and ck.load().passes == 3
     rest = randomized.solve(op, 3, tol=1e-12, max_passes=40, rng=999, checkpoint=ck)  # rng unused on resume
@@ -172,3 +175,19 @@ def test_fit_clears_checkpoint_and_ignores_foreign_one(tmp_path, blobs):
     assert "solver" not in zarr.open_group(str(store), mode="r")
     lam, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
     np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
+
+
+def test_checkpoint_interval_throttles_saves(small_problem, monkeypatch):
+    _, path, _ = small_problem
+    clock = [100.0]
+    monkeypatch.setattr("dkpca.checkpoint.time.monotonic", lambda: clock[0])
+    ck = SolverCheckpoint(path, {"k": 1}, interval=5.0)
+    assert ck.load() is None
+    Q = np.ones((10, 2))
+    clock[0] += 4.0
+    assert ck.save(1, [0.1], Q=Q) is False and ck.saves == 0  # within 5 s of the start: skipped
+    clock[0] += 2.0
+    assert ck.save(2, [0.1, 0.01], Q=Q) is True and ck.saves == 1
+    assert ck.load().passes == 2
+    assert ck.save(3, [0.1, 0.01, 0.001], Q=Q) is False  # just saved
+    assert SolverCheckpoint(path, {"k": 1}, interval=0).save(3, [0.1], Q=Q) is True

@@ -216,7 +216,7 @@ def test_lanczos_resumes_from_checkpoint(problems, tmp_path):
     p = problems["slow"]
     path = str(tmp_path / "ck.zarr")
     create_or_open(path)
-    ck = SolverCheckpoint(path, {"test": "lanczos"})
+    ck = SolverCheckpoint(path, {"test": "lanczos"}, interval=0)
     first = lanczos_solve(_operator(p, "matrix-free"), K_COMP, tol=TOL, max_passes=4, rng=0, checkpoint=ck)
     assert not first.converged and ck.saves == 4 and ck.load().passes == 4
     op = _operator(p, "matrix-free")
