@@ -208,10 +208,7 @@ def fit(
             t = time.perf_counter()
             Xs = _store_data(path, X, fp, overwrite)
             timings["copy_data"] = time.perf_counter() - t
-            gram_report: dict[str, Any] = {"mode": gram}
             t = time.perf_counter()
-            solver_opts: dict[str, Any] = {}
-            probe = None
             # Iterative solvers save their state every pass (resume after a kill).
             ckpt = SolverCheckpoint(path, {
                 "fingerprint": fp.to_dict(), "kernel": kern.to_dict(), "k": k, "solver": solver_name, "gram": gram,
@@ -220,38 +217,10 @@ def fit(
             }, chunk_rows=block)
             if overwrite:
                 ckpt.clear()
-            if solver_name in ("randomized", "lanczos"):
+            op, gram_report, solver_opts = _make_operator(path, Xs, kern, fp, dt, solver_name, gram, k, rng,
+                                                          overwrite)
+            if "start" in solver_opts:
                 solver_opts["checkpoint"] = ckpt
-                # The solver's first product K Q0 is fused into the Gram build
-                # (each block multiplies the probe while it is in cache), which
-                # saves one full read of K when the build computes every block.
-                ell = randomized.block_size(n, k)
-                probe = randomized.start_block(n, ell, rng)
-                solver_opts["start"] = probe
-            if solver_name == "nystrom":
-                # Only n x m kernel slices are evaluated (in the solver); the
-                # centering statistics are those of the approximation.
-                op = MatrixFreeKernelOperator(Xs, kern, dtype=dt, statistics=False)
-                gram_report.update({"mode": "none", "dtype": dt.name, "block": block})
-            elif gram == "store":
-                # Lanczos keeps every product in its Krylov relation: float64 only.
-                single = probe is not None and dt == np.float32 and solver_name == "randomized"
-                probe_in = probe.astype(np.float32) if single else probe
-                info = build_gram(path, Xs, kern, fp, dtype=dt, overwrite=overwrite, probe=probe_in)
-                op = StoredKernelOperator(info)
-                if info.probe_product is not None:
-                    op.prime(probe, info.probe_product)
-                nblocks = info.reused_blocks + info.computed_blocks
-                entries = float(n) * n
-                gram_report.update({
-                    "dtype": dt.name, "block": block, "blocks": nblocks,
-                    "reused_blocks": info.reused_blocks, "computed_blocks": info.computed_blocks,
-                    "build_seconds": info.build_seconds,
-                    "entries_per_second": entries / info.build_seconds if info.computed_blocks == nblocks else None,
-                })
-            else:
-                op = MatrixFreeKernelOperator(Xs, kern, dtype=dt, probe=probe)
-                gram_report.update({"dtype": dt.name, "block": block})
             timings["gram"] = time.perf_counter() - t
             t = time.perf_counter()
             solve = get_solver(solver_name)
@@ -272,20 +241,9 @@ def fit(
                     "raise max_passes or tol, or use solver='dense' for small n.",
                     ConvergenceWarning, stacklevel=2,
                 )
-            scale = max(abs(res.eigenvalues[0]), np.finfo(float).tiny) if k else 1.0
             timings["total"] = time.perf_counter() - t_start
-            report = {
-                "solver": solver_name, "solver_reason": reason, "passes": res.passes,
-                "passes_over_K": (op.passes if solver_name == "nystrom"
-                                  else res.passes - op.fused_passes + op.setup_passes),
-                "fused_passes": op.fused_passes, "auto": choice.details,
-                "converged": bool(res.converged), "tol": tol,
-                "residuals": res.residuals.tolist(),
-                "max_relative_residual": float(np.max(res.residuals) / scale) if k else 0.0,
-                "history": res.history, "pass_seconds": pass_seconds,
-                "solver_info": res.info, "gram": gram_report, "timings": timings,
-                "n_samples": n, "n_features": d,
-            }
+            report = _report(res, op, solver_name, reason, choice.details, tol, gram_report, timings, pass_seconds,
+                             n, d, k)
             model = KPCAModel(
                 eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
                 grand_mean_=op.grand_mean, trace_=op.trace, kernel=kern, store=path, block=block,
@@ -294,3 +252,59 @@ def fit(
             model.save()
             ckpt.clear()
     return model
+
+
+def _make_operator(path: str, Xs: da.Array, kern: Kernel, fp: Fingerprint, dt: np.dtype, solver_name: str,
+                   gram: str, k: int, rng: np.random.Generator, overwrite: bool):
+    """The centred operator a solver will use: (operator, Gram report, solver options).
+
+    Builds (or reuses) the Gram store for ``gram="store"``; for the iterative
+    solvers draws their start block and fuses its first product into the
+    build (each block multiplies it while in cache: one read of K saved).
+    """
+    n, block = Xs.shape[0], Xs.chunks[0][0]
+    gram_report: dict[str, Any] = {"mode": gram, "dtype": dt.name, "block": block}
+    solver_opts: dict[str, Any] = {}
+    probe = None
+    if solver_name in ("randomized", "lanczos"):
+        probe = randomized.start_block(n, randomized.block_size(n, k), rng)
+        solver_opts["start"] = probe
+    if solver_name == "nystrom":
+        # Only n x m kernel slices are evaluated (in the solver); the
+        # centering statistics are those of the approximation.
+        gram_report["mode"] = "none"
+        return MatrixFreeKernelOperator(Xs, kern, dtype=dt, statistics=False), gram_report, solver_opts
+    if gram != "store":
+        return MatrixFreeKernelOperator(Xs, kern, dtype=dt, probe=probe), gram_report, solver_opts
+    # Lanczos keeps every product in its Krylov relation: float64 only.
+    single = probe is not None and dt == np.float32 and solver_name == "randomized"
+    info = build_gram(path, Xs, kern, fp, dtype=dt, overwrite=overwrite,
+                      probe=probe.astype(np.float32) if single else probe)
+    op = StoredKernelOperator(info)
+    if info.probe_product is not None:
+        op.prime(probe, info.probe_product)
+    nblocks = info.reused_blocks + info.computed_blocks
+    gram_report.update({
+        "blocks": nblocks, "reused_blocks": info.reused_blocks, "computed_blocks": info.computed_blocks,
+        "build_seconds": info.build_seconds,
+        "entries_per_second": float(n) * n / info.build_seconds if info.computed_blocks == nblocks else None,
+    })
+    return op, gram_report, solver_opts
+
+
+def _report(res, op, solver_name: str, reason: str, auto: dict, tol: float, gram_report: dict,
+            timings: dict, pass_seconds: list, n: int, d: int, k: int) -> dict[str, Any]:
+    """``model.report``: what was solved, how, how well and how fast."""
+    scale = max(abs(res.eigenvalues[0]), np.finfo(float).tiny) if k else 1.0
+    return {
+        "solver": solver_name, "solver_reason": reason, "passes": res.passes,
+        "passes_over_K": (op.passes if solver_name == "nystrom"
+                          else res.passes - op.fused_passes + op.setup_passes),
+        "fused_passes": op.fused_passes, "auto": auto,
+        "converged": bool(res.converged), "tol": tol,
+        "residuals": res.residuals.tolist(),
+        "max_relative_residual": float(np.max(res.residuals) / scale) if k else 0.0,
+        "history": res.history, "pass_seconds": pass_seconds,
+        "solver_info": res.info, "gram": gram_report, "timings": timings,
+        "n_samples": n, "n_features": d,
+    }
