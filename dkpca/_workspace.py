@@ -16,8 +16,12 @@ import numpy as np
 _local = threading.local()
 
 
+#: alignment of every scratch buffer: what O_DIRECT file I/O requires
+ALIGN = 4096
+
+
 def scratch(purpose: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """A C-contiguous array of ``shape``/``dtype`` owned by the calling thread.
+    """A C-contiguous, page-aligned array of ``shape``/``dtype`` owned by the calling thread.
 
     The contents are undefined.  The same ``purpose`` on the same thread
     returns a view of the same memory, so two live arrays need two purposes.
@@ -29,7 +33,9 @@ def scratch(purpose: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         bufs = _local.bufs = {}
     buf = bufs.get(purpose)
     if buf is None or buf.nbytes < nbytes:
-        buf = bufs[purpose] = np.empty(max(nbytes, 1), dtype=np.uint8)
+        raw = np.empty(max(nbytes, 1) + ALIGN, dtype=np.uint8)
+        off = -raw.ctypes.data % ALIGN
+        buf = bufs[purpose] = raw[off:off + max(nbytes, 1)]
     return buf[:nbytes].view(dtype).reshape(shape)
 
 

@@ -142,6 +142,34 @@ def _build_block(out: dict[str, _store.ChunkWriter], I: int, J: int, XI: np.ndar
     return block_products(blk, probe_I, probe_J, I != J)
 
 
+#: K larger than this fraction of the machine's memory is written with O_DIRECT
+DIRECT_IO_FRACTION = 0.5
+
+
+def use_direct_io(nbytes: int) -> bool:
+    """Whether the Gram build writes K with ``O_DIRECT``.
+
+    Dask config ``dkpca.direct-io``: ``True``/``False``, or ``"auto"`` (the
+    default): direct when K exceeds ``DIRECT_IO_FRACTION`` of this machine's
+    memory.  Such a K will not stay in the page cache for the solver's passes
+    anyway, and buffered, its build is bound by dirty-page writeback.
+    Measured here (24 GB): at n = 60,000 (K 7.7 GB) O_DIRECT halves the build
+    (8.6 s vs 14.6 s) but the first pass then fills the page cache itself
+    (13.8 s vs 6.2 s), a net loss; so only a K too large to cache goes
+    direct.  On a cluster this is the client's memory, a proxy for the
+    workers'.
+    """
+    import dask
+    import psutil
+
+    mode = dask.config.get("dkpca.direct-io", "auto")
+    if isinstance(mode, bool):
+        return mode
+    if str(mode).lower() in ("true", "false"):
+        return str(mode).lower() == "true"
+    return nbytes > DIRECT_IO_FRACTION * psutil.virtual_memory().total
+
+
 def _ones(m: int) -> np.ndarray:
     v = scratch("gram-ones", (m,), np.float64)
     v[:] = 1.0
@@ -271,7 +299,8 @@ def build_gram(
     if todo:
         rows = X.to_delayed().ravel()
         spec = kernel.to_dict()
-        out = {name: _store.ChunkWriter.of(path, g[name]) for name in ("K", "partial_sums", "diag", "done")}
+        out = {name: _store.ChunkWriter.of(path, g[name]) for name in ("partial_sums", "diag", "done")}
+        out["K"] = _store.ChunkWriter.of(path, g["K"], direct=use_direct_io(gram_bytes(n, block, dtype)))
         bounds = block_bounds(n, block)
         fuse = probe is not None and len(todo) == total
         pieces = [dask.delayed(probe[a:b], pure=True) for a, b in bounds] if fuse else [None] * nb
