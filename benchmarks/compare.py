@@ -86,6 +86,7 @@ def _plot(rows, sizes) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -95,8 +96,11 @@ def _plot(rows, sizes) -> None:
             n, t, mem = zip(*pts, strict=True)
             axes[0].loglog(n, t, "o-", label=m)
             axes[1].loglog(n, mem, "o-", label=m)
-    axes[0].set(xlabel="n", ylabel="fit time (s)", title="time")
-    axes[1].set(xlabel="n", ylabel="peak RSS (GB)", title="memory")
+    for ax in axes:
+        ax.set_xticks(sizes, [f"{n // 1000}k" for n in sizes])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axes[0].set(xlabel="n", ylabel="fit time (s)", title="time (rbf, d=50, k=10)")
+    axes[1].set(xlabel="n", ylabel="peak RSS of the process tree (GB)", title="memory")
     axes[0].legend()
     fig.tight_layout()
     fig.savefig(HERE / "compare.png", dpi=100)

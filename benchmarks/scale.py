@@ -39,6 +39,7 @@ def _row(label, n, d, r, k):
     return {
         "case": label, "n": n, "d": d, "k": k, "fit_s": r.get("fit_s"), "peak_rss_gb": r.get("peak_rss_gb"),
         "solver": rep.get("solver"), "gram": rep.get("gram", {}).get("mode"),
+        "block": rep.get("gram", {}).get("block"),
         "passes": rep.get("passes_over_K", rep.get("passes")),
         "max_rel_residual": rep.get("max_relative_residual"), "lambda1": lam[0],
         "timings": rep.get("timings"), "error": r.get("error"),
@@ -46,17 +47,22 @@ def _row(label, n, d, r, k):
 
 
 def _table(rows) -> str:
-    out = ["| case | n | d | k | solver / Gram | passes over K | fit time | Gram build | solve | peak RSS "
-           "| max residual / λ₁ |",
-           "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    out = ["| case | n | d | k | solver / Gram | passes over K | fit time | Gram build | K written | solve "
+           "| peak RSS | max residual / λ₁ |",
+           "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("error"):
-            out.append(f"| {r['case']} | {r['n']} | {r['d']} | {r['k']} | — | — | — | — | — | "
+            out.append(f"| {r['case']} | {r['n']} | {r['d']} | {r['k']} | — | — | — | — | — | — | "
                        f"{r['peak_rss_gb']:.2f} GB | {r['error']} |")
             continue
         t = r.get("timings") or {}
+        written = "—"
+        if r["gram"] == "store" and t.get("gram"):
+            from dkpca.gram import gram_bytes
+
+            written = f"{gram_bytes(r['n'], r['block'], 'float32') / t['gram'] / 1e9:.2f} GB/s"
         out.append(f"| {r['case']} | {r['n']} | {r['d']} | {r['k']} | {r['solver']} / {r['gram']} | {r['passes']} | "
-                   f"{r['fit_s']:.1f} s | {t.get('gram', 0):.1f} s | {t.get('solve', 0):.1f} s | "
+                   f"{r['fit_s']:.1f} s | {t.get('gram', 0):.1f} s | {written} | {t.get('solve', 0):.1f} s | "
                    f"{r['peak_rss_gb']:.2f} GB | {r['max_rel_residual']:.1e} |")
     return "\n".join(out)
 

@@ -73,11 +73,13 @@ def _distributed_progress(futures: list) -> None:
     progress(futures, notebook=False)
 
 
-def compute(*tasks: Any, label: str = "") -> tuple:
+def compute(*tasks: Any, label: str = "", threads: int | None = None) -> tuple:
     """``dask.compute(*tasks)`` under dkpca's execution policy.
 
     With progress enabled (``show_progress``), a labelled compute shows a bar;
     unlabelled ones (e.g. each solver pass) stay quiet and report themselves.
+    ``threads`` overrides the local thread count (tasks that block on I/O
+    want more threads than cores); a distributed cluster keeps its own.
     """
     client = active_client()
     if client is not None:
@@ -95,4 +97,5 @@ def compute(*tasks: Any, label: str = "") -> tuple:
         print(label, flush=True)
         ctx.enter_context(ProgressBar())
     with ctx, threadpool_limits(1, user_api="blas"):
-        return dask.compute(*tasks, scheduler="threads")
+        kw = {"num_workers": threads} if threads else {}
+        return dask.compute(*tasks, scheduler="threads", **kw)

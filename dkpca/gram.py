@@ -300,7 +300,11 @@ def build_gram(
         rows = X.to_delayed().ravel()
         spec = kernel.to_dict()
         out = {name: _store.ChunkWriter.of(path, g[name]) for name in ("partial_sums", "diag", "done")}
-        out["K"] = _store.ChunkWriter.of(path, g["K"], direct=use_direct_io(gram_bytes(n, block, dtype)))
+        direct = use_direct_io(gram_bytes(n, block, dtype))
+        out["K"] = _store.ChunkWriter.of(path, g["K"], direct=direct)
+        # A direct write blocks its thread for the whole transfer without
+        # using a core: twice as many threads as cores keep the cores busy.
+        threads = 2 * (os.cpu_count() or 1) if direct else None
         bounds = block_bounds(n, block)
         fuse = probe is not None and len(todo) == total
         pieces = [dask.delayed(probe[a:b], pure=True) for a, b in bounds] if fuse else [None] * nb
@@ -315,9 +319,10 @@ def build_gram(
             from .operator import scatter_sum
 
             # every block task feeds some row block's sum, so this builds all of K
-            probe_product = np.concatenate(compute(*scatter_sum(todo, tasks, nb), label=label), axis=0)
+            probe_product = np.concatenate(compute(*scatter_sum(todo, tasks, nb), label=label, threads=threads),
+                                           axis=0)
         else:
-            compute(*tasks, label=label)
+            compute(*tasks, label=label, threads=threads)
     if not g.attrs.get("complete"):
         row_sums = np.empty(n, dtype=np.float64)
         ps = g["partial_sums"]
