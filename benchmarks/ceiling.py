@@ -179,7 +179,7 @@ def main() -> None:
     r.update(disk_rates(work))
     r["direct_write"] = direct_write_rate(work / "direct", cores, 4000)
 
-    from dkpca.gram import build_gram, gram_bytes
+    from dkpca.gram import build_gram, gram_bytes, use_direct_io
     from dkpca.io import as_dask, default_block_size, scan
     from dkpca.kernels import RBF
     from dkpca.operator import StoredKernelOperator
@@ -249,8 +249,12 @@ def main() -> None:
         f"Fastest build: {build_s:.2f} s = {build_rate / 1e6:.0f} M computed entries/s = "
         f"{build_rate / kernel_ceiling:.0%} of the kernel-evaluation ceiling "
         f"({a.n**2 / build_s / kernel_ceiling:.0%} counting the full K it delivers, n²/t: the lower "
-        "blocks are never evaluated). Evaluation and the page-cache copy share the cores; profiled, "
-        "the copy (with the row sums) costs about as much CPU as the evaluation.",
+        "blocks are never evaluated). "
+        + (f"K ({pass_bytes / 1e9:.1f} GB) exceeds half the memory, so it was written with O_DIRECT: "
+           f"{pass_bytes / build_s / 1e9:.2f} GB/s = {pass_bytes / build_s / r['direct_write']:.0%} of the O_DIRECT "
+           "disk write rate, the bound here." if use_direct_io(pass_bytes) else
+           "Evaluation and the page-cache copy share the cores; profiled, the copy (with the row sums) "
+           "costs about as much CPU as the evaluation."),
         "",
         "A K larger than half the memory is written with O_DIRECT instead (no page-cache copy, no "
         "dirty-page throttling): there the disk binds, at the O_DIRECT write rate above "
