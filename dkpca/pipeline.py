@@ -203,7 +203,7 @@ def fit(
         t = time.perf_counter()
         fp = scan(X)
         timings["validate"] = time.perf_counter() - t
-        _store.create_or_open(path)
+        _store.check_target(path)
         with _store.exclusive(path):
             t = time.perf_counter()
             Xs = _store_data(path, X, fp, overwrite)

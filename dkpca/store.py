@@ -39,7 +39,25 @@ def is_url(path: str) -> bool:
     return "://" in path
 
 
-def create_or_open(path: str) -> zarr.Group:
+LOCK_NAME = ".dkpca.lock"
+
+
+def _is_new(path: str) -> bool:
+    """Absent, or a directory holding nothing but our lock (and its temporary file): a store being created."""
+    if is_url(path):
+        return False
+    if not os.path.exists(path):
+        return True
+    return os.path.isdir(path) and all(name.startswith(LOCK_NAME) for name in os.listdir(path))
+
+
+def check_target(path: str) -> None:
+    """Raise ``ValueError`` now, writing nothing, if ``path`` exists and is not a dkpca store."""
+    if not _is_new(path):
+        create_or_open(path, mode="r")
+
+
+def create_or_open(path: str, mode: str = "r+") -> zarr.Group:
     """Open the store for writing, creating it (and marking it ours) if new.
 
     Raises
@@ -47,21 +65,20 @@ def create_or_open(path: str) -> zarr.Group:
     ValueError
         ``path`` exists but is not a dkpca store (we never write into it).
     """
-    exists = is_url(path) or os.path.exists(path)
-    if exists and not is_url(path) and os.path.isdir(path) and not os.listdir(path):
-        exists = False
-    if exists:
+    if not _is_new(path):
         try:
-            root = zarr.open_group(path, mode="r+")
+            root = zarr.open_group(path, mode=mode)
         except Exception as exc:
             raise ValueError(
                 f"store {path!r} exists and is not a dkpca store; choose another store path."
             ) from exc
         _check_format(root, path)
         return root
-    root = zarr.open_group(path, mode="w")
-    root.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION, "dkpca_version": version()})
-    return root
+    # "a", not "w": the directory may already hold the lock of the fit creating it.
+    # The attributes go into the group's first metadata write, so nobody ever
+    # sees a group without them (it would look like a foreign store).
+    return zarr.open_group(path, mode="a", attributes={"format": FORMAT, "format_version": FORMAT_VERSION,
+                                                       "dkpca_version": version()})
 
 
 def open_existing(path: str, mode: str = "r") -> zarr.Group:
@@ -136,33 +153,65 @@ def exclusive(path: str):
         return
     import socket
 
-    lock = os.path.join(path, ".dkpca.lock")
+    # Two fits may create the same new store at once: the directory is made
+    # first (idempotent) so that the lock decides between them.
+    os.makedirs(path, exist_ok=True)
+    lock = os.path.join(path, LOCK_NAME)
     me = f"{socket.gethostname()} {os.getpid()}"
     for _ in range(2):
+        if _create_with(lock, me):
+            break
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                with open(lock) as f:
-                    host, pid = f.read().split()
-            except (OSError, ValueError):
-                host, pid = "", "0"
-            if host == socket.gethostname() and not _pid_alive(int(pid)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(lock)
-                continue
-            raise StoreLockedError(
-                f"store {path!r} is in use by another fit (process {pid} on {host or 'unknown host'}); "
-                f"wait for it to finish, or remove {lock} if that process is gone."
-            ) from None
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
-        break
+            with open(lock) as f:
+                host, pid = f.read().split()
+        except (OSError, ValueError):
+            host, pid = "", "0"
+        if host == socket.gethostname() and not _pid_alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)
+            continue
+        raise StoreLockedError(
+            f"store {path!r} is in use by another fit (process {pid} on {host or 'unknown host'}); "
+            f"wait for it to finish, or remove {lock} if that process is gone."
+        ) from None
+    else:
+        raise StoreLockedError(f"store {path!r}: could not take {lock} (another fit keeps replacing it); retry.")
     try:
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)
+
+
+def _create_with(path: str, text: str) -> bool:
+    """Create ``path`` holding ``text`` unless it exists; False if it does.
+
+    The file is written under a private name and hard-linked into place, so
+    it appears complete or not at all: a competing fit never reads an empty
+    lock (it would name no owner).  Filesystems without hard links fall back
+    to an exclusive create.
+    """
+    import socket
+
+    tmp = f"{path}.{socket.gethostname()}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _pid_alive(pid: int) -> bool:

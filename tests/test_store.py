@@ -61,3 +61,21 @@ def test_write_direct_reports_unaligned_buffers(tmp_path):
 
     a = np.zeros(4096 + 1, np.uint8)[1:]  # certainly not page-aligned
     assert _write_direct(str(tmp_path / "x"), a) is False
+
+
+def test_store_created_beside_its_lock_and_foreign_dirs_refused(tmp_path):
+    from dkpca import store as _store
+
+    path = str(tmp_path / "new.dkpca.zarr")
+    with _store.exclusive(path):  # creates the directory and the lock first
+        root = _store.create_or_open(path)
+        assert os.path.exists(os.path.join(path, _store.LOCK_NAME))  # creating the store kept the lock
+        assert root.attrs["format"] == _store.FORMAT
+    assert not os.path.exists(os.path.join(path, _store.LOCK_NAME))
+    _store.check_target(path)  # ours: fine
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a dkpca store"):
+        _store.check_target(str(foreign))
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]  # nothing written
