@@ -33,12 +33,13 @@ def best_of(f, reps=3):
     return min(times)
 
 
-def parallel_rate(fn, cores):
+def parallel_rate(fn, cores, warm_up: bool = True):
     """Aggregate rate of ``fn(i)`` (returns units done) run on ``cores`` threads at once."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(cores) as ex:
-        list(ex.map(fn, range(cores)))  # warm up (first-touch of the output buffers)
+        if warm_up:
+            list(ex.map(fn, range(cores)))  # first-touch of the output buffers
         t = time.perf_counter()
         done = sum(ex.map(fn, range(cores)))
         return done / (time.perf_counter() - t)
@@ -108,58 +109,33 @@ def disk_rates(workdir: Path, size_gb: float = 2.0) -> dict:
     return {"disk_write": write, "disk_read": read, "page_cache_read": cached, "page_cache_write": cache_write}
 
 
-def block_write_rate(workdir: Path, cores: int, block: int, files_per_thread: int = 6) -> float:
-    """Aggregate page-cache write rate of the Gram build's own write pattern.
+def chunk_write_rate(workdir: Path, cores: int, block: int, direct: bool, files_per_thread: int = 6) -> float:
+    """Aggregate rate at which ``cores`` threads write ``block x block`` float32 chunks.
 
-    ``cores`` threads each write ``block x block`` float32 chunks to new files
-    renamed into place (what :class:`dkpca.store.ChunkWriter` does).
+    Through the Gram build's own writer (:class:`dkpca.store.ChunkWriter`):
+    buffered (temporary file renamed into place) or, with ``direct``, O_DIRECT
+    as for a K too large to cache.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    data = [np.random.default_rng(i).random((block, block), dtype=np.float32) for i in range(cores)]
-    workdir.mkdir(parents=True, exist_ok=True)
-
-    def write(i: int) -> int:
-        for r in range(files_per_thread):
-            path = workdir / f"w{i}-{r}"
-            with open(f"{path}.partial", "wb", buffering=0) as f:
-                f.write(memoryview(data[i]).cast("B"))
-            os.replace(f"{path}.partial", path)
-        return files_per_thread * data[i].nbytes
-
-    with ThreadPoolExecutor(cores) as ex:
-        t = time.perf_counter()
-        done = sum(ex.map(write, range(cores)))
-        rate = done / (time.perf_counter() - t)
-    shutil.rmtree(workdir, ignore_errors=True)
-    return rate
-
-
-def direct_write_rate(workdir: Path, cores: int, block: int, files_per_thread: int = 8) -> float:
-    """Aggregate O_DIRECT write rate of ``cores`` threads writing block-sized chunk files.
-
-    What the Gram build does when K is too large to cache (dkpca.store._write_direct).
-    """
-    from concurrent.futures import ThreadPoolExecutor
+    import zarr
 
     from dkpca._workspace import scratch
-    from dkpca.store import _write_direct
+    from dkpca.store import ChunkWriter
 
-    workdir.mkdir(parents=True, exist_ok=True)
+    path = str(workdir / "probe.zarr")
+    z = zarr.open_group(path, mode="w").create_array(
+        "K", shape=(block * cores, block * files_per_thread), chunks=(block, block), dtype="float32",
+        compressors=None, fill_value=0.0)
+    writer = ChunkWriter.of(path, z, direct=direct)
 
     def write(i: int) -> int:
-        buf = scratch("ceiling-direct", (block, block), np.float32)
+        buf = scratch("ceiling-probe", (block, block), np.float32)  # page-aligned, as the build's
         buf[:] = i
         for r in range(files_per_thread):
-            if not _write_direct(str(workdir / f"d{i}-{r}"), buf):
-                return 0
+            writer.write((i, r), buf)
         return files_per_thread * buf.nbytes
 
-    with ThreadPoolExecutor(cores) as ex:
-        t = time.perf_counter()
-        done = sum(ex.map(write, range(cores)))
-        rate = done / (time.perf_counter() - t)
-    shutil.rmtree(workdir, ignore_errors=True)
+    rate = parallel_rate(write, cores, warm_up=False)
+    shutil.rmtree(path, ignore_errors=True)
     return rate
 
 
@@ -177,7 +153,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     r = gemm_rates(a.d, cores)
     r.update(disk_rates(work))
-    r["direct_write"] = direct_write_rate(work / "direct", cores, 4000)
+    r["direct_write"] = chunk_write_rate(work, cores, 4000, direct=True, files_per_thread=8)
 
     from dkpca.gram import build_gram, gram_bytes, use_direct_io
     from dkpca.io import as_dask, default_block_size, scan
@@ -201,7 +177,7 @@ def main() -> None:
     for _ in range(a.rounds):
         shutil.rmtree(store, ignore_errors=True)
         time.sleep(a.pause)
-        w = block_write_rate(work / "writes", cores, b)
+        w = chunk_write_rate(work, cores, b, direct=False)
         time.sleep(a.pause)
         t = time.perf_counter()
         info = build_gram(store, Xd, RBF(1.0 / a.d), fp, dtype="float32")

@@ -102,7 +102,7 @@ def gram_bytes(n: int, block: int, dtype: Any) -> int:
 
 
 def _build_block(out: dict[str, _store.ChunkWriter], I: int, J: int, XI: np.ndarray, XJ: np.ndarray,
-                 kernel_spec: dict, dtype: str, block: int, probe_I: np.ndarray | None = None,
+                 kernel_spec: dict, dtype: str, probe_I: np.ndarray | None = None,
                  probe_J: np.ndarray | None = None):
     """Evaluate block (I, J), write it, its sums and then its done marker.
 
@@ -310,7 +310,7 @@ def build_gram(
         pieces = [dask.delayed(probe[a:b], pure=True) for a, b in bounds] if fuse else [None] * nb
         tasks = [
             dask.delayed(_build_block, pure=True, nout=2 if fuse else None)(
-                out, I, J, rows[I], rows[J], spec, dtype.name, block, pieces[I], pieces[J],
+                out, I, J, rows[I], rows[J], spec, dtype.name, pieces[I], pieces[J],
                 dask_key_name=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}")
             for I, J in todo
         ]

@@ -72,28 +72,36 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray, symmetric_pa
     return yI, yJ
 
 
-def _read_block(Kz: zarr.Array, I: int, J: int, i0: int, i1: int, j0: int, j1: int, dtype: str) -> np.ndarray:
-    """Block (I, J) of K, read into this thread's reused buffer (a view of it)."""
-    block = Kz.chunks[0]
-    raw = _store.chunk_file(Kz, (I, J))
-    if raw is not None and os.path.exists(raw):
+def _read_block(path: str, raw_dir: str | None, I: int, J: int, i0: int, i1: int, j0: int, j1: int,
+                block: int, dtype: str) -> np.ndarray:
+    """Block (I, J) of K, read into this thread's reused buffer (a view of it).
+
+    ``raw_dir`` is K's chunk directory when its chunks are plain files
+    (:func:`dkpca.store.chunk_file`, resolved once per operator): the block
+    is then read straight into the buffer; otherwise, or if the file is
+    missing, through zarr.
+    """
+    if raw_dir is not None:
         # Edge chunks are stored padded to the full chunk shape.
         full = scratch("op-block", (block, block), dtype)
-        with open(raw, "rb") as f:
-            nread = f.readinto(memoryview(full).cast("B"))
+        try:
+            with open(os.path.join(raw_dir, str(I), str(J)), "rb") as f:
+                nread = f.readinto(memoryview(full).cast("B"))
+        except FileNotFoundError:
+            nread = 0
         if nread == full.nbytes:
             return full[: i1 - i0, : j1 - j0]
     # Reading into a reused buffer avoids zarr allocating (and the kernel
     # page-faulting) a fresh block-sized array per read.
     buf = scratch("op-block", (i1 - i0, j1 - j0), dtype)
+    Kz = zarr.open_array(path, path="gram/K", mode="r")
     Kz.get_basic_selection((slice(i0, i1), slice(j0, j1)), out=NDBuffer.from_numpy_array(buf))
     return buf
 
 
-def _stored_product(path: str, I: int, J: int, i0: int, i1: int, j0: int, j1: int,
-                    VI: np.ndarray, VJ: np.ndarray, dtype: str):
-    Kz = zarr.open_array(path, path="gram/K", mode="r")
-    return block_products(_read_block(Kz, I, J, i0, i1, j0, j1, dtype), VI, VJ, I != J)
+def _stored_product(path: str, raw_dir: str | None, I: int, J: int, i0: int, i1: int, j0: int, j1: int,
+                    block: int, VI: np.ndarray, VJ: np.ndarray, dtype: str):
+    return block_products(_read_block(path, raw_dir, I, J, i0, i1, j0, j1, block, dtype), VI, VJ, I != J)
 
 
 def _matrix_free_product(I: int, J: int, XI: np.ndarray, XJ: np.ndarray, spec: dict, dtype: str,
@@ -279,15 +287,16 @@ class StoredKernelOperator(CenteredKernelOperator):
         self.row_means = gram.row_sums / gram.n
         self.grand_mean = float(gram.row_sums.sum() / gram.n**2)
         self.diag_sum = gram.diag_sum
+        self.raw_dir = _store.chunk_file(gram.K(), ())
 
     def _block_task(self, I, J, VI, VJ):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
         return dask.delayed(_stored_product, pure=True, nout=2)(
-            self.path, I, J, i0, i1, j0, j1, VI, VJ, self.dtype.name)
+            self.path, self.raw_dir, I, J, i0, i1, j0, j1, self.block, VI, VJ, self.dtype.name)
 
     def _read_block(self, I, J):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
-        return _read_block(self.gram.K(), I, J, i0, i1, j0, j1, self.dtype.name).copy()
+        return _read_block(self.path, self.raw_dir, I, J, i0, i1, j0, j1, self.block, self.dtype.name).copy()
 
 
 class MatrixFreeKernelOperator(CenteredKernelOperator):

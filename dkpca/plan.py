@@ -166,6 +166,7 @@ def _measure(X, kernel, block: int, dtype: np.dtype, ell: int, store: str) -> di
 
     from ._compute import compute
     from .operator import _read_block, block_products
+    from .store import ChunkWriter, chunk_file
 
     n = X.shape[0]
     edge = min(block, _MAX_MEASURE_EDGE, n)
@@ -181,10 +182,13 @@ def _measure(X, kernel, block: int, dtype: np.dtype, ell: int, store: str) -> di
     while parent and not os.path.isdir(parent):
         parent = os.path.dirname(parent)
     with tempfile.TemporaryDirectory(prefix=".dkpca-plan-", dir=parent) as tmp:
-        z = zarr.create_array(os.path.join(tmp, "k.zarr"), shape=out.shape, chunks=out.shape, dtype=dtype,
-                              compressors=None, fill_value=0.0)
-        t_write = _time(lambda: z.__setitem__((slice(None), slice(None)), out))
-        t_read = _time(lambda: _read_block(z, 0, 0, 0, out.shape[0], 0, out.shape[1], dtype.name))
+        # the Gram build's and the operator's own write and read paths, on a K-like array
+        path = os.path.join(tmp, "k.zarr")
+        z = zarr.open_group(path, mode="w").create_array("gram/K", shape=out.shape, chunks=out.shape,
+                                                         dtype=dtype, compressors=None, fill_value=0.0)
+        writer, raw_dir = ChunkWriter.of(path, z), chunk_file(z, ())
+        t_write = _time(lambda: writer.write((0, 0), out))
+        t_read = _time(lambda: _read_block(path, raw_dir, 0, 0, 0, edge, 0, edge, edge, dtype.name))
     scale = (block / edge) ** 2
     return {"edge": edge, "kernel_block": t_kernel * scale, "write_block": t_write * scale,
             "read_block": t_read * scale, "product_block": t_prod * scale}

@@ -252,9 +252,6 @@ def chunk_file(arr: zarr.Array, coords: tuple[int, ...]) -> str | None:
     return os.path.join(str(arr.store.root), arr.path, "c", *map(str, coords))
 
 
-
-
-
 @dataclass(frozen=True)
 class ChunkWriter:
     """Writes whole chunks of one array; small and plain, so tasks carry it.
@@ -298,19 +295,14 @@ class ChunkWriter:
 
         rows = data.shape[0] if data.ndim < 2 else max(1, strip_bytes // max(1, data[0].nbytes))
         strips = [(s, min(s + rows, data.shape[0])) for s in range(0, data.shape[0], rows)]
-        if (self.raw_dir is not None and tuple(data.shape) == self.chunks and data.dtype == self.dtype
-                and data.flags.c_contiguous):
+        raw = (self.raw_dir is not None and tuple(data.shape) == self.chunks and data.dtype == self.dtype
+               and data.flags.c_contiguous)
+        if raw:
             path = os.path.join(self.raw_dir, *map(str, coords))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.partial"
-            if self.direct:
-                if visit is not None:
-                    for s, e in strips:
-                        visit(s, e)
-                if _write_direct(tmp, data):
-                    os.replace(tmp, path)
-                    return
-                visit = None  # already visited; fall back to a buffered write
+        if raw and not self.direct:
+            # buffered: each strip is visited just before it is copied out
             with open(tmp, "wb", buffering=0) as f:
                 for s, e in strips:
                     if visit is not None:
@@ -321,6 +313,12 @@ class ChunkWriter:
         if visit is not None:
             for s, e in strips:
                 visit(s, e)
+        if raw:
+            if not _write_direct(tmp, data):
+                with open(tmp, "wb", buffering=0) as f:
+                    f.write(memoryview(data).cast("B"))
+            os.replace(tmp, path)
+            return
         arr = zarr.open_array(self.store, path=self.path, mode="r+")
         arr[tuple(slice(c * s, c * s + e) for c, s, e in zip(coords, self.chunks, data.shape, strict=True))] = data
 
@@ -337,11 +335,13 @@ def _write_direct(path: str, data: Any) -> bool:
     buffer must be page-aligned (dkpca's scratch buffers are); a tail that is
     not a multiple of 4 KiB is written by an ordinary write.
     """
+    from ._workspace import ALIGN
+
     flag = getattr(os, "O_DIRECT", 0)
-    mv = memoryview(data).cast("B")
-    head = len(mv) - len(mv) % 4096
-    if not flag or not data.flags.c_contiguous or data.ctypes.data % 4096:
+    if not flag or not data.flags.c_contiguous or data.ctypes.data % ALIGN:
         return False
+    mv = memoryview(data).cast("B")
+    head = len(mv) - len(mv) % ALIGN
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
     except OSError:  # e.g. tmpfs: EINVAL
