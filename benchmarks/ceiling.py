@@ -112,14 +112,14 @@ def disk_rates(workdir: Path, size_gb: float = 2.0) -> dict:
 def chunk_write_rate(workdir: Path, cores: int, block: int, direct: bool, files_per_thread: int = 6) -> float:
     """Aggregate rate at which ``cores`` threads write ``block x block`` float32 chunks.
 
-    Through the Gram build's own writer (:class:`dkpca.store.ChunkWriter`):
+    Through the Gram build's own writer (:class:`dkpca.storage.ChunkWriter`):
     buffered (temporary file renamed into place) or, with ``direct``, O_DIRECT
     as for a K too large to cache.
     """
     import zarr
 
-    from dkpca._workspace import scratch
-    from dkpca.store import ChunkWriter
+    from dkpca.linalg import scratch
+    from dkpca.storage import ChunkWriter
 
     path = str(workdir / "probe.zarr")
     z = zarr.open_group(path, mode="w").create_array(
@@ -155,13 +155,15 @@ def main() -> None:
     r.update(disk_rates(work))
     r["direct_write"] = chunk_write_rate(work, cores, 4000, direct=True, files_per_thread=8)
 
-    from dkpca.gram import build_gram, gram_bytes, use_direct_io
-    from dkpca.io import as_dask, default_block_size, scan
+    from dkpca.gram import build_gram
+    from dkpca.io import as_dask, scan
     from dkpca.kernels import RBF
+    from dkpca.linalg import default_block_size
     from dkpca.operator import StoredKernelOperator
+    from dkpca.storage import FitStore, gram_bytes, use_direct_io
 
     X = clustered(a.n, a.d)
-    store = str(work / "ceiling.dkpca.zarr")
+    store = FitStore.at(work / "ceiling.dkpca.zarr")
     Xd = as_dask(X, block_rows=default_block_size(a.n))
     fp = scan(Xd)
     b = Xd.chunks[0][0]
@@ -175,7 +177,7 @@ def main() -> None:
     # (the state a real build meets), and the probe is repeated each round.
     rounds = []
     for _ in range(a.rounds):
-        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(store.path, ignore_errors=True)
         time.sleep(a.pause)
         w = chunk_write_rate(work, cores, b, direct=False)
         time.sleep(a.pause)
@@ -188,7 +190,7 @@ def main() -> None:
     reps = 2 if a.n <= 50000 else 1  # a pass over a large K takes a while
     single_s = best_of(lambda: op.matmat(V, single=True), reps=reps)
     double_s = best_of(lambda: op.matmat(V), reps=reps)
-    shutil.rmtree(store, ignore_errors=True)
+    shutil.rmtree(store.path, ignore_errors=True)
 
     _, build_s, build_rate = min(rounds, key=lambda row: row[1])
     pass_bytes = gram_bytes(a.n, b, "float32")

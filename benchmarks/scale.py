@@ -58,7 +58,7 @@ def _table(rows) -> str:
         t = r.get("timings") or {}
         written = "—"
         if r["gram"] == "store" and t.get("gram"):
-            from dkpca.gram import gram_bytes
+            from dkpca.storage import gram_bytes
 
             written = f"{gram_bytes(r['n'], r['block'], 'float32') / t['gram'] / 1e9:.2f} GB/s"
         out.append(f"| {r['case']} | {r['n']} | {r['d']} | {r['k']} | {r['solver']} / {r['gram']} | {r['passes']} | "

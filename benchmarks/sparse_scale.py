@@ -12,7 +12,7 @@ what a single n x n float64 array would need.
 
 Usage::
 
-    python benchmarks/sparse_scale.py [--n 20000] [--d 10] [--noise-variance 0.02]
+    python benchmarks/sparse_scale.py [--n 20000] [--d 10] [--noise-variance 0.02] [--update em]
 """
 
 from __future__ import annotations
@@ -64,12 +64,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--gamma", type=float, default=0.05)
     ap.add_argument("--noise-variance", type=float, default=0.02)
     ap.add_argument("--block-size", type=int, default=1000)
+    ap.add_argument("--update", choices=("fast", "em"), default="fast", help="weight update: eq. 14 or eq. 13")
     args = ap.parse_args(argv)
 
     X = clustered(args.n, args.d).astype(np.float64)
     base = psutil.Process().memory_info().rss
     est = SparseKernelPCA(gamma=args.gamma, noise_variance=args.noise_variance, block_size=args.block_size,
-                          random_state=0)
+                          update=args.update, random_state=0)
     with PeakRSS() as mem:
         t0 = time.perf_counter()
         est.fit(X)
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     rep = est.fit_report_
     result = {
         "n": args.n, "d": args.d, "gamma": args.gamma, "noise_variance": args.noise_variance,
-        "block_size": args.block_size,
+        "block_size": args.block_size, "update": args.update,
         "n_representing": int(est.representing_indices_.size),
         "n_components": int(Z.shape[1]),
         "fit_s": round(fit_s, 1),

@@ -5,15 +5,17 @@ Public API::
     model = dkpca.fit("data.zarr", n_components=10, kernel="rbf")
     model = dkpca.load("data.dkpca.zarr")
     Z = model.transform(X_new)
+
+The layers, bottom to top, are described in ``docs/architecture.md``.
 """
 
-__version__ = "0.1.0"
+from . import cluster, kernels
+from .estimator import KernelPCA
+from .model import KPCAModel, load
+from .pipeline import fit
+from .planning import plan
+from .sparse import SparseKernelPCA, fit_sparse
+from .version import __version__
 
-from . import cluster, kernels  # noqa: E402
-from .estimator import KernelPCA  # noqa: E402
-from .model import KPCAModel, load  # noqa: E402
-from .pipeline import fit  # noqa: E402
-from .plan import plan  # noqa: E402  (the function shadows the module name; use sys.modules for the module)
-from .sparse import SparseKernelPCA, fit_sparse  # noqa: E402, F401
-
-__all__ = ["fit", "load", "plan", "cluster", "KPCAModel", "KernelPCA", "kernels", "__version__"]
+__all__ = ["fit", "load", "plan", "cluster", "KPCAModel", "KernelPCA", "SparseKernelPCA", "fit_sparse", "kernels",
+           "__version__"]

@@ -11,14 +11,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
+import tempfile
 import time
 from typing import Any
 
+import dask.array as da
 import numpy as np
+import zarr
 
-from .gram import InsufficientDiskSpace
-from .store import StoreLockedError
+from .cluster import connected, start_local
+from .execution import compute
+from .io import as_dask
+from .model import load
+from .pipeline import fit
+from .planning import plan
+from .storage import InsufficientDiskSpace, StoreLockedError
 
 USER_ERRORS = (ValueError, FileNotFoundError, InsufficientDiskSpace, StoreLockedError, NotADirectoryError,
                ImportError)
@@ -98,16 +107,12 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def _client(a: argparse.Namespace):
-    from .cluster import connected
-
     target = getattr(a, "cluster", None) or getattr(a, "scheduler", None)
     with connected(target) as client:
         yield client
 
 
 def cmd_fit(a: argparse.Namespace) -> int:
-    from .pipeline import fit
-
     with _client(a):
         model = fit(
             a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
@@ -127,8 +132,6 @@ def cmd_fit(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    from .plan import plan
-
     p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
              coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
              tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=not a.no_measure)
@@ -137,19 +140,11 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
-    from .model import load
-
     print(load(a.store).summary())
     return 0
 
 
 def cmd_transform(a: argparse.Namespace) -> int:
-    import dask.array as da
-
-    from ._compute import compute
-    from .io import as_dask
-    from .model import load
-
     model = load(a.store)
     with _client(a):
         Z = model.transform(as_dask(a.input))
@@ -169,14 +164,6 @@ def make_demo_data(n: int, seed: int = 0) -> np.ndarray:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    import os
-    import tempfile
-
-    import zarr
-
-    from .cluster import start_local
-    from .pipeline import fit
-
     workdir = a.dir or tempfile.mkdtemp(prefix="dkpca-demo-")
     os.makedirs(workdir, exist_ok=True)
     data = os.path.join(workdir, "shells.zarr")

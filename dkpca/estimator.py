@@ -1,19 +1,19 @@
 """scikit-learn compatible :class:`KernelPCA`, in memory or out of core.
 
-One estimator, two paths chosen by the type of ``X`` at ``fit``:
+An adapter: both paths run the same core -- operator, solver, the spectrum
+policy, centring -- and differ only in where K lives.
 
 * **in memory** (numpy arrays, lists, pandas frames, scipy sparse matrices,
-  ``kernel="precomputed"``): K is evaluated once with :mod:`dkpca.kernels`
-  (scipy sparse input and callable kernels through scikit-learn's
-  ``pairwise_kernels``, which is what a callable means there), wrapped in a
-  :class:`~dkpca.operator.CenteredKernelOperator` so that centering is the
-  operator's, and solved by a :mod:`dkpca.solvers` solver (or ARPACK on that
-  operator).  Results are scikit-learn's: same eigenvalues, same projections
-  with the same deterministic signs, same number of components for
-  ``n_components=None``.
+  ``kernel="precomputed"``): K is evaluated once through a dkpca
+  :class:`~dkpca.kernels.Kernel` (callables and sparse input through the
+  adapters in :mod:`dkpca.kernels.adapters`) and solved by
+  :func:`dkpca.pipeline.solve_kernel_matrix` (ARPACK among the solvers).
+  Results are scikit-learn's: same eigenvalues, same projections with the
+  same deterministic signs, same number of components for
+  ``n_components=None``, same errors for kernels that are not PSD on the data.
 * **out of core** (a Zarr path or URL, a ``zarr.Array``, a dask array): the
-  fit runs through :func:`dkpca.pipeline.fit` (Gram store, passes over K) and
-  the resulting :class:`~dkpca.model.KPCAModel` is kept as ``model_``;
+  fit runs through :func:`dkpca.fit` (Gram store, passes over K) and the
+  resulting :class:`~dkpca.model.KPCAModel` is kept as ``model_``;
   ``transform`` of a dask array stays lazy.  Nothing n x n is held in memory.
 
 Pre-images (:meth:`KernelPCA.inverse_transform`) are in :mod:`dkpca.preimage`.
@@ -23,25 +23,25 @@ from __future__ import annotations
 
 import numbers
 import os
-import warnings
-from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator, eigsh
+import zarr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.metrics.pairwise import pairwise_kernels
-from sklearn.utils import check_array, check_random_state
+from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import preimage as _pre
-from .kernels import KERNEL_NAMES, Kernel, make_kernel
-from .model import center_projection
-from .operator import CenteredKernelOperator
-from .solvers import ConvergenceWarning, EigResult, finalize, get_solver
+from . import preimage
+from .io import open_input
+from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
+from .linalg import rows_per_block
+from .pipeline import fit as pipeline_fit
+from .pipeline import solve_kernel_matrix
+from .request import as_generator, check_choice, check_kernel_pca_params, check_out_of_core_params
 
 __all__ = ["KernelPCA"]
 
@@ -55,122 +55,19 @@ RIDGE_EXACT_MAX_N = 4096
 #: the arithmetic allows", scikit-learn's meaning for ARPACK).  A residual r
 #: bounds eigenvalue errors by ~r^2/gap, so 1e-10 gives eigenvalues to working
 #: precision; out of core K is float32 by default and 1e-6 is the useful limit.
-_TOL_IN_MEMORY = 1e-10
-_TOL_OUT_OF_CORE = 1e-6
+TOL_IN_MEMORY = 1e-10
+TOL_OUT_OF_CORE = 1e-6
 #: passes allowed to an in-memory iterative solver when neither max_iter nor
 #: iterated_power says otherwise (a pass is one GEMM with K in memory)
-_MAX_PASSES_IN_MEMORY = 500
-
-#: named kernels scikit-learn evaluates on sparse matrices without densifying
-#: (its laplacian needs int32 sparse indices; dkpca densifies for that one)
-_SPARSE_PAIRWISE = ("rbf", "poly", "linear", "sigmoid", "cosine")
-
-#: entries of a (new points x training points) kernel block in ``transform``
-_TRANSFORM_BLOCK_ENTRIES = 1 << 24
-
-
-class _InMemoryKernelOperator(CenteredKernelOperator):
-    """The centred operator over a kernel matrix held in memory.
-
-    Only the source of K differs from the stored and matrix-free operators:
-    the centering (``center``, ``dense``) and statistics are the base class's.
-    """
-
-    kind = "in-memory"
-
-    def __init__(self, K: np.ndarray) -> None:
-        super().__init__()
-        self.K = K
-        self.n = K.shape[0]
-        self.block = self.n
-        self.dtype = K.dtype
-        self.row_means = K.sum(axis=1, dtype=np.float64) / self.n
-        self.grand_mean = float(self.row_means.sum() / self.n)
-        self.diag_sum = float(np.trace(K, dtype=np.float64))
-
-    def raw_matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
-        # K is in memory: one GEMM, always in float64 (``single`` only pays off
-        # when reading float32 blocks from disk).
-        return self.K @ np.asarray(V, dtype=np.float64)
-
-    def _read_block(self, I: int, J: int) -> np.ndarray:
-        return self.K
+MAX_PASSES_IN_MEMORY = 500
 
 
 def _is_out_of_core(X: Any) -> bool:
-    import zarr
-
     return isinstance(X, (str, os.PathLike, da.Array, zarr.Array))
 
 
-def _is_bool(v: Any) -> bool:
-    return isinstance(v, (bool, np.bool_))
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not _is_bool(v)
-
-
-def _is_real(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not _is_bool(v) and np.isfinite(v)
-
-
-def _seed(random_state: Any) -> Any:
-    """An int, Generator or None for numpy's ``default_rng`` from scikit-learn's ``random_state``."""
-    if isinstance(random_state, np.random.RandomState):
-        return int(random_state.randint(np.iinfo(np.int32).max))
-    return random_state
-
-
-def _check_spectrum(lam: np.ndarray, all_components: bool) -> np.ndarray:
-    """scikit-learn's rules for a computed spectrum (``_check_psd_eigenvalues``).
-
-    Applied in memory so that results -- including how many components
-    ``n_components=None`` keeps -- match scikit-learn's: all-negative or
-    significantly negative eigenvalues are an error (the kernel is not PSD on
-    this data), tiny negative ones and positive ones below 1e-12 of the largest
-    (round-off) become exactly 0.
-
-    One deliberate difference: with ``all_components`` (``n_components=None``,
-    "every component with a positive eigenvalue") significant negative
-    eigenvalues of an indefinite kernel are dropped with a warning instead of
-    failing the fit, since none of them was asked for.  scikit-learn raises.
-    """
-    lam = np.array(lam, dtype=np.float64)
-    if lam.size == 0:
-        return lam
-    top = lam.max()
-    if top < 0:
-        raise ValueError(
-            f"all computed eigenvalues of the centred kernel matrix are negative (largest {top:.3g}): the kernel "
-            "is not positive semi-definite on this data. Use a PSD kernel (rbf, poly with coef0 >= 0, ...)."
-        )
-    low = lam.min()
-    if low < -1e-5 * top and low < -1e-10:
-        if all_components:
-            warnings.warn(
-                f"the centred kernel matrix has significant negative eigenvalues ({-low / top:.3g} of the largest): "
-                "the kernel is not positive semi-definite on this data; their components are dropped.",
-                RuntimeWarning, stacklevel=4)
-            lam[lam < 0] = 0.0
-            return lam
-        raise ValueError(
-            f"the centred kernel matrix has significant negative eigenvalues ({-low / top:.3g} of the largest) "
-            "among the components asked for: the kernel is not positive semi-definite on this data. Ask for "
-            "fewer components or use a PSD kernel."
-        )
-    lam[lam < 0] = 0.0
-    lam[(lam > 0) & (lam < 1e-12 * top)] = 0.0
-    return lam
-
-
-def _projection_weights(lam: np.ndarray, U: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``W = U / sqrt(lambda)`` (zero columns for zero eigenvalues), ``r^T W`` and ``1^T W``."""
-    inv = np.zeros_like(lam)
-    nz = lam > 0
-    inv[nz] = 1.0 / np.sqrt(lam[nz])
-    W = U * inv
-    return W, r @ W, W.sum(axis=0)
+def _kernel_diag(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
+    return kernel.diag(Xb, np.float64)
 
 
 class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -231,7 +128,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         ``iterated_power + 1`` (scikit-learn's fixed budget; fewer if
         converged); ``"auto"`` iterates to ``tol``.
     remove_zero_eig : bool, default=False
-        Drop components with zero eigenvalue (always done for ``n_components=None``).
+        Drop components with zero eigenvalue (always done for ``n_components=None``,
+        and out of core, where ``dkpca.fit`` never keeps them).
     random_state : int, RandomState, Generator or None, default=None
         Starting vectors of ARPACK and the iterative solvers; landmarks.
     copy_X : bool, default=True
@@ -338,61 +236,6 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     def _is_callable_kernel(self) -> bool:
         return callable(self.kernel) and not isinstance(self.kernel, Kernel)
 
-    def _check_params(self) -> None:
-        """Check every parameter before touching the data; messages say what to pass."""
-
-        def bad(name: str, want: str) -> ValueError:
-            return ValueError(f"{name}={getattr(self, name)!r} is invalid; it must be {want}.")
-
-        if self.n_components is not None and not (_is_int(self.n_components) and self.n_components >= 1):
-            raise bad("n_components", "None or an integer >= 1")
-        k = self.kernel
-        if isinstance(k, str):
-            if k not in (*KERNEL_NAMES, "precomputed"):
-                raise bad("kernel", f"one of {', '.join((*KERNEL_NAMES, 'precomputed'))}, a dkpca Kernel or a "
-                          "callable")
-        elif not (isinstance(k, (Kernel, dict)) or callable(k)):
-            raise bad("kernel", "a kernel name, a dkpca Kernel, a spec dict or a callable")
-        if self.gamma is not None and not (_is_real(self.gamma) and self.gamma >= 0):
-            raise bad("gamma", "None or a number >= 0")
-        if not (_is_real(self.degree) and self.degree >= 0):
-            raise bad("degree", "a number >= 0")
-        if not _is_real(self.coef0):
-            raise bad("coef0", "a finite number")
-        if self.kernel_params is not None and not isinstance(self.kernel_params, dict):
-            raise bad("kernel_params", "None or a dict")
-        if not (_is_real(self.alpha) and self.alpha >= 0):
-            raise bad("alpha", "a number >= 0")
-        for name in ("fit_inverse_transform", "remove_zero_eig", "copy_X"):
-            if not _is_bool(getattr(self, name)):
-                raise bad(name, "True or False")
-        if self.eigen_solver not in EIGEN_SOLVERS:
-            raise bad("eigen_solver", f"one of {', '.join(EIGEN_SOLVERS)}")
-        if not (_is_real(self.tol) and self.tol >= 0):
-            raise bad("tol", "a number >= 0 (0: solver default)")
-        if self.max_iter is not None and not (_is_int(self.max_iter) and self.max_iter >= 1):
-            raise bad("max_iter", "None or an integer >= 1")
-        if not (self.iterated_power == "auto" or (_is_int(self.iterated_power) and self.iterated_power >= 0)):
-            raise bad("iterated_power", "'auto' or an integer >= 0")
-        rs = self.random_state
-        if not (rs is None or _is_int(rs) or isinstance(rs, (np.random.RandomState, np.random.Generator))):
-            raise bad("random_state", "None, an int, a numpy RandomState or a numpy Generator")
-        if self.n_jobs is not None and not _is_int(self.n_jobs):
-            raise bad("n_jobs", "None or an integer")
-        if self.store is not None and not isinstance(self.store, (str, os.PathLike)):
-            raise bad("store", "None or a path / URL")
-        if self.chunk_size is not None and not (_is_int(self.chunk_size) and self.chunk_size >= 1):
-            raise bad("chunk_size", "None or an integer >= 1 (e.g. 4096)")
-        if self.dtype is not None:
-            try:
-                dt = np.dtype(self.dtype)
-            except TypeError:
-                dt = None
-            if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-                raise bad("dtype", "None, 'float32' or 'float64'")
-        if self.n_landmarks is not None and not (_is_int(self.n_landmarks) and self.n_landmarks >= 1):
-            raise bad("n_landmarks", "None or an integer >= 1")
-
     def _make_kernel(self, n_features: int) -> Kernel | None:
         """The resolved dkpca kernel; None for callables and precomputed kernels."""
         if self._is_precomputed() or self._is_callable_kernel():
@@ -404,25 +247,31 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                            kernel_params=self.kernel_params)
         return kern.resolve(n_features)
 
+    def _evaluator(self) -> Kernel:
+        """The kernel that evaluates blocks in memory: the resolved one, or an adapter."""
+        if self.kernel_ is None:
+            return CallableKernel(self.kernel, dict(self.kernel_params or {}), self.n_jobs)
+        return SparseInputKernel(self.kernel_, self.n_jobs)
+
+    def _pairwise(self, A: Any, B: Any = None) -> np.ndarray:
+        """Kernel block ``k(A_i, B_j)`` (``B=None``: ``B = A``, exactly symmetric)."""
+        dtype = np.float64 if self.kernel_ is None else self._compute_dtype
+        return self._evaluator().block(A, B, dtype)
+
+    def _ridge_kernel(self, A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
+        """The kernel between score vectors for the ridge pre-image map (scikit-learn's choice)."""
+        return self._evaluator().block(A, B, np.float64)
+
     def _iteration_limits(self, in_memory: bool) -> tuple[float, int | None]:
         """``(tol, max_passes)`` of the iterative dkpca solvers from scikit-learn's parameters."""
-        tol = float(self.tol) if self.tol > 0 else (_TOL_IN_MEMORY if in_memory else _TOL_OUT_OF_CORE)
+        tol = float(self.tol) if self.tol > 0 else (TOL_IN_MEMORY if in_memory else TOL_OUT_OF_CORE)
         if self.max_iter is not None:
             passes = int(self.max_iter)
         elif self.eigen_solver == "randomized" and self.iterated_power != "auto":
             passes = int(self.iterated_power) + 1
         else:
-            passes = _MAX_PASSES_IN_MEMORY if in_memory else None
+            passes = MAX_PASSES_IN_MEMORY if in_memory else None
         return tol, passes
-
-    def _iterative_solver(self, name: str):
-        try:
-            return get_solver(name)
-        except ValueError as exc:
-            raise ValueError(
-                f"eigen_solver={name!r} is not available in this dkpca installation ({exc}). "
-                "Use eigen_solver='randomized' or 'arpack' (in memory) instead."
-            ) from None
 
     def _reset(self) -> None:
         # A refit must not leave attributes of the previous fit behind (e.g.
@@ -430,33 +279,6 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         for name in list(vars(self)):
             if name.endswith("_") and not name.startswith("__"):
                 delattr(self, name)
-
-    # -- kernel evaluation (in memory) ----------------------------------------------------
-    def _pairwise(self, A: Any, B: Any = None) -> np.ndarray:
-        """Kernel block ``k(A_i, B_j)`` as float64 (``B=None``: ``B = A``, exactly symmetric)."""
-        kern = self.kernel_
-        if kern is None:
-            # A callable is scikit-learn's per-pair metric; evaluate it exactly as scikit-learn does.
-            K = pairwise_kernels(A, B, metric=self.kernel, filter_params=True, n_jobs=self.n_jobs,
-                                 **(self.kernel_params or {}))
-            return np.asarray(K, dtype=np.float64)
-        if sp.issparse(A) or (B is not None and sp.issparse(B)):
-            spec = kern.to_dict()
-            name = spec.pop("name")
-            if name in _SPARSE_PAIRWISE:
-                # dkpca's block kernels are dense; scikit-learn's pairwise kernels
-                # multiply sparse matrices without densifying them.
-                K = pairwise_kernels(A, B, metric=name, filter_params=True, n_jobs=self.n_jobs, **spec)
-                return np.asarray(K, dtype=self._compute_dtype)
-            A = A.toarray() if sp.issparse(A) else A
-            B = B.toarray() if B is not None and sp.issparse(B) else B
-        return kern.block(A, B, self._compute_dtype)
-
-    def _ridge_kernel(self, A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
-        """The kernel between score vectors for the ridge pre-image map (scikit-learn's choice)."""
-        if self.kernel_ is None:
-            return self._pairwise(A, B)
-        return self.kernel_.block(A, B, np.float64)
 
     # -- fit --------------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None) -> KernelPCA:
@@ -473,7 +295,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         -------
         self : KernelPCA
         """
-        self._check_params()
+        check_kernel_pca_params(self.get_params(deep=False), EIGEN_SOLVERS)
         self._reset()
         if _is_out_of_core(X):
             self._fit_out_of_core(X)
@@ -497,100 +319,48 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
         self.kernel_ = self._make_kernel(d)
         if self._is_precomputed():
-            K = X.toarray() if sp.issparse(X) else X
-            K = np.array(K, dtype=self._compute_dtype, copy=True)
+            K = np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
         else:
             K = self._pairwise(X)
-        op = _InMemoryKernelOperator(K)
         k = n if self.n_components is None else min(n, self.n_components)
         solver = self.eigen_solver
         if solver == "auto":
             # scikit-learn's rule, so that "auto" runs the same algorithm
             solver = "arpack" if n > 200 and k < 10 else "dense"
-        if solver == "dense":
-            res = get_solver("dense")(op, k)
-        elif solver == "arpack":
-            res = self._arpack(op, k)
+        if solver == "arpack":
+            # scikit-learn's tolerance, iteration limit and starting vector
+            tol, passes = self.tol, None
         else:
             tol, passes = self._iteration_limits(in_memory=True)
-            res = self._iterative_solver(solver)(op, k, tol=tol, max_passes=passes,
-                                                 rng=np.random.default_rng(_seed(self.random_state)))
-            if not res.converged:
-                warnings.warn(
-                    f"eigen_solver={solver!r} stopped after {res.passes} passes above tol={tol:g}; raise max_iter, "
-                    "or use eigen_solver='dense' or 'arpack'.", ConvergenceWarning, stacklevel=3)
-        # sort + deterministic signs (dkpca's finalize); the PSD rules are scikit-learn's
-        res = finalize(res, positive_definite=False)
-        lam = _check_spectrum(res.eigenvalues, self.n_components is None)
-        U = res.eigenvectors
-        if self.remove_zero_eig or self.n_components is None:
-            keep = lam > 0
-            lam, U = lam[keep], U[:, keep]
-        self.eigenvalues_ = lam
-        self.eigenvectors_ = U
+        res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter,
+                                             random_state=self.random_state,
+                                             remove_zero=self.remove_zero_eig or self.n_components is None)
+        self.eigenvalues_ = res.eigenvalues
+        self.eigenvectors_ = res.eigenvectors
         self.eigen_solver_ = solver
-        trace = op.trace
-        self.explained_variance_ratio_ = lam / trace if trace > 0 else np.zeros_like(lam)
-        self._row_means = op.row_means
-        self._grand_mean = op.grand_mean
+        self.explained_variance_ratio_ = (res.eigenvalues / centering.trace if centering.trace > 0
+                                          else np.zeros_like(res.eigenvalues))
+        self._centering = centering
         # K~_ii, for the feature-space distances of the Kwok-Tsang pre-image
-        self._kdiag_centered = np.diag(K).astype(np.float64) - 2.0 * op.row_means + op.grand_mean
-        del op, K
+        self._kdiag_centered = centering.centered_diag(np.diag(K))
+        del K
         self.X_fit_ = X
         if self.fit_inverse_transform:
             self._fit_ridge(X)
 
-    def _arpack(self, op: _InMemoryKernelOperator, k: int) -> EigResult:
-        n = op.n
-        if k >= n:
-            raise ValueError(
-                f"eigen_solver='arpack' computes at most n_samples - 1 = {n - 1} components, {k} were asked for; "
-                "use eigen_solver='dense' (or 'auto') for all of them."
-            )
-        # scikit-learn's starting vector, so that a seeded run gives its result
-        v0 = check_random_state(self.random_state).uniform(-1, 1, n)
-        A = LinearOperator((n, n), matvec=lambda v: op.matmat(v.reshape(-1, 1)).ravel(), matmat=op.matmat,
-                           dtype=np.float64)
-        lam, U = eigsh(A, k, which="LA", tol=self.tol, maxiter=self.max_iter, v0=v0)
-        residuals = np.linalg.norm(op.matmat(U) - U * lam, axis=0)
-        return EigResult(lam, U, passes=op.passes, residuals=residuals, converged=True, solver="arpack")
-
     def _fit_out_of_core(self, X: Any) -> None:
-        from .io import open_input
-        from .pipeline import fit as pipeline_fit
-
-        if self.n_components is None:
-            raise ValueError(
-                "n_components=None asks for all n components, which is only supported for in-memory data; set "
-                "n_components (e.g. 10) to fit a dask array or Zarr store out of core."
-            )
-        if self._is_precomputed() or self._is_callable_kernel():
-            raise ValueError(
-                f"kernel={self.kernel!r} is in-memory only (it needs the whole kernel matrix at once); pass a numpy "
-                "array, or use a named kernel or a dkpca Kernel to fit out of core."
-            )
-        if self.eigen_solver == "arpack":
-            raise ValueError(
-                "eigen_solver='arpack' is in-memory only: out of core each ARPACK step would be a full pass over K. "
-                "Use eigen_solver='randomized' or 'lanczos' (or 'auto')."
-            )
-        if self.eigen_solver == "lanczos":
-            self._iterative_solver("lanczos")
+        check_out_of_core_params(self.get_params(deep=False))
         shape = open_input(X).shape
         if len(shape) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(shape)}.")
         n, d = (int(s) for s in shape)
         self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
-        kern = self._make_kernel(d)
         tol, passes = self._iteration_limits(in_memory=False)
         model = pipeline_fit(
-            X, n_components=min(self.n_components, n), kernel=kern, solver=self.eigen_solver, store=self.store,
-            chunk_size=self.chunk_size, dtype=self.dtype or "float32", tol=tol, max_passes=passes,
-            random_state=_seed(self.random_state),
+            X, n_components=min(self.n_components, n), kernel=self._make_kernel(d), solver=self.eigen_solver,
+            store=self.store, chunk_size=self.chunk_size, dtype=self.dtype or "float32", tol=tol,
+            max_passes=passes, random_state=self.random_state,
         )
-        if self.remove_zero_eig:
-            keep = model.eigenvalues_ > 0
-            model = replace(model, eigenvalues_=model.eigenvalues_[keep], eigenvectors_=model.eigenvectors_[:, keep])
         self.model_ = model
         self.kernel_ = model.kernel
         self._compute_dtype = np.dtype(np.float64)
@@ -601,12 +371,10 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.eigen_solver_ = model.report.get("solver", self.eigen_solver)
         self.n_features_in_ = d
         self.X_fit_ = model.X_fit
-        self._row_means = model.row_means_
-        self._grand_mean = model.grand_mean_
-        spec = model.kernel.to_dict()
-        diag = self.X_fit_.map_blocks(_kernel_diag, spec, dtype=np.float64, drop_axis=1,
+        self._centering = model.centering
+        diag = self.X_fit_.map_blocks(partial(_kernel_diag, kernel=model.kernel), dtype=np.float64, drop_axis=1,
                                       meta=np.empty((0,))).compute()
-        self._kdiag_centered = diag - 2.0 * self._row_means + self._grand_mean
+        self._kdiag_centered = model.centering.centered_diag(diag)
         if self.fit_inverse_transform:
             self._fit_ridge(self.X_fit_)
 
@@ -615,8 +383,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         n = Z.shape[0]
         m = self.n_landmarks if self.n_landmarks is not None else (None if n <= RIDGE_EXACT_MAX_N
                                                                      else RIDGE_EXACT_MAX_N)
-        landmarks, dual = _pre.fit_ridge(Z, X, self._ridge_kernel, float(self.alpha), n_landmarks=m,
-                                         random_state=_seed(self.random_state))
+        landmarks, dual = preimage.fit_ridge(Z, X, self._ridge_kernel, float(self.alpha), n_landmarks=m,
+                                             random_state=as_generator(self.random_state))
         self.X_transformed_fit_ = Z
         self.inverse_landmarks_ = landmarks
         self.dual_coef_ = dual
@@ -663,17 +431,16 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                 "or fit on a dask array / Zarr store to work out of core."
             )
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
-        W, rW, sW = _projection_weights(self.eigenvalues_, self.eigenvectors_, self._row_means)
-        n = W.shape[0]
-        out = np.empty((X.shape[0], W.shape[1]), dtype=np.float64)
-        step = max(1, _TRANSFORM_BLOCK_ENTRIES // n)
+        weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
+        out = np.empty((X.shape[0], weights.W.shape[1]), dtype=np.float64)
+        step = rows_per_block(weights.W.shape[0])
         for s in range(0, X.shape[0], step):
             Xb = X[s:s + step]
             if self._is_precomputed():
                 Kx = np.asarray(Xb.toarray() if sp.issparse(Xb) else Xb, dtype=np.float64)
             else:
                 Kx = self._pairwise(Xb, self.X_fit_)
-            out[s:s + step] = center_projection(Kx @ W, Kx.mean(axis=1), rW, sW, self._grand_mean)
+            out[s:s + step] = self._centering.center_scores(Kx @ weights.W, Kx.mean(axis=1), weights)
         return out.astype(X.dtype if X.dtype in (np.float32, np.float64) else np.float64, copy=False)
 
     # -- pre-images ---------------------------------------------------------------------
@@ -720,28 +487,16 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                     "method='kwok-tsang' or 'fixed-point', which need no extra fitting."
                 )
             method = "ridge"
-        if method not in _pre.METHODS:
-            raise ValueError(f"method={method!r} is unknown; choose one of {', '.join(_pre.METHODS)}.")
-        Z = check_array(X, dtype=np.float64)
-        k = self.eigenvalues_.shape[0]
-        if Z.shape[1] != k:
-            raise ValueError(f"X has {Z.shape[1]} columns but the model has {k} components; pass scores from "
-                             "transform.")
-        if method == "ridge":
-            if not hasattr(self, "dual_coef_"):
-                raise NotFittedError(
-                    "method='ridge' uses the pre-image map learned at fit; refit with fit_inverse_transform=True."
-                )
-            return _pre.ridge_preimage(Z, self.X_transformed_fit_[self.inverse_landmarks_], self.dual_coef_,
-                                       self._ridge_kernel)
-        kernel = self.kernel_ if self.kernel_ is not None else self.kernel
-        E = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
-        x0 = _pre.kwok_tsang_preimage(Z, self.X_fit_, E, self._kdiag_centered, kernel, n_neighbors=n_neighbors)
-        if method == "kwok-tsang":
-            return x0
-        W, _, _ = _projection_weights(self.eigenvalues_, self.eigenvectors_, self._row_means)
-        x, _ = _pre.fixed_point_preimage(Z, self.X_fit_, W, kernel, x0, tol=tol, max_iter=max_iter)
-        return x
+        check_choice("method", method, preimage.METHODS)
+        if method == "ridge" and not hasattr(self, "dual_coef_"):
+            raise NotFittedError(
+                "method='ridge' uses the pre-image map learned at fit; refit with fit_inverse_transform=True.")
+        ridge = (self.X_transformed_fit_[self.inverse_landmarks_], self.dual_coef_) if method == "ridge" else None
+        return preimage.inverse(
+            method, check_array(X, dtype=np.float64), X_fit=self.X_fit_,
+            kernel=self.kernel_ if self.kernel_ is not None else self.kernel, ridge_kernel=self._ridge_kernel,
+            eigenvalues=self.eigenvalues_, eigenvectors=self.eigenvectors_, centering=self._centering,
+            kdiag_centered=self._kdiag_centered, ridge=ridge, n_neighbors=n_neighbors, tol=tol, max_iter=max_iter)
 
     # -- scikit-learn plumbing -------------------------------------------------------------
     def __sklearn_tags__(self):
@@ -755,9 +510,3 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     def _n_features_out(self) -> int:
         """Number of transformed output features."""
         return self.eigenvalues_.shape[0]
-
-
-def _kernel_diag(Xb: np.ndarray, spec: dict) -> np.ndarray:
-    from .kernels import from_dict
-
-    return from_dict(spec).diag(Xb, np.float64)

@@ -17,27 +17,15 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
+import zarr
 
-__all__ = ["open_input", "as_dask", "scan", "Fingerprint", "check_n_components", "default_block_size"]
+from .execution import compute
+from .linalg import default_block_size
 
-#: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
-#: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
-#: bound, small enough for many concurrent tasks per worker.
-DEFAULT_BLOCK = 4096
-
-
-def default_block_size(n: int) -> int:
-    """Square Gram block edge for ``n`` samples (whole matrix when small)."""
-    if n <= DEFAULT_BLOCK:
-        return n
-    # Balance the blocks so the last one is not a sliver.
-    nb = -(-n // DEFAULT_BLOCK)
-    return -(-n // nb)
+__all__ = ["open_input", "as_dask", "scan", "Fingerprint"]
 
 
 def _open_zarr_path(path: str) -> Any:
-    import zarr
-
     is_url = "://" in path
     if not is_url and not os.path.exists(path):
         raise FileNotFoundError(f"input {path!r} does not exist; pass a Zarr store path or URL, or an array.")
@@ -152,7 +140,7 @@ def scan(X: da.Array) -> Fingerprint:
         X holds NaN or infinity; the message names the first bad row.
     """
     parts = [dask.delayed(_scan_block, pure=True)(b) for b in X.to_delayed().ravel()]
-    results = dask.compute(*parts)
+    results = compute(*parts)
     offset = 0
     h = hashlib.blake2b(digest_size=16)
     for (digest, bad), rows in zip(results, X.chunks[0], strict=True):
@@ -165,16 +153,3 @@ def scan(X: da.Array) -> Fingerprint:
         offset += rows
     h.update(str(X.chunks[0]).encode())
     return Fingerprint(tuple(int(s) for s in X.shape), str(X.dtype), h.hexdigest())
-
-
-def check_n_components(n_components: Any, n_samples: int) -> int:
-    """Validate ``n_components`` (1 <= k <= n_samples) and return it as int."""
-    if not isinstance(n_components, (int, np.integer)) or isinstance(n_components, bool):
-        raise ValueError(
-            f"n_components={n_components!r} is invalid; it must be an integer between 1 and n_samples={n_samples}."
-        )
-    if not 1 <= n_components <= n_samples:
-        raise ValueError(
-            f"n_components={n_components} is out of range; it must be between 1 and n_samples={n_samples}."
-        )
-    return int(n_components)

@@ -18,56 +18,37 @@ from __future__ import annotations
 
 import datetime
 import html
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
-import zarr
 
-from . import store as _store
-from ._compute import compute
-from ._workspace import scratch
-from .gram import block_bounds
+from .execution import compute
+from .io import as_dask, open_input
 from .kernels import Kernel, from_dict
+from .linalg import Centering, ProjectionWeights, kernel_product
+from .plot import plot_embedding, plot_spectrum
+from .storage import FitStore
+from .version import __version__
 
 __all__ = ["KPCAModel", "load"]
 
 
-def _project_block(Xb: np.ndarray, path: str, block: int, n: int, spec: dict, W: np.ndarray,
-                   rW: np.ndarray, sW: np.ndarray, c: float) -> np.ndarray:
+def _project_block(Xb: np.ndarray, store: FitStore, block: int, n: int, kernel: Kernel, weights: ProjectionWeights,
+                   centering: Centering) -> np.ndarray:
     """Rows ``[z(x) | mean(k(x)) | k(x, x)]`` for a block of new points.
 
-    ``W = U / sqrt(lambda)`` (zero columns for zero eigenvalues), ``rW = r^T W``
-    and ``sW = 1^T W`` are precomputed so the corrections cost O(k) per point.
+    The projection weights (``W``, ``r^T W``, ``1^T W``) are precomputed so
+    the centring costs O(k) per point.
     """
-    kernel = from_dict(spec)
     Xb = np.ascontiguousarray(Xb, dtype=np.float64)
-    Xtr = zarr.open_array(path, path="data/X", mode="r")
-    m, k = Xb.shape[0], W.shape[1]
-    acc = np.zeros((m, k))
-    ksum = np.zeros(m)
-    for j0, j1 in block_bounds(n, block):
-        Kx = kernel.block(Xb, Xtr[j0:j1], np.float64, out=scratch("transform", (m, j1 - j0), np.float64))
-        acc += Kx @ W[j0:j1]
-        ksum += Kx.sum(axis=1)
+    KW, ksum = kernel_product(kernel, Xb, store.training_array(), weights.W, rows=block)
     mean_k = ksum / n
-    Z = center_projection(acc, mean_k, rW, sW, c)
+    Z = centering.center_scores(KW, mean_k, weights)
     return np.column_stack([Z, mean_k, kernel.diag(Xb)])
-
-
-def center_projection(KW: np.ndarray, mean_k: np.ndarray, rW: np.ndarray, sW: np.ndarray, c: float) -> np.ndarray:
-    """Scores ``k~(x)^T W`` of new points from their uncentred ``k(x)^T W``.
-
-    ``k~(x) = k(x) - r - mean(k(x)) 1 + c 1`` (DESIGN.md), so with
-    ``rW = r^T W`` and ``sW = 1^T W`` the centering costs O(k) per point.
-    ``KW`` (m, k) is overwritten.
-    """
-    KW -= rW[None, :]
-    KW -= np.outer(mean_k, sW)
-    KW += c * sW[None, :]
-    return KW
 
 
 @dataclass
@@ -128,20 +109,19 @@ class KPCAModel:
     @property
     def X_fit(self) -> da.Array:
         """The training data as stored (lazy)."""
-        return da.from_zarr(zarr.open_array(self.store, path="data/X", mode="r"))
+        return FitStore.at(self.store).training_data()
 
-    def _weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        lam = self.eigenvalues_
-        inv = np.zeros_like(lam)
-        nz = lam > 0
-        inv[nz] = 1.0 / np.sqrt(lam[nz])
-        W = self.eigenvectors_ * inv
-        return W, self.row_means_ @ W, W.sum(axis=0)
+    @property
+    def centering(self) -> Centering:
+        """The training kernel's centring statistics (``trace(K) = trace(K~) + n c``)."""
+        return Centering(self.row_means_, self.grand_mean_, self.trace_ + self.n_samples * self.grand_mean_)
+
+    def projection_weights(self) -> ProjectionWeights:
+        """``W = U / sqrt(lambda)`` and the sums that centre new points' scores."""
+        return self.centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
 
     # -- out of sample ----------------------------------------------------
     def _scores(self, X: Any) -> tuple[Any, bool]:
-        from .io import as_dask, open_input
-
         raw = open_input(X)
         lazy = isinstance(raw, da.Array)
         Xd = as_dask(raw, block_rows=min(self.block, 4096))
@@ -149,12 +129,12 @@ class KPCAModel:
             raise ValueError(
                 f"X has {Xd.shape[1]} features but the model was fitted with {self.n_features}."
             )
-        W, rW, sW = self._weights()
-        Wd, rWd, sWd = (dask.delayed(a, pure=True) for a in (W, rW, sW))
+        # O(n k) inputs go into the graph once, not once per block task
+        weights, centering = (dask.delayed(a, pure=True) for a in (self.projection_weights(), self.centering))
         k = self.n_components
         out = Xd.map_blocks(
-            _project_block, self.store, self.block, self.n_samples, self.kernel.to_dict(), Wd, rWd, sWd,
-            self.grand_mean_, dtype=np.float64, chunks=(Xd.chunks[0], (k + 2,)), meta=np.empty((0, 0)),
+            _project_block, FitStore.at(self.store), self.block, self.n_samples, self.kernel, weights, centering,
+            dtype=np.float64, chunks=(Xd.chunks[0], (k + 2,)), meta=np.empty((0, 0)),
         )
         return out, lazy
 
@@ -183,45 +163,32 @@ class KPCAModel:
         q = self.n_components if n_components is None else int(n_components)
         S, lazy = self._scores(X)
         k = self.n_components
-        norm2 = S[:, k + 1] - 2 * S[:, k] + self.grand_mean_
+        norm2 = self.centering.feature_norms(S[:, k + 1], S[:, k])
         err = norm2 - (S[:, :q] ** 2).sum(axis=1)
         return err if lazy else compute(err)[0]
 
     # -- persistence ------------------------------------------------------
     def save(self) -> str:
         """Write the model into ``<store>/model`` (replacing an older one)."""
-        root = _store.create_or_open(self.store)
-        _store.remove_member(root, "model")
-        g = root.create_group("model")
-        g.create_array("eigenvalues", data=self.eigenvalues_)
-        g.create_array("eigenvectors", data=self.eigenvectors_,
-                       chunks=(min(self.block, self.n_samples), max(1, self.n_components)))
-        g.create_array("row_means", data=self.row_means_, chunks=(min(self.block, self.n_samples),))
-        g.attrs.update(_store.json_safe({
-            "kernel": self.kernel.to_dict(),
-            "grand_mean": self.grand_mean_,
-            "trace": self.trace_,
-            "block": self.block,
-            "n_features": self.n_features,
-            "report": self.report,
-            "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "dkpca_version": _store.version(),
-            "complete": True,
-        }))
+        rows = min(self.block, self.n_samples)
+        FitStore.at(self.store).write_model(
+            {"eigenvalues": (self.eigenvalues_, None),
+             "eigenvectors": (self.eigenvectors_, (rows, max(1, self.n_components))),
+             "row_means": (self.row_means_, (rows,))},
+            {"kernel": self.kernel.to_dict(), "grand_mean": self.grand_mean_, "trace": self.trace_,
+             "block": self.block, "n_features": self.n_features, "report": self.report,
+             "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(), "dkpca_version": __version__})
         return self.store
 
     @classmethod
-    def load(cls, path: str) -> KPCAModel:
+    def load(cls, path: str | os.PathLike) -> KPCAModel:
         """Read a model written by :meth:`save` (or :func:`dkpca.fit`)."""
-        root = _store.open_existing(str(path))
-        if "model" not in root or not root["model"].attrs.get("complete"):
-            raise ValueError(f"store {path!r} holds no complete model; run dkpca fit with --store {path}.")
-        g = root["model"]
-        a = dict(g.attrs)
+        store = FitStore.at(path)
+        arrays, a = store.read_model()
         return cls(
-            eigenvalues_=g["eigenvalues"][:], eigenvectors_=g["eigenvectors"][:], row_means_=g["row_means"][:],
+            eigenvalues_=arrays["eigenvalues"], eigenvectors_=arrays["eigenvectors"], row_means_=arrays["row_means"],
             grand_mean_=float(a["grand_mean"]), trace_=float(a["trace"]), kernel=from_dict(a["kernel"]),
-            store=str(path), block=int(a["block"]), n_features=int(a["n_features"]), report=a.get("report", {}),
+            store=store.path, block=int(a["block"]), n_features=int(a["n_features"]), report=a.get("report", {}),
         )
 
     # -- display ----------------------------------------------------------
@@ -283,17 +250,13 @@ class KPCAModel:
     # -- plots (matplotlib, the ``plot`` extra) ---------------------------
     def plot_spectrum(self, **kwargs: Any) -> Any:
         """Explained-variance bar chart; see :func:`dkpca.plot.plot_spectrum`."""
-        from .plot import plot_spectrum
-
         return plot_spectrum(self, **kwargs)
 
     def plot_embedding(self, **kwargs: Any) -> Any:
         """Training points in two components; see :func:`dkpca.plot.plot_embedding`."""
-        from .plot import plot_embedding
-
         return plot_embedding(self, **kwargs)
 
 
-def load(path: str) -> KPCAModel:
+def load(path: str | os.PathLike) -> KPCAModel:
     """Load a fitted model from its store (no pickle involved)."""
     return KPCAModel.load(path)

@@ -9,92 +9,35 @@ anything is written.
 from __future__ import annotations
 
 import logging
-import numbers
 import os
-import tempfile
 import time
 import warnings
 from typing import Any
 
 import dask.array as da
 import numpy as np
-import zarr
 
-from . import store as _store
-from ._compute import compute, show_progress
-from .checkpoint import SolverCheckpoint
 from .gram import build_gram
-from .io import Fingerprint, as_dask, check_n_components, default_block_size, open_input, scan
-from .kernels import Kernel, make_kernel
+from .io import Fingerprint, scan
+from .kernels import Kernel
+from .linalg import Centering
 from .model import KPCAModel
-from .operator import MatrixFreeKernelOperator, StoredKernelOperator
-from .solvers import SOLVERS, ConvergenceWarning, choose, finalize, get_solver, randomized
+from .operator import CenteredKernelOperator, InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
+from .planning import choose, make_plan
+from .request import FitRequest, as_generator, make_request
+from .solvers import ConvergenceWarning, EigResult, PassReport, get_solver, postprocess
+from .solvers.randomized import block_size, start_block
+from .storage import SolverCheckpoint, json_safe
 
-__all__ = ["fit", "default_store_path"]
-
-GRAM_MODES = ("auto", "store", "recompute")
+__all__ = ["fit", "solve_kernel_matrix"]
 
 logger = logging.getLogger("dkpca")
 
 
-def default_store_path(source: Any) -> str:
-    """``data.zarr`` -> ``data.dkpca.zarr``; in-memory input -> a new temp dir."""
-    if isinstance(source, (str, os.PathLike)) and not _store.is_url(os.fspath(source)):
-        base = os.fspath(source).rstrip("/")
-        if base.endswith(".zarr"):
-            base = base[: -len(".zarr")]
-        return base + ".dkpca.zarr"
-    if isinstance(source, str):
-        raise ValueError(f"input {source!r} is a URL; pass store=... (a path or URL to write the model to).")
-    return os.path.join(tempfile.mkdtemp(prefix="dkpca-"), "store.dkpca.zarr")
-
-
-def _check_params(solver, dtype, tol, max_passes, chunk_size, gram) -> np.dtype:
-    if solver not in SOLVERS:
-        raise ValueError(f"solver={solver!r} is unknown; choose one of {', '.join(SOLVERS)}.")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in (np.dtype("float32"), np.dtype("float64")):
-        raise ValueError(f"dtype={dtype!r} is invalid; use 'float32' (default) or 'float64'.")
-    if not isinstance(tol, numbers.Real) or not (0 <= tol < 1):
-        raise ValueError(f"tol={tol!r} is invalid; it must be a number in [0, 1), e.g. 1e-6.")
-    if max_passes is not None and (not isinstance(max_passes, numbers.Integral) or max_passes < 1):
-        raise ValueError(f"max_passes={max_passes!r} is invalid; it must be a positive integer.")
-    if chunk_size is not None and (not isinstance(chunk_size, numbers.Integral) or chunk_size < 1):
-        raise ValueError(f"chunk_size={chunk_size!r} is invalid; it must be a positive integer (e.g. 4096).")
-    if gram not in GRAM_MODES:
-        raise ValueError(f"gram={gram!r} is invalid; choose 'auto', 'store' or 'recompute'.")
-    if solver == "nystrom" and gram == "store":
-        raise ValueError("gram='store' does not apply to solver='nystrom', which never reads K; "
-                         "use gram='auto' or 'recompute'.")
-    return dt
-
-
-def _store_data(path: str, X: da.Array, fp: Fingerprint, overwrite: bool) -> da.Array:
-    """Copy X into ``<store>/data/X`` once; return it as a dask array."""
-    root = _store.create_or_open(path)
-    if "data" in root:
-        attrs = dict(root["data"].attrs)
-        if attrs.get("fingerprint") == fp.to_dict() and attrs.get("complete") and not overwrite:
-            return da.from_zarr(zarr.open_array(path, path="data/X", mode="r"))
-        if attrs.get("fingerprint") != fp.to_dict() and not overwrite:
-            old = attrs.get("fingerprint", {})
-            raise ValueError(
-                f"store {path!r} was fitted on different data (store: shape {old.get('shape')}, "
-                f"checksum {old.get('checksum')}; now: shape {list(fp.shape)}, checksum {fp.checksum}). "
-                "Pass overwrite=True (CLI: --overwrite) to replace it, or choose another store."
-            )
-        for member in ("data", "gram", "model"):
-            _store.remove_member(root, member)
-    g = root.create_group("data")
-    g.attrs.update({"fingerprint": fp.to_dict(), "complete": False})
-    arr = g.create_array("X", shape=X.shape, chunks=(X.chunks[0][0], X.shape[1]), dtype=X.dtype,
-                         compressors=None)
-    compute(da.store(X, arr, lock=False, compute=False), label="copying X into the store")
-    g.attrs.update({"complete": True})
-    return da.from_zarr(zarr.open_array(path, path="data/X", mode="r"))
+def _print_pass(report: PassReport) -> None:
+    """The per-pass progress line (``progress=True``)."""
+    print(f"  pass {report.pass_number:3d}: max relative residual {report.max_relative_residual:.2e} "
+          f"({report.seconds:.2f}s)", flush=True)
 
 
 def fit(
@@ -157,14 +100,18 @@ def fit(
         evaluates kernel blocks from X every pass and stores no K; ``auto``
         recomputes when K does not fit on the store's disk or when the
         measured cost of a pass says it is faster (see
-        :func:`dkpca.solvers.choose`).
+        :func:`dkpca.planning.choose`).
     progress : bool, default=False
         Show progress bars (terminal or Jupyter).
 
     Returns
     -------
     KPCAModel
-        Saved in ``<store>/model``; reload with :func:`dkpca.load`.
+        Saved in ``<store>/model``; reload with :func:`dkpca.load`.  The
+        spectrum follows scikit-learn's rules (:mod:`dkpca.solvers.spectrum`):
+        ranked by value, significant negative eigenvalues are an error, and
+        numerically zero components are dropped, so ``n_components_`` of the
+        model can be below the number asked for.
 
     Raises
     ------
@@ -175,111 +122,95 @@ def fit(
         The input path does not exist.
     """
     t_start = time.perf_counter()
-    dt = _check_params(solver, dtype, tol, max_passes, chunk_size, gram)
-    kern = make_kernel(kernel, gamma=gamma, degree=degree, coef0=coef0, kernel_params=kernel_params)
-    raw = open_input(source)
-    X = as_dask(raw, block_rows=None)
-    n, d = X.shape
-    k = check_n_components(n_components, n)
-    block = int(chunk_size) if chunk_size else default_block_size(n)
-    block = min(block, n)
-    X = X.rechunk((block, d))
-    kern = kern.resolve(d)
-    path = os.fspath(store) if store is not None else default_store_path(source)
-    choice = choose(n, k, solver, gram, X=X, kernel=kern, dtype=dt, block=block, store=path, tol=tol,
-                    max_passes=max_passes or 60)
-    solver_name, gram, reason = choice.solver, choice.gram, choice.reason
+    req = make_request(source, n_components, kernel, gamma, degree, coef0, kernel_params, solver, store, chunk_size,
+                       dtype, tol, max_passes, random_state, overwrite, gram, progress)
+    choice = choose(req.n, req.n_components, req.solver, req.gram, X=req.X, kernel=req.kernel, dtype=req.dtype,
+                    block=req.block, store=req.store.path, tol=req.tol, max_passes=req.max_passes)
+    # The plan logged is made from the sizes alone: logging never changes the work done.
+    logger.info("%s", make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, choice.solver,
+                                choice.reason, choice.gram, req.store.path, tol=req.tol, max_passes=req.max_passes,
+                                measure=False))
     timings: dict[str, float] = {}
-    rng = np.random.default_rng(random_state)
-
-    if logger.isEnabledFor(logging.INFO):
-        # The same plan `dkpca plan` prints (measured: about a second).
-        from .plan import _resources, make_plan
-
-        logger.info("%s", make_plan(X, kern, k, block, dt, solver_name, reason, gram, path, tol=tol,
-                                    max_passes=max_passes or 60, resources=_resources(None)))
-
-    with show_progress(progress):
+    rng = as_generator(req.random_state)
+    t = time.perf_counter()
+    fp = scan(req.X)
+    timings["validate"] = time.perf_counter() - t
+    req.store.check_target()
+    with req.store.lock():
         t = time.perf_counter()
-        fp = scan(X)
-        timings["validate"] = time.perf_counter() - t
-        _store.check_target(path)
-        with _store.exclusive(path):
-            t = time.perf_counter()
-            Xs = _store_data(path, X, fp, overwrite)
-            timings["copy_data"] = time.perf_counter() - t
-            t = time.perf_counter()
-            # Iterative solvers save their state every pass (resume after a kill).
-            ckpt = SolverCheckpoint(path, {
-                "fingerprint": fp.to_dict(), "kernel": kern.to_dict(), "k": k, "solver": solver_name, "gram": gram,
-                "dtype": dt.name, "block": block,
-                "random_state": random_state if isinstance(random_state, numbers.Integral) else None,
-            }, chunk_rows=block)
-            if overwrite:
-                ckpt.clear()
-            op, gram_report, solver_opts = _make_operator(path, Xs, kern, fp, dt, solver_name, gram, k, rng,
-                                                          overwrite)
-            if "start" in solver_opts:
-                solver_opts["checkpoint"] = ckpt
-            timings["gram"] = time.perf_counter() - t
-            t = time.perf_counter()
-            solve = get_solver(solver_name)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                res = solve(op, k, tol=tol, max_passes=max_passes or 60, rng=rng, **solver_opts)
-            res = finalize(res, positive_definite=kern.positive_definite)
-            centering = res.info.pop("centering", None)
-            if centering is not None:  # nystrom: statistics of the approximation it solved
-                op.row_means, op.grand_mean = centering["row_means"], centering["grand_mean"]
-                op.diag_sum = centering["diag_sum"]
-            pass_seconds = res.info.pop("pass_seconds", None) or (op.pass_seconds[-res.passes:] if res.passes else [])
-            timings["solve"] = time.perf_counter() - t
-            if not res.converged:
-                warnings.warn(
-                    f"{solver_name} solver stopped after {res.passes} passes with relative residual "
-                    f"{res.history[-1] if res.history else float('nan'):.2e} > tol={tol}; "
-                    "raise max_passes or tol, or use solver='dense' for small n.",
-                    ConvergenceWarning, stacklevel=2,
-                )
-            timings["total"] = time.perf_counter() - t_start
-            report = _report(res, op, solver_name, reason, choice.details, tol, gram_report, timings, pass_seconds,
-                             n, d, k)
-            model = KPCAModel(
-                eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
-                grand_mean_=op.grand_mean, trace_=op.trace, kernel=kern, store=path, block=block,
-                n_features=d, report=_store.json_safe(report),
-            )
-            model.save()
+        Xs = req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress)
+        timings["copy_data"] = time.perf_counter() - t
+        t = time.perf_counter()
+        # Iterative solvers save their state every pass (resume after a kill).
+        ckpt = SolverCheckpoint(req.store, {
+            "fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(), "k": req.n_components,
+            "solver": choice.solver, "gram": choice.gram, "dtype": req.dtype.name, "block": req.block,
+            "random_state": req.random_state if isinstance(req.random_state, int) else None,
+        }, chunk_rows=req.block)
+        if req.overwrite:
             ckpt.clear()
+        op, gram_report, solver_opts = _make_operator(req, Xs, fp, choice.solver, choice.gram, rng)
+        if "start" in solver_opts:
+            solver_opts["checkpoint"] = ckpt
+        timings["gram"] = time.perf_counter() - t
+        t = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            res = get_solver(choice.solver)(op, req.n_components, tol=req.tol, max_passes=req.max_passes, rng=rng,
+                                            callback=_print_pass if req.progress else None, **solver_opts)
+        centering = res.info.pop("centering", None)
+        if centering is not None:  # nystrom: statistics of the approximation it solved
+            op.centering = Centering(centering["row_means"], centering["grand_mean"], centering["diag_sum"])
+        pass_seconds = res.info.pop("pass_seconds", None) or (op.pass_seconds[-res.passes:] if res.passes else [])
+        # scikit-learn's spectrum rules, with the thresholds of K's precision
+        res = postprocess(res, remove_zero=True, precision=req.dtype)
+        timings["solve"] = time.perf_counter() - t
+        if not res.converged:
+            warnings.warn(
+                f"{choice.solver} solver stopped after {res.passes} passes with relative residual "
+                f"{res.history[-1] if res.history else float('nan'):.2e} > tol={req.tol}; "
+                "raise max_passes or tol, or use solver='dense' for small n.",
+                ConvergenceWarning, stacklevel=2,
+            )
+        timings["total"] = time.perf_counter() - t_start
+        report = _report(res, op, choice.solver, choice.reason, choice.details, req.tol, gram_report, timings,
+                         pass_seconds, req.n, req.d, req.n_components)
+        model = KPCAModel(
+            eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
+            grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.block,
+            n_features=req.d, report=json_safe(report),
+        )
+        model.save()
+        ckpt.clear()
     return model
 
 
-def _make_operator(path: str, Xs: da.Array, kern: Kernel, fp: Fingerprint, dt: np.dtype, solver_name: str,
-                   gram: str, k: int, rng: np.random.Generator, overwrite: bool):
+def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
+                   rng: np.random.Generator) -> tuple[CenteredKernelOperator, dict[str, Any], dict[str, Any]]:
     """The centred operator a solver will use: (operator, Gram report, solver options).
 
     Builds (or reuses) the Gram store for ``gram="store"``; for the iterative
     solvers draws their start block and fuses its first product into the
     build (each block multiplies it while in cache: one read of K saved).
     """
-    n, block = Xs.shape[0], Xs.chunks[0][0]
+    n, block, dt = Xs.shape[0], Xs.chunks[0][0], req.dtype
     gram_report: dict[str, Any] = {"mode": gram, "dtype": dt.name, "block": block}
     solver_opts: dict[str, Any] = {}
     probe = None
     if solver_name in ("randomized", "lanczos"):
-        probe = randomized.start_block(n, randomized.block_size(n, k), rng)
+        probe = start_block(n, block_size(n, req.n_components), rng)
         solver_opts["start"] = probe
     if solver_name == "nystrom":
         # Only n x m kernel slices are evaluated (in the solver); the
         # centering statistics are those of the approximation.
         gram_report["mode"] = "none"
-        return MatrixFreeKernelOperator(Xs, kern, dtype=dt, statistics=False), gram_report, solver_opts
+        return MatrixFreeKernelOperator(Xs, req.kernel, dtype=dt, statistics=False), gram_report, solver_opts
     if gram != "store":
-        return MatrixFreeKernelOperator(Xs, kern, dtype=dt, probe=probe), gram_report, solver_opts
+        return MatrixFreeKernelOperator(Xs, req.kernel, dtype=dt, probe=probe), gram_report, solver_opts
     # Lanczos keeps every product in its Krylov relation: float64 only.
     single = probe is not None and dt == np.float32 and solver_name == "randomized"
-    info = build_gram(path, Xs, kern, fp, dtype=dt, overwrite=overwrite,
-                      probe=probe.astype(np.float32) if single else probe)
+    info = build_gram(req.store, Xs, req.kernel, fp, dtype=dt, overwrite=req.overwrite,
+                      probe=probe.astype(np.float32) if single else probe, progress=req.progress)
     op = StoredKernelOperator(info)
     if info.probe_product is not None:
         op.prime(probe, info.probe_product)
@@ -293,8 +224,9 @@ def _make_operator(path: str, Xs: da.Array, kern: Kernel, fp: Fingerprint, dt: n
 
 
 def _report(res, op, solver_name: str, reason: str, auto: dict, tol: float, gram_report: dict,
-            timings: dict, pass_seconds: list, n: int, d: int, k: int) -> dict[str, Any]:
+            timings: dict, pass_seconds: list, n: int, d: int, requested: int) -> dict[str, Any]:
     """``model.report``: what was solved, how, how well and how fast."""
+    k = len(res.eigenvalues)
     scale = max(abs(res.eigenvalues[0]), np.finfo(float).tiny) if k else 1.0
     return {
         "solver": solver_name, "solver_reason": reason, "passes": res.passes,
@@ -306,5 +238,31 @@ def _report(res, op, solver_name: str, reason: str, auto: dict, tol: float, gram
         "max_relative_residual": float(np.max(res.residuals) / scale) if k else 0.0,
         "history": res.history, "pass_seconds": pass_seconds,
         "solver_info": res.info, "gram": gram_report, "timings": timings,
-        "n_samples": n, "n_features": d,
+        "n_samples": n, "n_features": d, "n_components_requested": requested,
+        "zero_components_dropped": int(res.info.get("zero_eigenvalues_removed", 0)),
     }
+
+
+def solve_kernel_matrix(K: np.ndarray, k: int, solver: str, *, tol: float, max_passes: int | None,
+                        random_state: Any, remove_zero: bool, maxiter: int | None = None,
+                        ) -> tuple[EigResult, Centering]:
+    """The in-memory path: a kernel matrix held in memory -> operator -> solver -> spectrum policy.
+
+    The same solvers and the same :func:`~dkpca.solvers.postprocess` as
+    :func:`fit`; the estimator's in-memory ``fit`` is this call.  ``arpack``
+    takes scikit-learn's ``tol`` and ``maxiter`` and its starting vector
+    from ``random_state``; the iterative dkpca solvers take ``tol`` and
+    ``max_passes`` and warn (scikit-learn's ``ConvergenceWarning``) when they
+    stop short.  Returns the post-processed result and K's centring.
+    """
+    op = InMemoryKernelOperator(K)
+    if solver == "dense":
+        res = get_solver("dense")(op, k, tol=0.0, max_passes=1, rng=None)
+    elif solver == "arpack":
+        res = get_solver("arpack")(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
+    else:
+        res = get_solver(solver)(op, k, tol=tol, max_passes=max_passes, rng=as_generator(random_state))
+        if not res.converged:
+            warnings.warn(f"solver={solver!r} stopped after {res.passes} passes above tol={tol:g}; raise max_iter, "
+                          "or use eigen_solver='dense' or 'arpack'.", ConvergenceWarning, stacklevel=3)
+    return postprocess(res, remove_zero=remove_zero, precision=K.dtype), op.centering

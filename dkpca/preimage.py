@@ -40,6 +40,7 @@ import numpy as np
 import scipy.linalg
 
 from .kernels import RBF, Kernel, Linear
+from .linalg import DEFAULT_BLOCK, Centering, dense_rows
 
 __all__ = [
     "METHODS",
@@ -53,31 +54,20 @@ __all__ = [
 
 METHODS = ("ridge", "kwok-tsang", "fixed-point")
 
-#: training rows per block in the neighbour search and the fixed-point sums;
-#: with query batches of _QUERY_BATCH the temporaries stay at a few 10 MB
-_BLOCK = 4096
+#: query points per batch: with training row blocks of DEFAULT_BLOCK rows the
+#: temporaries stay at a few 10 MB
 _QUERY_BATCH = 512
 
 
 # -- training data access ---------------------------------------------------------
 
 
-def _dense_rows(X: Any, start: int, stop: int) -> np.ndarray:
-    """Rows ``start:stop`` of numpy / scipy sparse / dask training data, as float64."""
-    part = X[start:stop]
-    if hasattr(part, "toarray"):
-        part = part.toarray()
-    elif hasattr(part, "compute"):
-        part = part.compute()
-    return np.asarray(part, dtype=np.float64)
-
-
-def iter_row_blocks(X: Any, block: int = _BLOCK) -> Iterator[tuple[int, int, np.ndarray]]:
+def iter_row_blocks(X: Any, block: int = DEFAULT_BLOCK) -> Iterator[tuple[int, int, np.ndarray]]:
     """``(start, stop, rows)`` over the training data, one row block in memory at a time."""
     n = X.shape[0]
     for s in range(0, n, block):
         e = min(s + block, n)
-        yield s, e, _dense_rows(X, s, e)
+        yield s, e, dense_rows(X, s, e)
 
 
 def take_rows(X: Any, idx: np.ndarray) -> np.ndarray:
@@ -106,6 +96,7 @@ def fit_ridge(
     alpha: float,
     n_landmarks: int | None = None,
     random_state: Any = None,
+    block: int = DEFAULT_BLOCK,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Kernel ridge map from scores to inputs.
 
@@ -129,6 +120,8 @@ def fit_ridge(
         memory).  With m = n and K invertible both give the same map.
     random_state : int, Generator or None
         Choice of landmarks.
+    block : int
+        Training rows read at a time (landmark map).
 
     Returns
     -------
@@ -155,7 +148,7 @@ def fit_ridge(
     m = landmarks.size
     A = np.zeros((m, m))
     B = None
-    for s, e, Xb in iter_row_blocks(X):
+    for s, e, Xb in iter_row_blocks(X, block):
         Knm = kernel(Z[s:e], Zm)
         A += Knm.T @ Knm
         B = Knm.T @ Xb if B is None else B + Knm.T @ Xb
@@ -210,7 +203,7 @@ def feature_sq_distances(Z: np.ndarray, E: np.ndarray, kdiag_centered: np.ndarra
 
 
 def nearest_training_points(Z: np.ndarray, E: np.ndarray, kdiag_centered: np.ndarray,
-                            n_neighbors: int) -> tuple[np.ndarray, np.ndarray]:
+                            n_neighbors: int, block: int = DEFAULT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """The ``n_neighbors`` training points nearest (in feature space) to each query.
 
     Scans the training scores block by block, keeping a running top list, so
@@ -228,8 +221,8 @@ def nearest_training_points(Z: np.ndarray, E: np.ndarray, kdiag_centered: np.nda
     best_d = np.full((m, 0), np.inf)
     best_i = np.zeros((m, 0), dtype=np.int64)
     rows = np.arange(m)[:, None]
-    for s in range(0, n, _BLOCK):
-        e = min(s + _BLOCK, n)
+    for s in range(0, n, block):
+        e = min(s + block, n)
         D = feature_sq_distances(Z, E[s:e], kdiag_centered[s:e])
         cand_d = np.hstack([best_d, D])
         cand_i = np.hstack([best_i, np.broadcast_to(np.arange(s, e), D.shape)])
@@ -364,3 +357,26 @@ def fixed_point_preimage(Z: np.ndarray, X: Any, W: np.ndarray, kernel: Any, x0: 
         n_iter[active[done]] = it + 1
         active = active[~done]
     return x, n_iter
+
+
+def inverse(method: str, Z: np.ndarray, *, X_fit: Any, kernel: Any, ridge_kernel: Callable, eigenvalues: np.ndarray,
+            eigenvectors: np.ndarray, centering: Centering, kdiag_centered: np.ndarray,
+            ridge: tuple[np.ndarray, np.ndarray] | None = None, n_neighbors: int = 10, tol: float = 1e-6,
+            max_iter: int = 100) -> np.ndarray:
+    """Pre-images of scores ``Z`` by ``method`` (see :meth:`dkpca.KernelPCA.inverse_transform`).
+
+    ``ridge`` is ``(landmark scores, dual coefficients)`` of the map learned
+    at fit; the other methods need the training data, the kernel and the
+    model's spectrum and centring.
+    """
+    k = eigenvalues.shape[0]
+    if Z.shape[1] != k:
+        raise ValueError(f"X has {Z.shape[1]} columns but the model has {k} components; pass scores from transform.")
+    if method == "ridge":
+        return ridge_preimage(Z, ridge[0], ridge[1], ridge_kernel)
+    E = eigenvectors * np.sqrt(eigenvalues)
+    x0 = kwok_tsang_preimage(Z, X_fit, E, kdiag_centered, kernel, n_neighbors=n_neighbors)
+    if method == "kwok-tsang":
+        return x0
+    W = centering.projection_weights(eigenvalues, eigenvectors).W
+    return fixed_point_preimage(Z, X_fit, W, kernel, x0, tol=tol, max_iter=max_iter)[0]

@@ -8,15 +8,11 @@ in its own process group so that a finalizer can kill the whole group
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import json
 import logging
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -27,128 +23,9 @@ from sklearn.metrics.pairwise import rbf_kernel
 import dkpca
 from dkpca import cluster as dc
 
-from .conftest import reference_eigh
+from .conftest import ROOT, dkpca_cmd, make_data, reference_eigh, write_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "cluster_configs", "*.yaml")))
-BIN = os.path.dirname(sys.executable)
-
-
-# -- helpers shared with test_faults / test_resume ---------------------------
-def make_data(n: int, seed: int = 0, d: int = 5) -> np.ndarray:
-    """Four Gaussian clusters: a separated leading spectrum."""
-    rng = np.random.default_rng(seed)
-    centers = rng.standard_normal((4, d)) * 3
-    return centers[rng.integers(0, 4, n)] + 0.5 * rng.standard_normal((n, d))
-
-
-def write_data(path, X) -> str:
-    zarr.create_array(str(path), data=X, chunks=(min(512, len(X)), X.shape[1]), overwrite=True)
-    return str(path)
-
-
-def dkpca_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "dkpca.cli", *args]
-
-
-def spawn(cmd: list[str], **kw) -> subprocess.Popen:
-    """A subprocess in its own process group (killable with its children)."""
-    return subprocess.Popen(cmd, start_new_session=True, **kw)
-
-
-def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
-def done_markers(store: str) -> dict[str, int]:
-    """Gram done-marker chunk files -> mtime_ns (each written after its block)."""
-    out = {}
-    base = os.path.join(store, "gram", "done", "c")
-    for dirpath, _, files in os.walk(base):
-        for f in files:
-            if not f.endswith(".partial") and not f.startswith("."):
-                p = os.path.join(dirpath, f)
-                with contextlib.suppress(FileNotFoundError):
-                    out[p] = os.stat(p).st_mtime_ns
-    return out
-
-
-def wait_until(cond, timeout: float, interval: float = 0.01, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-class ProcCluster:
-    """``dask scheduler`` + ``dask worker`` subprocesses on 127.0.0.1."""
-
-    def __init__(self, tmp: str, n_workers: int = 2) -> None:
-        self.procs: list[subprocess.Popen] = []
-        self.tmp = tmp
-        sched_file = os.path.join(tmp, "scheduler.json")
-        self.logs = []
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self._start([os.path.join(BIN, "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                     "--dashboard-address", "127.0.0.1:0", "--scheduler-file", sched_file], env, "scheduler")
-        wait_until(lambda: os.path.exists(sched_file) and os.path.getsize(sched_file) > 0, 60,
-                   what="scheduler file")
-        with open(sched_file) as f:
-            self.address = json.load(f)["address"]
-        for i in range(n_workers):
-            self._start([os.path.join(BIN, "dask"), "worker", self.address, "--nthreads", "1", "--nworkers", "1",
-                         "--host", "127.0.0.1", "--no-dashboard", "--memory-limit", "2GiB",
-                         "--local-directory", os.path.join(tmp, f"w{i}")], env, f"worker{i}")
-        from distributed import Client
-
-        self.client = Client(self.address, timeout="30s")
-        self.client.wait_for_workers(n_workers, timeout=60)
-        self.n_workers = n_workers
-
-    def _start(self, cmd, env, name):
-        log = open(os.path.join(self.tmp, f"{name}.log"), "w")  # noqa: SIM115 - closed in close()
-        self.logs.append(log)
-        self.procs.append(spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
-
-    def worker_pids(self) -> dict[str, int]:
-        """Worker process (not nanny) pids by worker address."""
-        return self.client.run(os.getpid)
-
-    def wait_workers(self, n: int | None = None, timeout: float = 60) -> None:
-        self.client.wait_for_workers(n or self.n_workers, timeout=timeout)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.client.close(timeout=5)
-        for p in reversed(self.procs):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                kill_group(p)
-            kill_group(p)  # any orphaned child left in the group
-        for log in self.logs:
-            log.close()
-
-
-def start_proc_cluster(tmp_path_factory):
-    """Fixture body (modules bind it with ``pytest.fixture(scope="module")``)."""
-    c = ProcCluster(str(tmp_path_factory.mktemp("dask-cluster")))
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-proc_cluster = pytest.fixture(scope="module", name="proc_cluster")(start_proc_cluster)
 
 
 # -- configs -----------------------------------------------------------------
@@ -238,7 +115,7 @@ def test_missing_backend_names_the_extra(monkeypatch, backend, module, extra):
     monkeypatch.setitem(sys.modules, module, None)
     monkeypatch.setitem(sys.modules, module + ".operator", None)
     with pytest.raises(ImportError, match=rf"pip install 'dkpca\[{extra}\]'"):
-        dc._backend_class(backend)
+        dc.backend_class(backend)
 
 
 def test_missing_extra_is_a_cli_error(monkeypatch, tmp_path, capsys):
@@ -253,13 +130,13 @@ def test_missing_extra_is_a_cli_error(monkeypatch, tmp_path, capsys):
 def test_tls_security(tmp_path):
     cfg = dc.load_config(os.path.join(ROOT, "cluster_configs", "tls.yaml"))
     with pytest.raises(FileNotFoundError, match="tls_ca_file"):
-        dc._security(dict(cfg["security"]), "tls.yaml")
+        dc.make_security(dict(cfg["security"]), "tls.yaml")
     sec = dict(cfg["security"])
     for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
         p = tmp_path / key
         p.write_text("placeholder")
         sec[key] = str(p)
-    s = dc._security(sec, "tls.yaml")
+    s = dc.make_security(sec, "tls.yaml")
     from distributed.security import Security
 
     assert isinstance(s, Security) and s.require_encryption and s.tls_ca_file == str(tmp_path / "tls_ca_file")

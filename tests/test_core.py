@@ -11,10 +11,11 @@ from sklearn.decomposition import PCA, KernelPCA
 from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
-from dkpca.gram import build_gram, gram_bytes
+from dkpca.gram import build_gram
 from dkpca.io import as_dask, scan
 from dkpca.kernels import RBF, make_kernel
 from dkpca.operator import MatrixFreeKernelOperator, StoredKernelOperator
+from dkpca.storage import FitStore, gram_bytes
 
 from .conftest import centered, reference_eigh
 
@@ -26,7 +27,7 @@ def slow_decay(rng, n=500, d=40):
 
 def _gram(tmp_path, X, kernel, dtype, block):
     Xd = as_dask(X, block_rows=block)
-    return build_gram(str(tmp_path / "s.zarr"), Xd, kernel, scan(Xd), dtype=dtype)
+    return build_gram(FitStore.at(tmp_path / "s.zarr"), Xd, kernel, scan(Xd), dtype=dtype)
 
 
 @pytest.mark.parametrize("dtype, tol", [("float64", 1e-13), ("float32", 1e-5)])

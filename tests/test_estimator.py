@@ -24,7 +24,7 @@ from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.utils.estimator_checks import check_estimator
+from sklearn.utils.estimator_checks import check_estimator, check_estimators_dtypes
 
 import dkpca
 from dkpca import KernelPCA
@@ -144,6 +144,30 @@ def test_sparse_callable_precomputed_match(digits):
     Kc = rbf_kernel(X, gamma=1e-3) + X @ X.T
     lam, _ = reference_eigh(Kc, 4)
     np.testing.assert_allclose(comb.eigenvalues_, lam, rtol=1e-8)
+
+
+@pytest.mark.parametrize("solver", ["dense", "arpack"])
+def test_precomputed_kernel_and_centred_kernel_agree(gen, solver):
+    """scikit-learn's drop-in rule: centring an already centred kernel changes nothing.
+
+    H (H K H) H = H K H exactly; in floating point the second centring moves
+    entries by ~1e-16 |K|, so eigenvalues agree to 1e-10 (relative) and
+    eigenvectors, with the same sign rule, to 1e-10 (gaps here >= 1e-2 lambda_1).
+    """
+    K = rbf_kernel(gen, gamma=0.2)
+    a = KernelPCA(5, kernel="precomputed", eigen_solver=solver, random_state=0).fit(K)
+    b = KernelPCA(5, kernel="precomputed", eigen_solver=solver, random_state=0).fit(centered(K))
+    np.testing.assert_allclose(b.eigenvalues_, a.eigenvalues_, rtol=1e-10)
+    np.testing.assert_allclose(b.eigenvectors_, a.eigenvectors_, atol=1e-10)
+
+
+def test_all_components_of_indefinite_kernel_raise_like_sklearn(gen):
+    """n_components=None asks for every eigenvalue, negative ones included: scikit-learn raises, so does dkpca."""
+    params = {"kernel": "sigmoid", "gamma": 0.2, "coef0": 1.0}
+    with pytest.raises(ValueError, match="There are significant negative eigenvalues"):
+        SKKernelPCA(**params).fit(gen)
+    with pytest.raises(ValueError, match="There are significant negative eigenvalues"):
+        KernelPCA(**params).fit(gen)
 
 
 def test_float32_preserved_and_close(gen):
@@ -313,6 +337,12 @@ def test_out_of_core_refuses_in_memory_only_options(tmp_path, gen, params, match
 # -- scikit-learn's estimator checks -------------------------------------------------------
 
 
+#: check_estimators_dtypes fits a precomputed "kernel" cast to int, i.e. a truncated linear kernel, which
+#: is not PSD: scikit-learn's KernelPCA raises on it (its significant-negative-eigenvalue error) and so does
+#: dkpca, which follows scikit-learn's spectrum policy exactly (test_dtype_check_fails_like_sklearn_on_precomputed).
+PRECOMPUTED_EXPECTED_FAILURES = {"check_estimators_dtypes": "int-cast kernels are not PSD; scikit-learn raises too"}
+
+
 @pytest.mark.parametrize("est", [
     KernelPCA(),
     KernelPCA(n_components=3, kernel="rbf"),
@@ -323,7 +353,17 @@ def test_out_of_core_refuses_in_memory_only_options(tmp_path, gen, params, match
     KernelPCA(kernel=RBF(0.5) + Linear(), fit_inverse_transform=True),
 ], ids=lambda e: repr(e).replace("\n", "").replace(" ", ""))
 def test_check_estimator(est):
-    check_estimator(est)
+    expected = PRECOMPUTED_EXPECTED_FAILURES if est.kernel == "precomputed" else None
+    check_estimator(est, expected_failed_checks=expected)
+
+
+def test_dtype_check_fails_like_sklearn_on_precomputed():
+    """The one check excused above fails for scikit-learn's KernelPCA with the same error."""
+    with pytest.raises(ValueError, match="There are significant negative eigenvalues") as sk:
+        check_estimators_dtypes("KernelPCA", SKKernelPCA(kernel="precomputed"))
+    with pytest.raises(ValueError, match="There are significant negative eigenvalues") as ours:
+        check_estimators_dtypes("KernelPCA", KernelPCA(kernel="precomputed"))
+    assert str(ours.value).startswith(str(sk.value))
 
 
 # SparseKernelPCA (dkpca/sparse.py) runs check_estimator in tests/test_sparse.py.

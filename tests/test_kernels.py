@@ -105,3 +105,26 @@ def test_bad_kernel_parameters(args, match):
 def test_scaled_requires_positive_scale():
     with pytest.raises(ValueError, match="scale"):
         K.Scaled(-1.0, K.RBF(1.0)).validate()
+
+
+@pytest.mark.parametrize("spec, match", [
+    ({"name": "rbf", "gamma": 0.5, "sigma": 1.0}, r"unknown field\(s\) \['sigma'\]"),
+    ({"name": "poly", "gamma": 0.5, "coef0": 1.0}, r"missing field\(s\) \['degree'\]"),
+    ({"name": "rbf", "gamma": "0.5"}, "gamma='0.5' is invalid"),
+    ({"name": "poly", "gamma": 0.5, "degree": 2.5, "coef0": 1.0}, "degree=2.5 is invalid"),
+    ({"name": "sum", "kernels": [{"name": "linear"}], "extra": 1}, r"unknown field\(s\) \['extra'\]"),
+    ({"name": "scaled", "scale": 2.0}, r"missing field\(s\) \['kernel'\]"),
+    ({"name": "scaled", "scale": -1.0, "kernel": {"name": "linear"}}, "scale=-1.0 is invalid"),
+    ({"name": "sum", "kernels": "rbf"}, "must be a list of kernel spec dicts"),
+    ({"name": "nope"}, "unknown kernel 'nope'"),
+])
+def test_kernel_spec_rejects_bad_fields_by_name(spec, match):
+    """A stored or hand-written spec is checked field by field: never a TypeError/KeyError, never a wrong kernel."""
+    with pytest.raises(ValueError, match=match):
+        K.from_dict(spec)
+
+
+def test_kernel_spec_roundtrip_is_exact_for_every_named_kernel():
+    for name in K.KERNEL_NAMES:
+        k = K.make_kernel(name, gamma=0.25).resolve(3)
+        assert K.from_dict(k.to_dict()) == k

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import dkpca
-from dkpca.gram import gram_bytes
-from dkpca.plan import plan
+from dkpca.planning import plan
+from dkpca.storage import fitstore, gram_bytes
 
-from .test_cluster import ROOT, dkpca_cmd, make_data, write_data
+from .conftest import ROOT, dkpca_cmd, make_data, write_data
 
 
 def test_plan_sizes_without_computing(tmp_path):
@@ -61,12 +61,9 @@ def test_plan_validates_like_fit(blobs):
 
 
 def test_plan_warns_on_small_disk(blobs, monkeypatch, tmp_path):
-    import importlib
     from collections import namedtuple
 
-    P = importlib.import_module("dkpca.plan")  # the module (dkpca.plan is the function)
-
-    monkeypatch.setattr(P.shutil, "disk_usage", lambda p: namedtuple("u", "total used free")(1, 1, 1000))
+    monkeypatch.setattr(fitstore.shutil, "disk_usage", lambda p: namedtuple("u", "total used free")(1, 1, 1000))
     p = plan(blobs, n_components=2, store=tmp_path / "s.zarr", measure=False, gram="store")
     assert any("only 1000 B is free" in w for w in p.warnings) and "warning:" in str(p)
 

@@ -123,20 +123,20 @@ def test_feature_distances_and_blockwise_neighbours(monkeypatch):
     # all components of a linear kernel: P phi(t) = t, distances are Euclidean
     brute = ((T[:, None, :] - X[None, :, :]) ** 2).sum(-1)
     np.testing.assert_allclose(D, brute, atol=1e-9)
-    monkeypatch.setattr(pre, "_BLOCK", 37)  # many blocks, ragged last one
-    idx, d2 = pre.nearest_training_points(Z, E, est._kdiag_centered, 9)
+    idx, d2 = pre.nearest_training_points(Z, E, est._kdiag_centered, 9, block=37)  # many blocks, ragged last
     np.testing.assert_array_equal(idx, np.argsort(brute, axis=1, kind="stable")[:, :9])
     np.testing.assert_allclose(d2, np.sort(brute, axis=1)[:, :9], atol=1e-9)
 
 
-def test_landmark_ridge_formula(monkeypatch):
+def test_landmark_ridge_formula():
     """Blockwise subset-of-regressors equals the dense normal equations."""
     rng = np.random.default_rng(2)
     Z = rng.standard_normal((120, 3))
     X = rng.standard_normal((120, 4))
     k = RBF(0.3)
-    monkeypatch.setattr(pre, "_BLOCK", 25)
-    lm, dual = pre.fit_ridge(Z, X, lambda a, b=None: k.block(a, b), alpha=0.5, n_landmarks=30, random_state=1)
+    # block=25: several row blocks of the n points, the last one ragged
+    lm, dual = pre.fit_ridge(Z, X, lambda a, b=None: k.block(a, b), alpha=0.5, n_landmarks=30, random_state=1,
+                             block=25)
     assert lm.shape == (30,) and np.all(np.diff(lm) > 0)
     Knm = rbf_kernel(Z, Z[lm], gamma=0.3)
     A = Knm.T @ Knm + 0.5 * rbf_kernel(Z[lm], gamma=0.3)

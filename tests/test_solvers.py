@@ -51,13 +51,15 @@ import scipy.linalg
 import zarr
 
 import dkpca
-from dkpca.gram import build_gram, gram_bytes
+from dkpca.gram import build_gram
 from dkpca.io import as_dask, scan
 from dkpca.kernels import RBF, Linear
 from dkpca.operator import MatrixFreeKernelOperator, StoredKernelOperator
-from dkpca.solvers import SOLVERS, choose, choose_solver, finalize, get_solver
+from dkpca.planning import choose
+from dkpca.solvers import SOLVERS, PassReport, get_solver, postprocess
 from dkpca.solvers.lanczos import solve as lanczos_solve
 from dkpca.solvers.randomized import solve as randomized_solve
+from dkpca.storage import FitStore, SolverCheckpoint, gram_bytes
 
 from .conftest import centered
 
@@ -103,7 +105,7 @@ def problems(tmp_path_factory):
         lam, U = scipy.linalg.eigh(Kc)
         path = str(tmp_path_factory.mktemp(spectrum) / "s.dkpca.zarr")
         Xd = as_dask(X, block_rows=BLOCK)
-        info = build_gram(path, Xd, kernel, scan(Xd), dtype="float64")
+        info = build_gram(FitStore.at(path), Xd, kernel, scan(Xd), dtype="float64")
         # the training data where dkpca.fit puts it (the nystrom solver reads it from a stored operator)
         zarr.open_group(path, mode="r+").create_array("data/X", data=X, chunks=(BLOCK, X.shape[1]))
         out[spectrum] = dict(X=X, kernel=kernel, Kc=Kc, lam=lam[::-1], U=U[:, ::-1], gram=info)
@@ -152,7 +154,7 @@ def test_exact_solvers_against_eigh(problems, solver, spectrum, mode):
     p = problems[spectrum]
     op = _operator(p, mode)
     k = K_COMP  # degenerate: 3 whole pairs, so the top-k subspace is well defined
-    res = finalize(get_solver(solver)(op, k, tol=TOL, max_passes=200, rng=0))
+    res = postprocess(get_solver(solver)(op, k, tol=TOL, max_passes=200, rng=0), remove_zero=False)
     lam, U, Kc = p["lam"][:k], p["U"][:, :k], p["Kc"]
     assert res.converged and res.solver == solver
     np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-8, atol=0)
@@ -182,6 +184,18 @@ def test_lanczos_needs_fewer_passes_than_subspace_iteration_on_slow_decay(proble
     assert 3 * counts["lanczos"] <= counts["randomized"], counts
 
 
+@pytest.mark.parametrize("solver", ["dense", "randomized", "lanczos"])
+def test_callback_reports_every_pass(problems, solver):
+    """callback gets one PassReport per pass: numbers 1..passes, the residual history, a wall time."""
+    op = _operator(problems["fast"], "matrix-free")
+    reports: list[PassReport] = []
+    res = get_solver(solver)(op, K_COMP, tol=TOL, max_passes=200, rng=0, callback=reports.append)
+    assert [r.pass_number for r in reports] == list(range(1, res.passes + 1))
+    # exact equality: the report carries the very float the solver appended to its history
+    assert [r.max_relative_residual for r in reports] == res.history
+    assert all(r.seconds >= 0 for r in reports)
+
+
 def test_lanczos_is_one_block_product_per_pass(problems):
     p = problems["slow"]
     op = _operator(p, "matrix-free")
@@ -202,7 +216,8 @@ def test_lanczos_thick_restart_keeps_accuracy(problems):
     p = problems["slow"]
     op = _operator(p, "matrix-free")
     ell = 6 + 10
-    res = finalize(lanczos_solve(op, K_COMP, tol=TOL, max_passes=200, rng=0, max_basis=3 * ell))
+    res = postprocess(lanczos_solve(op, K_COMP, tol=TOL, max_passes=200, rng=0, max_basis=3 * ell),
+                      remove_zero=False)
     assert res.converged and res.info["restarts"] >= 1 and res.info["basis_size"] <= 3 * ell
     np.testing.assert_allclose(res.eigenvalues, p["lam"][:K_COMP], rtol=1e-8)
     true_res = np.linalg.norm(p["Kc"] @ res.eigenvectors - res.eigenvectors * res.eigenvalues, axis=0)
@@ -210,17 +225,15 @@ def test_lanczos_thick_restart_keeps_accuracy(problems):
 
 
 def test_lanczos_resumes_from_checkpoint(problems, tmp_path):
-    from dkpca.checkpoint import SolverCheckpoint
-    from dkpca.store import create_or_open
-
     p = problems["slow"]
     path = str(tmp_path / "ck.zarr")
-    create_or_open(path)
+    FitStore.at(path).open_for_write()
     ck = SolverCheckpoint(path, {"test": "lanczos"}, interval=0)
     first = lanczos_solve(_operator(p, "matrix-free"), K_COMP, tol=TOL, max_passes=4, rng=0, checkpoint=ck)
     assert not first.converged and ck.saves == 4 and ck.load().passes == 4
     op = _operator(p, "matrix-free")
-    res = finalize(lanczos_solve(op, K_COMP, tol=TOL, max_passes=BUDGET["lanczos", "slow"], rng=0, checkpoint=ck))
+    res = postprocess(lanczos_solve(op, K_COMP, tol=TOL, max_passes=BUDGET["lanczos", "slow"], rng=0,
+                                    checkpoint=ck), remove_zero=False)
     assert res.info["resumed_at_pass"] == 4 and res.converged
     assert res.passes == 4 + op.passes <= BUDGET["lanczos", "slow"] and res.history[:4] == first.history
     np.testing.assert_allclose(res.eigenvalues, p["lam"][:K_COMP], rtol=1e-8)
@@ -236,7 +249,7 @@ def test_lanczos_finds_invariant_subspace_of_low_rank_kernel():
     rng = np.random.default_rng(3)
     X = rng.standard_normal((200, 5)) * np.array([5.0, 4, 3, 2, 1])
     op = MatrixFreeKernelOperator(as_dask(X, block_rows=64), Linear(), dtype=np.float64)
-    res = finalize(lanczos_solve(op, 3, tol=1e-12, max_passes=20, rng=0))
+    res = postprocess(lanczos_solve(op, 3, tol=1e-12, max_passes=20, rng=0), remove_zero=False)
     lam = scipy.linalg.eigvalsh(centered(X @ X.T))[::-1][:3]
     assert res.converged and res.passes <= 2
     np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-10)
@@ -261,7 +274,7 @@ def test_nystrom_with_every_point_a_landmark_is_exact(problems, spectrum, mode):
     p = problems[spectrum]
     op = _operator(p, mode)  # stored: X comes from the store's data/X
     k = K_COMP
-    res = finalize(get_solver("nystrom")(op, k, n_landmarks=N, rng=0, exact_residuals=True))
+    res = postprocess(get_solver("nystrom")(op, k, n_landmarks=N, rng=0, exact_residuals=True), remove_zero=False)
     lam = p["lam"][:k]
     np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-8)
     for g in _clusters(p["lam"], k):
@@ -282,7 +295,7 @@ def test_nystrom_error_non_increasing_for_nested_landmarks(problems, spectrum):
     errs, traces = [], []
     K = _dense_kernel(p["X"], p["kernel"])
     for m in (20, 40, 80, 160, 320):
-        res = finalize(get_solver("nystrom")(op, K_COMP, landmarks=perm[:m]))
+        res = postprocess(get_solver("nystrom")(op, K_COMP, landmarks=perm[:m]), remove_zero=False)
         # K_nys <= K (Loewner), so every eigenvalue of H K_nys H is below the exact one
         assert np.all(res.eigenvalues <= lam_ref * (1 + 1e-10))
         errs.append(float(np.max((lam_ref - res.eigenvalues) / lam_ref)))
@@ -308,7 +321,8 @@ def test_nystrom_error_decreases_with_m(problems, method):
     lam_ref = p["lam"][:K_COMP]
     errs = []
     for m in (12, 48, 192):
-        res = finalize(get_solver("nystrom")(op, K_COMP, n_landmarks=m, landmarks=method, rng=7))
+        res = postprocess(get_solver("nystrom")(op, K_COMP, n_landmarks=m, landmarks=method, rng=7),
+                          remove_zero=False)
         errs.append(float(np.max(np.abs(lam_ref - res.eigenvalues) / lam_ref)))
         assert res.info["n_landmarks"] == m and res.info["landmarks"] == method
     assert errs[1] < errs[0] and errs[2] < errs[1], errs
@@ -389,7 +403,7 @@ def test_matrix_free_operator_numpy_input_float32_and_probe(problems):
 def test_matrix_free_without_statistics_refuses_products(problems):
     p = problems["fast"]
     op = MatrixFreeKernelOperator(p["X"], p["kernel"], block=BLOCK, statistics=False)
-    assert op.setup_passes == 0 and op.row_means is None
+    assert op.setup_passes == 0 and op.centering is None
     with pytest.raises(ValueError, match="statistics=False"):
         op.matmat(np.ones((N, 1)))
     with pytest.raises(ValueError, match="probe needs statistics"):
@@ -480,14 +494,17 @@ def test_choose_rules(kw, solver, gram, why):
         assert (c.details["expected_passes"] < 20) == (solver == "lanczos")
 
 
-def test_choose_solver_compat_and_names():
-    assert choose_solver(100, 2, "auto")[0] == "dense"
-    assert choose_solver(100, 2, "lanczos") == ("lanczos", "solver=lanczos: solver requested; gram=store: requested")
+def test_choose_solver_compat_and_names(tmp_path):
+    assert choose(100, 2, "auto").solver == "dense"
+    c = choose(100, 2, "lanczos")
+    assert (c.solver, c.reason) == ("lanczos", "solver=lanczos: solver requested; gram=store: requested")
     assert set(SOLVERS) == {"auto", "dense", "randomized", "lanczos", "nystrom"}
+    # names are validated once, at the front end (dkpca.request), before any data is read
+    X = np.zeros((10, 2))
     with pytest.raises(ValueError, match="solver='magic'"):
-        choose(10, 2, "magic")
+        dkpca.fit(X, 2, solver="magic", store=tmp_path / "m.zarr")
     with pytest.raises(ValueError, match="gram='disk'"):
-        choose(10, 2, "auto", "disk")
+        dkpca.fit(X, 2, gram="disk", store=tmp_path / "m.zarr")
     with pytest.raises(ValueError, match="solver='magic' is unknown"):
         get_solver("magic")
 
@@ -506,9 +523,9 @@ def test_fit_auto_small_gram_is_stored_without_measuring(tmp_path):
 
 def test_fit_auto_measures_a_pass_for_large_gram(tmp_path, monkeypatch):
     """Above SMALL_GRAM_BYTES the gram mode comes from a measured block (here: threshold lowered)."""
-    import dkpca.solvers
+    import dkpca.planning.auto
 
-    monkeypatch.setattr(dkpca.solvers, "SMALL_GRAM_BYTES", 0)
+    monkeypatch.setattr(dkpca.planning.auto, "SMALL_GRAM_BYTES", 0)
     X = np.random.default_rng(0).standard_normal((3200, 3))
     model = dkpca.fit(X, n_components=3, gamma=0.5, store=tmp_path / "a.zarr", random_state=0, tol=1e-6)
     r = model.report

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dkpca.store import ChunkWriter, chunk_file
+from dkpca.storage import FORMAT, LOCK_NAME, ChunkWriter, FitStore, chunk_file, write_direct
 
 
 @pytest.mark.parametrize("compressors", [None, "auto"])
@@ -39,7 +39,7 @@ def test_chunk_file_only_for_plain_layout(tmp_path):
 
 @pytest.mark.parametrize("edge", [256, 250])  # 256^2*4 bytes is a multiple of 4 KiB, 250^2*4 is not
 def test_direct_io_writer_round_trips(tmp_path, rng, edge):
-    from dkpca._workspace import scratch
+    from dkpca.linalg import scratch
 
     path = str(tmp_path / "d.zarr")
     arr = zarr.create_array(path, shape=(2 * edge, edge), chunks=(edge, edge), dtype="float32", fill_value=0.0,
@@ -57,25 +57,24 @@ def test_direct_io_writer_round_trips(tmp_path, rng, edge):
 
 
 def test_write_direct_reports_unaligned_buffers(tmp_path):
-    from dkpca.store import _write_direct
 
     a = np.zeros(4096 + 1, np.uint8)[1:]  # certainly not page-aligned
-    assert _write_direct(str(tmp_path / "x"), a) is False
+    assert write_direct(str(tmp_path / "x"), a) is False
 
 
 def test_store_created_beside_its_lock_and_foreign_dirs_refused(tmp_path):
-    from dkpca import store as _store
 
     path = str(tmp_path / "new.dkpca.zarr")
-    with _store.exclusive(path):  # creates the directory and the lock first
-        root = _store.create_or_open(path)
-        assert os.path.exists(os.path.join(path, _store.LOCK_NAME))  # creating the store kept the lock
-        assert root.attrs["format"] == _store.FORMAT
-    assert not os.path.exists(os.path.join(path, _store.LOCK_NAME))
-    _store.check_target(path)  # ours: fine
+    store = FitStore.at(path)
+    with store.lock():  # creates the directory and the lock first
+        root = store.open_for_write()
+        assert os.path.exists(os.path.join(path, LOCK_NAME))  # creating the store kept the lock
+        assert root.attrs["format"] == FORMAT
+    assert not os.path.exists(os.path.join(path, LOCK_NAME))
+    store.check_target()  # ours: fine
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not a dkpca store"):
-        _store.check_target(str(foreign))
+        FitStore.at(foreign).check_target()
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]  # nothing written

@@ -1,334 +1,59 @@
 """Eigensolvers over a :class:`~dkpca.operator.CenteredKernelOperator`.
 
-Each solver is a function ``solve(operator, k, *, tol, max_passes, rng) ->
-EigResult``.  What every solver needs afterwards -- descending order,
-deterministic signs, clipping of tiny negative eigenvalues of a PSD kernel --
-is done once, in :func:`finalize`.  :func:`choose_solver` resolves ``"auto"``
-in one place and says why.
+Every solver is a function with one signature::
+
+    solve(operator, k, *, tol, max_passes, rng, callback=None, **solver_specific) -> EigResult
+
+returning the ``k`` largest eigenpairs of K~ *by value* (dense, randomized,
+lanczos, nystrom, arpack; :func:`get_solver` by name).  ``callback``, if
+given, receives a :class:`PassReport` after each pass; solvers never print.
+What every result needs afterwards -- ranking by value, deterministic signs,
+scikit-learn's checks of a PSD spectrum, dropping zero components -- is
+written once, in :func:`postprocess` (:mod:`dkpca.solvers.spectrum`), and
+used by every path.  An iterative solver that stops at ``max_passes`` before
+``tol`` returns ``converged=False``; callers warn with
+:class:`ConvergenceWarning`, which is scikit-learn's own class.
 """
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
-import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["EigResult", "Choice", "finalize", "choose", "choose_solver", "get_solver", "SOLVERS", "ConvergenceWarning"]
+from . import arpack, dense, lanczos, nystrom, randomized
+from .result import Callback, EigResult, PassReport
+from .spectrum import check_eigenvalues, flip_signs, postprocess
 
-#: n up to which ``auto`` solves densely: the dense K~ (n^2 float64) plus
-#: eigh's workspace stay well under a GB and eigh beats repeated passes.
-DENSE_MAX_N = 3000
+__all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postprocess", "check_eigenvalues",
+           "flip_signs", "get_solver", "SOLVERS", "SOLVER_NAMES"]
 
-#: Gram stores up to this size are stored without measuring (``gram="auto"``):
-#: K stays in the page cache, a refit reuses it, and the choice -- hence the
-#: rounding of the result -- does not depend on a timing.
-SMALL_GRAM_BYTES = 1 << 30
-
-
-class ConvergenceWarning(UserWarning):
-    """An iterative solver stopped at ``max_passes`` before reaching ``tol``."""
-
-
-@dataclass
-class EigResult:
-    """Top eigenpairs of K~ and how they were obtained.
-
-    Attributes
-    ----------
-    eigenvalues : ndarray of shape (k,)
-        Descending.
-    eigenvectors : ndarray of shape (n, k)
-        Orthonormal columns.
-    passes : int
-        Products with K~ (passes over K).
-    residuals : ndarray of shape (k,)
-        ``||K~ u - lambda u||`` per eigenpair.
-    converged : bool
-    solver : str
-    history : list of float
-        Largest relative residual after each pass (iterative solvers).
-    """
-
-    eigenvalues: np.ndarray
-    eigenvectors: np.ndarray
-    passes: int
-    residuals: np.ndarray
-    converged: bool
-    solver: str
-    history: list[float] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-def report_pass(operator, rel_residual: float, pass_number: int | None = None) -> None:
-    """One line per solver pass when progress is on (CLI, Jupyter).
-
-    ``pass_number`` defaults to the operator's count; a solver resumed from a
-    checkpoint passes its own total.
-    """
-    from .._compute import progress_enabled
-
-    if progress_enabled():
-        t = operator.pass_seconds[-1] if operator.pass_seconds else float("nan")
-        num = operator.passes if pass_number is None else pass_number
-        print(f"  pass {num:3d}: max relative residual {rel_residual:.2e} ({t:.2f}s)", flush=True)
-
-
-def finalize(res: EigResult, positive_definite: bool = True) -> EigResult:
-    """Sort descending, fix signs, clip round-off negatives of PSD kernels.
-
-    Signs follow scikit-learn's ``svd_flip`` rule for eigenvectors: the entry
-    of largest magnitude in each vector is made positive, so repeated fits
-    (and different solvers) give identical output.
-    """
-    order = np.argsort(res.eigenvalues)[::-1]
-    lam = res.eigenvalues[order].astype(np.float64)
-    U = res.eigenvectors[:, order]
-    idx = np.argmax(np.abs(U), axis=0)
-    signs = np.sign(U[idx, np.arange(U.shape[1])])
-    signs[signs == 0] = 1
-    U = U * signs
-    if positive_definite and lam.size:
-        # A PSD kernel's centred matrix has eigenvalues >= 0; anything below is
-        # round-off of size ~ eps * lambda_1.  Larger negatives are real (a
-        # non-PSD kernel in disguise) and are reported, not hidden.
-        floor = -1e-6 * max(lam[0], 0.0) if lam[0] > 0 else 0.0
-        if np.any(lam < floor):
-            warnings.warn(
-                f"the centred kernel matrix has significantly negative eigenvalues (min {lam.min():.3g}); "
-                "the kernel may not be positive semi-definite for this data.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        lam = np.where((lam < 0) & (lam >= floor), 0.0, lam)
-    res.eigenvalues = lam
-    res.eigenvectors = np.ascontiguousarray(U)
-    res.residuals = np.asarray(res.residuals)[order]
-    return res
-
-
-@dataclass
-class Choice:
-    """What ``auto`` resolved to (:func:`choose`).
-
-    Attributes
-    ----------
-    solver : str
-        ``dense``, ``randomized``, ``lanczos`` or ``nystrom``.
-    gram : str
-        ``store`` or ``recompute``.
-    reason : str
-        One human-readable sentence per decision, for the model report.
-    details : dict
-        The figures the decision used (JSON-safe): sizes, free disk, measured
-        seconds per block, estimated passes and totals.
-    """
-
-    solver: str
-    gram: str
-    reason: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def choose_solver(n: int, k: int, requested: str) -> tuple[str, str]:
-    """Resolve ``"auto"`` from the sizes alone; returns (solver, reason).
-
-    The size-only part of :func:`choose` (no disk or timing measurements), for
-    callers that only need the solver, e.g. ``dkpca plan``.
-    """
-    c = choose(n, k, requested, "store")
-    return c.solver, c.reason
-
-
-def _lanczos_passes(p_subspace: int, tol: float, max_passes: int) -> int:
-    """Block Lanczos passes for the accuracy subspace iteration reaches in ``p_subspace``.
-
-    Subspace iteration's residual shrinks like ``g^p`` (g = lambda_{l+1} /
-    lambda_k); a Krylov space of p blocks contains the Chebyshev polynomial of
-    degree p - 1 on [0, lambda_{l+1}], which shrinks like ``rho^p`` with
-    ``rho = 1 / (gamma + sqrt(gamma^2 - 1))``, ``gamma = 2 / g - 1`` (Saad,
-    *Numerical Methods for Large Eigenvalue Problems*, sec. 6.6).  g is
-    recovered from the subspace estimate, ``target = g^(p - 1)``.
-    """
-    if p_subspace <= 2:
-        return p_subspace
-    g = min(max(tol, 1e-300) ** (1.0 / (p_subspace - 1)), 1 - 1e-12)
-    gamma = 2.0 / g - 1.0
-    rho = 1.0 / (gamma + np.sqrt(gamma * gamma - 1.0))
-    return int(min(max_passes, max(2, np.ceil(np.log(tol) / np.log(rho)) + 1)))
-
-
-def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None, kernel=None,
-           dtype: Any = "float32", block: int | None = None, store: str | None = None, tol: float = 1e-6,
-           max_passes: int = 60, free_bytes: int | None = None, memory_bytes: int | None = None,
-           measured: dict[str, float] | None = None, workers: int | None = None) -> Choice:
-    """Resolve ``solver="auto"`` and ``gram="auto"``; says why.
-
-    Rules, in order (each is a sentence of ``reason``):
-
-    solver
-        * ``n <= DENSE_MAX_N``: ``dense`` (an in-memory eigh beats repeated passes);
-        * ``k > n / 4`` and two n x n float64 arrays fit in half the memory: ``dense``;
-        * else ``lanczos`` if its smallest Krylov basis (3 blocks of l columns,
-          twice for workspace) fits in a quarter of the memory -- it needs
-          fewer passes than subspace iteration for the same accuracy -- else
-          ``randomized`` (O(n l) memory).  ``auto`` never picks the
-          approximate ``nystrom``: ask for it.
-    gram
-        * ``nystrom`` never reads K: ``recompute`` (no Gram store);
-        * K (upper-triangular blocks) does not fit in 90 % of the free disk
-          space at the store: ``recompute``;
-        * ``dense`` reads K once: ``store`` (one build, reusable by a refit);
-        * K up to ``SMALL_GRAM_BYTES`` (1 GiB): ``store``, without measuring
-          (cached reads; and the same data always gets the same mode, so
-          repeated fits agree bit for bit -- the two modes differ by rounding);
-        * else the measured cost of one kernel block, one block write, one
-          block read and one block product on this machine (``dkpca.plan``'s
-          measurement of the first rows of X) gives the time of a stored fit
-          (build + (P - 1) passes: the first product is fused into the build)
-          and of a matrix-free one (P passes, the first fused with the
-          centering pass); the cheaper wins.  P is estimated from the spectrum
-          of a 1000-point subsample (``dkpca.plan``) for subspace iteration
-          and converted for block Lanczos (:func:`_lanczos_passes`).
-
-    Parameters
-    ----------
-    n, k : int
-        Samples and components.
-    solver : str
-        ``auto`` or a solver name (kept).
-    gram : str
-        ``auto``, ``store`` or ``recompute`` (kept unless ``auto``).
-    X : dask array of shape (n, d), optional
-        Row-chunked (chunk = ``block``) data; needed for measurements.
-    kernel : Kernel, optional
-        Resolved kernel; needed for measurements.
-    dtype, block, store
-        Gram precision, block edge and store path (where free space is checked).
-    tol, max_passes
-        Solver settings (for the pass estimate).
-    free_bytes, memory_bytes : int, optional
-        Free disk at the store and memory of this process' machine (default:
-        measured with ``shutil.disk_usage`` / ``psutil``); tests pass them.
-    measured : dict, optional
-        Per-block seconds (``kernel_block``, ``write_block``, ``read_block``,
-        ``product_block``) and ``passes`` instead of measuring.
-    workers : int, optional
-        Concurrent block tasks (default: the active client's threads, else CPUs).
-
-    Returns
-    -------
-    Choice
-    """
-    if solver not in SOLVERS:
-        raise ValueError(f"solver={solver!r} is unknown; choose one of {', '.join(SOLVERS)}.")
-    if gram not in ("auto", "store", "recompute"):
-        raise ValueError(f"gram={gram!r} is invalid; choose 'auto', 'store' or 'recompute'.")
-    from .randomized import block_size
-
-    details: dict[str, Any] = {}
-    reasons: list[str] = []
-    if memory_bytes is None and (solver == "auto"):
-        import psutil
-
-        memory_bytes = int(psutil.virtual_memory().available)
-    ell = block_size(n, k)
-    if solver != "auto":
-        name, why = solver, "solver requested"
-    elif n <= DENSE_MAX_N:
-        name, why = "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
-    elif k > n // 4 and 16 * n * n <= 0.5 * memory_bytes:
-        name, why = "dense", f"n_components={k} > n/4: most of the spectrum is wanted and K~ fits in memory"
-    elif 2 * 8 * n * 3 * ell <= 0.25 * memory_bytes:
-        name, why = "lanczos", (f"n={n} > {DENSE_MAX_N}, k={k}: block Lanczos (fewer passes over K than subspace "
-                                f"iteration); its Krylov basis fits in memory")
-    else:
-        name, why = "randomized", (f"n={n}, k={k}: a Krylov basis of 3 x {ell} columns would not fit in a quarter "
-                                   f"of the {memory_bytes / 1e9:.1f} GB available; subspace iteration needs O(n l)")
-    reasons.append(f"solver={name}: {why}")
-    if memory_bytes is not None:
-        details["memory_bytes"] = memory_bytes
-
-    if gram != "auto":
-        mode, why = gram, "requested"
-    elif name == "nystrom":
-        mode, why = "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
-    else:
-        from ..gram import gram_bytes
-
-        blk = min(block or n, n)
-        need = gram_bytes(n, blk, dtype)
-        details["gram_bytes"] = need
-        if free_bytes is None and store is not None and "://" not in str(store):
-            import os
-            import shutil
-
-            probe = os.path.abspath(store)
-            while not os.path.exists(probe):
-                probe = os.path.dirname(probe)
-            free_bytes = shutil.disk_usage(probe).free
-        details["free_bytes"] = free_bytes
-        if free_bytes is not None and need > 0.9 * free_bytes:
-            mode, why = "recompute", (f"K needs {need / 1e9:.2f} GB on disk but only {free_bytes / 1e9:.2f} GB is "
-                                      "free at the store: kernel blocks are re-evaluated every pass")
-        elif name == "dense":
-            mode, why = "store", "the dense solver reads K once; storing it lets a refit reuse it"
-        elif need <= SMALL_GRAM_BYTES:
-            mode, why = "store", (f"K is small ({need / 1e6:.0f} MB <= {SMALL_GRAM_BYTES / 1e6:.0f} MB): stored "
-                                  "once, read from the page cache, reusable by a refit")
-        else:
-            mode, why = _compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured,
-                                       workers, details)
-    reasons.append(f"gram={mode}: {why}")
-    return Choice(name, mode, "; ".join(reasons), details)
-
-
-def _compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers, details):
-    """(mode, reason) from measured per-block costs and the estimated passes."""
-    from ..gram import block_bounds
-
-    if measured is None:
-        if X is None or kernel is None:
-            return "store", "no data to measure a pass on; storing K (the default)"
-        from ..plan import _estimate_passes, _measure
-
-        measured = dict(_measure(X, kernel, blk, np.dtype(dtype), ell, store or "."))
-        measured["passes"], _ = _estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")
-    if workers is None:
-        from .._compute import n_workers_threads
-
-        workers = max(1, n_workers_threads())
-    p = int(measured.get("passes", max_passes))
-    if name == "lanczos":
-        p = _lanczos_passes(p, tol, max_passes)
-    nb = len(block_bounds(n, blk))
-    tasks = nb * (nb + 1) // 2
-    eq = (tasks - nb) + nb / 2  # diagonal blocks cost half
-    kb, wb, rb, pb = (measured[key] for key in ("kernel_block", "write_block", "read_block", "product_block"))
-    build = eq * (kb + wb) / workers
-    pass_store = tasks * (rb + pb) / workers
-    pass_recompute = (eq * kb + tasks * pb) / workers
-    t_store = build + max(0, p - 1) * pass_store
-    t_recompute = p * pass_recompute
-    details.update({"measured": {key: float(v) for key, v in measured.items()}, "expected_passes": p,
-                    "workers": workers, "seconds_per_pass": {"store": pass_store, "recompute": pass_recompute},
-                    "build_seconds": build, "estimated_seconds": {"store": t_store, "recompute": t_recompute}})
-    fig = (f"measured pass {pass_store:.3g} s stored (after a {build:.3g} s build) vs {pass_recompute:.3g} s "
-           f"recomputed; ~{p} passes: {t_store:.3g} s vs {t_recompute:.3g} s")
-    return ("store", fig) if t_store <= t_recompute else ("recompute", fig)
-
-
-def get_solver(name: str):
-    """The ``solve`` function of solver ``name`` (not ``auto``: see :func:`choose`)."""
-    from . import dense, lanczos, nystrom, randomized
-
-    table = {"dense": dense.solve, "randomized": randomized.solve, "lanczos": lanczos.solve,
-             "nystrom": nystrom.solve}
-    try:
-        return table[name]
-    except KeyError:
-        raise ValueError(f"solver={name!r} is unknown; choose one of {sorted(table) + ['auto']}.") from None
-
-
+#: Solvers ``dkpca.fit`` accepts (``auto``: resolved by :func:`dkpca.planning.choose`).
+#: ARPACK is not among them: out of core each of its single-vector steps would be a pass over K.
 SOLVERS = ("auto", "dense", "randomized", "lanczos", "nystrom")
+
+_TABLE: Mapping[str, Callable[..., EigResult]] = MappingProxyType({
+    "dense": dense.solve,
+    "randomized": randomized.solve,
+    "lanczos": lanczos.solve,
+    "nystrom": nystrom.solve,
+    "arpack": arpack.solve,
+})
+
+#: every solver :func:`get_solver` knows
+SOLVER_NAMES = tuple(_TABLE)
+
+
+def get_solver(name: str) -> Callable[..., EigResult]:
+    """The ``solve`` function of solver ``name`` (not ``auto``: see :func:`dkpca.planning.choose`).
+
+    Raises
+    ------
+    ValueError
+        Unknown name; the message lists the known ones.
+    """
+    try:
+        return _TABLE[name]
+    except KeyError:
+        raise ValueError(f"solver={name!r} is unknown; choose one of {', '.join(_TABLE)}.") from None

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import scipy.linalg
 
-from . import EigResult
+from .result import Callback, EigResult, report
+
+__all__ = ["solve"]
 
 
-def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, rng=None) -> EigResult:
-    """Top-``k`` eigenpairs of K~ by a full symmetric eigendecomposition.
+def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, rng=None,
+          callback: Callback | None = None) -> EigResult:
+    """Top-``k`` eigenpairs of K~ by value, by a full symmetric eigendecomposition.
 
-    Reads K once (one pass) and holds K~ in memory: O(n^2) memory.
+    Reads K once (one pass) and holds K~ in memory: O(n^2) memory.  ``tol``,
+    ``max_passes`` and ``rng`` are accepted for the common solver signature;
+    a direct solver needs none of them.
     """
+    t0 = time.perf_counter()
     Kc = operator.dense()
     n = Kc.shape[0]
+    # subset_by_index selects by value (eigh's ascending order): the k largest.
     lam, U = scipy.linalg.eigh(Kc, subset_by_index=(n - k, n - 1), overwrite_a=True, check_finite=False)
     # eigh's own backward error bounds the residual; report it for uniformity.
-    residuals = np.full(k, np.finfo(np.float64).eps * max(abs(lam[-1]), 1.0) * np.sqrt(n))
-    return EigResult(lam, U, passes=1, residuals=residuals, converged=True, solver="dense")
+    scale = max(abs(lam[-1]), np.finfo(np.float64).tiny) if k else 1.0
+    residuals = np.full(k, np.finfo(np.float64).eps * max(scale, 1.0) * np.sqrt(n))
+    history = [float(residuals.max() / scale)] if k else [0.0]
+    report(callback, 1, history[-1], time.perf_counter() - t0)
+    return EigResult(lam, U, passes=1, residuals=residuals, converged=True, solver="dense", history=history)

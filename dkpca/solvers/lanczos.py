@@ -28,15 +28,22 @@ exact, so the residual formula still holds.
 
 Products are always float64 (unlike the randomized solver's early float32
 passes): an inexact product is baked into T and would cap the accuracy.
+
+Wanted are the k largest eigenvalues by value: Ritz values are ranked by
+value, and thick restarts keep the leading ones by value.  A Krylov space
+approximates both ends of the spectrum at once, so an indefinite K~ (large
+negative eigenvalues) needs no shift here, unlike subspace iteration.
 """
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import scipy.linalg
 
-from . import EigResult, report_pass
 from .randomized import block_size, start_block
+from .result import Callback, EigResult, report
 
 __all__ = ["solve", "default_max_basis"]
 
@@ -91,9 +98,9 @@ def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
 
 
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, rng=None,
-          block: int | None = None, max_basis: int | None = None,
+          callback: Callback | None = None, block: int | None = None, max_basis: int | None = None,
           start: np.ndarray | None = None, checkpoint=None) -> EigResult:
-    """Top-``k`` eigenpairs of K~ by block Lanczos (randomized block Krylov).
+    """Top-``k`` eigenpairs of K~ (largest eigenvalues by value) by block Lanczos.
 
     Parameters
     ----------
@@ -107,6 +114,8 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         Upper bound on products with K~ (each is one pass over K).
     rng : numpy.random.Generator or int, optional
         Source of the starting block.
+    callback : callable, optional
+        Called with a :class:`~dkpca.solvers.PassReport` after every pass.
     block : int, optional
         Block size l (default: as the randomized solver, ``k + max(10, k)``),
         so that a pass costs the same as one of subspace iteration.
@@ -166,6 +175,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
     converged = False
     restarts = 0
     for _ in range(max(1, max_passes - resumed)):
+        t0 = time.perf_counter()
         W = operator.matmat(V)
         # The new block joins the basis; T gains V_j's row and column.
         m = basis.shape[1]
@@ -178,6 +188,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         T[j:, :] = H.T
         T[j:, j:] = 0.5 * (H[j:] + H[j:].T)
         theta_all, S = scipy.linalg.eigh(T, check_finite=False)
+        # descending by value: the wanted pairs are the k largest eigenvalues, not magnitudes
         theta_all, S = theta_all[::-1], S[:, ::-1]
         kk = min(k, theta_all.size)
         theta = theta_all[:kk]
@@ -187,18 +198,20 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         history.append(float(res.max() / scale) if kk == k else float("inf"))
         converged = kk == k and history[-1] <= tol
         done = resumed + operator.passes - start_passes
-        report_pass(operator, history[-1], done)
-        if converged or basis.shape[1] >= n:
-            converged = converged or kk == k
-            break
-        V = _next_block(W, basis, scale)
-        if V.shape[1] == 0:
-            # invariant subspace: the Ritz pairs are exact
-            converged = kk == k
-            break
-        if checkpoint is not None:
+        # the whole space is spanned, or (no new direction) an invariant subspace
+        # is found: either way the Ritz pairs are exact
+        stop = converged or basis.shape[1] >= n
+        if not stop:
+            V = _next_block(W, basis, scale)
+            stop = V.shape[1] == 0
+        if not stop and checkpoint is not None:
+            # saved before the pass is reported: a fit killed after "pass N" resumes at pass N
             keep = min(basis.shape[1], 2 * ell)
             checkpoint.save(done, history, U=basis @ S[:, :keep], theta=theta_all[:keep], V=V)
+        report(callback, done, history[-1], time.perf_counter() - t0)
+        if stop:
+            converged = converged or kk == k
+            break
         if basis.shape[1] + V.shape[1] > cap:
             # Thick restart: keep the leading Ritz vectors; K~ U_keep = U_keep
             # diag(theta) + W (B s) terms, all inside span[U_keep, V], so the

@@ -33,39 +33,36 @@ trace of the Nystroem error is ``sum_i k(x_i, x_i) - ||F||_F^2``), unless
 Data access: ``X`` and ``kernel`` are taken from the keyword arguments if
 given, else from the operator: :class:`~dkpca.operator.MatrixFreeKernelOperator`
 carries ``X`` and ``kernel``; a :class:`~dkpca.operator.StoredKernelOperator`
-carries ``kernel`` and its store holds the training data at ``data/X``
-(written by :func:`dkpca.fit`).
+carries ``kernel``, and its Gram's store (``operator.gram.store``) holds the
+training data at ``data/X`` (written by :func:`dkpca.fit`).
 """
 
 from __future__ import annotations
+
+import time
 
 import dask
 import dask.array as da
 import numpy as np
 import scipy.linalg
 
-from . import EigResult
+from ..execution import compute
+from ..kernels import Kernel
+from ..linalg import DEFAULT_BLOCK
+from .result import Callback, EigResult, report
 
 __all__ = ["solve", "LANDMARK_METHODS", "nystrom_features"]
 
 LANDMARK_METHODS = ("rpcholesky", "greedy", "uniform")
 
-#: rows of X per task when X is not already chunked (one row block x m per task)
-_ROWS = 4096
-
-
 def _data(operator, X, kernel):
     """Training data (dask, row-chunked) and kernel for the landmarks."""
     if kernel is None:
         kernel = getattr(operator, "kernel", None)
-    if X is None:
-        X = getattr(operator, "X", None)
-    if X is None and getattr(operator, "path", None) is not None:
-        import zarr
-
+    if X is None and hasattr(operator, "training_data"):
         try:
-            X = da.from_zarr(zarr.open_array(operator.path, path="data/X", mode="r"))
-        except (FileNotFoundError, KeyError):
+            X = operator.training_data()
+        except (FileNotFoundError, KeyError, NotImplementedError):
             X = None
     if X is None or kernel is None:
         raise ValueError(
@@ -73,31 +70,25 @@ def _data(operator, X, kernel):
             "kernel=... or use an operator that has them (MatrixFreeKernelOperator, or a "
             "StoredKernelOperator whose store holds data/X as written by dkpca.fit)."
         )
-    X = X if isinstance(X, da.Array) else da.from_array(np.asarray(X), chunks=(_ROWS, -1))
+    X = X if isinstance(X, da.Array) else da.from_array(np.asarray(X), chunks=(DEFAULT_BLOCK, -1))
     if X.ndim != 2 or X.shape[0] != operator.n:
         raise ValueError(f"X must have shape ({operator.n}, d) to match the operator; got {X.shape}.")
     return X.rechunk({1: -1}), kernel
 
 
 def _rows_of(X: da.Array, idx: np.ndarray) -> np.ndarray:
-    from .._compute import compute
-
     return np.ascontiguousarray(compute(X[np.sort(idx)], label="")[0], dtype=np.float64)[
         np.argsort(np.argsort(idx))]
 
 
-def _columns(X: da.Array, spec: dict, XL: np.ndarray) -> np.ndarray:
+def _columns(X: da.Array, kernel: Kernel, XL: np.ndarray) -> np.ndarray:
     """``K(X, L)`` (n x b), one task per row block of X."""
-    from .._compute import compute
-
-    parts = [dask.delayed(_column_block, pure=True)(b, spec, XL) for b in X.to_delayed().ravel()]
+    parts = [dask.delayed(_column_block, pure=True)(b, kernel, XL) for b in X.to_delayed().ravel()]
     return np.concatenate(compute(*parts, label=""), axis=0)
 
 
-def _column_block(Xb: np.ndarray, spec: dict, XL: np.ndarray) -> np.ndarray:
-    from ..kernels import from_dict
-
-    return from_dict(spec).block(Xb, XL, np.float64)
+def _column_block(Xb: np.ndarray, kernel: Kernel, XL: np.ndarray) -> np.ndarray:
+    return kernel.block(Xb, XL, np.float64)
 
 
 def select_landmarks(X: da.Array, kernel, m: int, method: str, rng, rounds: int = 8) -> tuple[np.ndarray, int]:
@@ -105,10 +96,7 @@ def select_landmarks(X: da.Array, kernel, m: int, method: str, rng, rounds: int 
     n = X.shape[0]
     if method == "uniform" or m >= n:
         return np.sort(rng.choice(n, size=m, replace=False)), 0
-    from .._compute import compute
-
-    spec = kernel.to_dict()
-    diag = np.concatenate(compute(*[dask.delayed(_diag_block)(b, spec) for b in X.to_delayed().ravel()],
+    diag = np.concatenate(compute(*[dask.delayed(_diag_block)(b, kernel) for b in X.to_delayed().ravel()],
                                   label=""))
     resid = diag.copy()
     F = np.empty((n, 0))
@@ -132,7 +120,7 @@ def select_landmarks(X: da.Array, kernel, m: int, method: str, rng, rounds: int 
             S = np.argsort(avail)[::-1][:want]
         else:
             S = rng.choice(n, size=want, replace=False, p=avail / total)
-        G = _columns(X, spec, _rows_of(X, S)) - F @ F[S].T
+        G = _columns(X, kernel, _rows_of(X, S)) - F @ F[S].T
         passes += 1
         # Cholesky of the pivot block through eigh: it may be (nearly) singular.
         lam, Q = scipy.linalg.eigh(0.5 * (G[S] + G[S].T), check_finite=False)
@@ -144,26 +132,19 @@ def select_landmarks(X: da.Array, kernel, m: int, method: str, rng, rounds: int 
     return np.sort(np.asarray(chosen[:m])), passes
 
 
-def _diag_block(Xb: np.ndarray, spec: dict) -> np.ndarray:
-    from ..kernels import from_dict
-
-    return from_dict(spec).diag(Xb, np.float64)
+def _diag_block(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
+    return kernel.diag(Xb, np.float64)
 
 
-def _gram_block(Xb: np.ndarray, spec: dict, XL: np.ndarray, R: np.ndarray, shift: np.ndarray):
+def _gram_block(Xb: np.ndarray, kernel: Kernel, XL: np.ndarray, R: np.ndarray, shift: np.ndarray):
     """Per row block: ``(F_b - s)^T (F_b - s)``, ``sum (F_b - s)``, ``sum k(x, x)``."""
-    from ..kernels import from_dict
-
-    kernel = from_dict(spec)
     Fs = kernel.block(Xb, XL, np.float64) @ R - shift
     return Fs.T @ Fs, Fs.sum(axis=0), float(kernel.diag(Xb, np.float64).sum()), float(np.einsum("ij,ij->", Fs, Fs))
 
 
-def _vector_block(Xb: np.ndarray, spec: dict, XL: np.ndarray, R: np.ndarray, mu: np.ndarray, P: np.ndarray):
+def _vector_block(Xb: np.ndarray, kernel: Kernel, XL: np.ndarray, R: np.ndarray, mu: np.ndarray, P: np.ndarray):
     """Per row block: ``[(F_b - mu) P | F_b mu]`` (eigenvectors, row means)."""
-    from ..kernels import from_dict
-
-    F = from_dict(spec).block(Xb, XL, np.float64) @ R
+    F = kernel.block(Xb, XL, np.float64) @ R
     return np.column_stack([(F - mu) @ P, F @ mu])
 
 
@@ -187,8 +168,8 @@ def nystrom_features(W: np.ndarray, rcond: float | None = None) -> np.ndarray:
 
 
 def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, rng=None,
-          n_landmarks: int | None = None, landmarks: str = "rpcholesky", X=None, kernel=None,
-          exact_residuals: bool = False) -> EigResult:
+          callback: Callback | None = None, n_landmarks: int | None = None, landmarks: str = "rpcholesky",
+          X=None, kernel=None, exact_residuals: bool = False) -> EigResult:
     """Top-``k`` eigenpairs of the centred Nystroem approximation of K~.
 
     Parameters
@@ -202,6 +183,10 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
         Accepted for the common solver interface; Nystroem is not iterative.
     rng : numpy.random.Generator or int, optional
         Source of the landmark choice.
+    callback : callable, optional
+        Called once, with a :class:`~dkpca.solvers.PassReport` of the whole
+        solve (its passes over X, the residual bound, the wall time): the
+        residual is known only at the end.
     n_landmarks : int, optional
         m (default ``min(n, max(10 k, 500))``).
     landmarks : {"rpcholesky", "greedy", "uniform"} or array of int, default="rpcholesky"
@@ -225,10 +210,7 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
         ``row_means``, ``grand_mean``, ``diag_sum``: arrays, for the model, not
         for the JSON report).
     """
-    import time
-
-    from .._compute import compute
-
+    t_start = time.perf_counter()
     n = operator.n
     given = None
     if not isinstance(landmarks, str):
@@ -244,7 +226,6 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
         raise ValueError(f"n_landmarks={n_landmarks!r} is invalid; it must be between k={k} and n={n}.")
     rng = np.random.default_rng(rng)
     X, kernel = _data(operator, X, kernel)
-    spec = kernel.to_dict()
     t0 = time.perf_counter()
     idx, sel_passes = (given, 0) if given is not None else select_landmarks(X, kernel, m, landmarks, rng)
     t_select = time.perf_counter() - t0
@@ -256,7 +237,7 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     # accumulating about that shift avoids cancellation in F~^T F~ = F^T F - n mu mu^T.
     shift = (W @ R).mean(axis=0)
     rows = X.to_delayed().ravel()
-    parts = compute(*[dask.delayed(_gram_block, pure=True, nout=4)(b, spec, XL, R, shift) for b in rows], label="")
+    parts = compute(*[dask.delayed(_gram_block, pure=True, nout=4)(b, kernel, XL, R, shift) for b in rows], label="")
     G = sum(p[0] for p in parts)
     delta = sum(p[1] for p in parts) / n
     diag_sum = float(sum(p[2] for p in parts))
@@ -272,13 +253,15 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
             f"the Nystroem approximation has rank {r} < k={k} (landmarks nearly duplicate); "
             "use more landmarks (n_landmarks=...) or fewer components."
         )
-    lam = np.maximum(sig2[:k], 0.0)
+    # F~^T F~ is PSD: a negative here is rounding, which the spectrum policy
+    # (dkpca.solvers.spectrum) cleans like any other solver's -- no clamp of our own
+    lam = sig2[:k].copy()
     inv = np.zeros(k)
     pos = lam > np.finfo(float).eps * max(lam[0], np.finfo(float).tiny) * n
     inv[pos] = 1.0 / np.sqrt(lam[pos])
     P = Vs[:, :k] * inv
     t0 = time.perf_counter()
-    out = np.concatenate(compute(*[dask.delayed(_vector_block, pure=True)(b, spec, XL, R, mu, P) for b in rows],
+    out = np.concatenate(compute(*[dask.delayed(_vector_block, pure=True)(b, kernel, XL, R, mu, P) for b in rows],
                                  label=""), axis=0)
     U, row_means = out[:, :k], out[:, k]
     pass_seconds = [t_select / max(sel_passes, 1)] * sel_passes + [t_pass1, time.perf_counter() - t0]
@@ -294,6 +277,7 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
         res = np.full(k, trace_err)
         passes_note = "bound: trace(K - K_nys)"
     scale = max(lam[0], np.finfo(float).tiny)
+    report(callback, passes, res.max() / scale, time.perf_counter() - t_start)
     info = {
         "n_landmarks": m, "landmarks": landmarks if given is None else "given", "landmark_passes": sel_passes,
         "rank": int(R.shape[1]),

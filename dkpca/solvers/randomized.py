@@ -4,14 +4,30 @@ Halko, Martinsson & Tropp (2011), Alg. 4.4 / 5.3 for a symmetric operator,
 with the Ritz step taken after every product so that the residuals of the
 current eigenpair estimates -- ``||K~ u - theta u||``, available for free from
 ``Y = K~ Q`` -- decide when to stop.  One product = one pass over K.
+
+Wanted are the k largest eigenvalues *by value*.  Subspace iteration on K~
+converges to the eigenvectors of largest *magnitude*, which is the same thing
+only for a positive semi-definite K~.  An indefinite kernel (sigmoid, or a
+user's kernel) can have negative eigenvalues larger in magnitude than the
+k-th positive one; plain iteration then fills the subspace with them and
+converges -- small residuals -- to the wrong eigenpairs.  So the iteration
+runs on ``K~ + sigma I`` (see :func:`next_shift`): same eigenvectors and
+same Ritz vectors, eigenvalues moved by sigma, and a spectrum whose largest
+magnitudes are again the largest values.  Residuals ``||K~ u - theta u||``
+do not depend on sigma, so the stopping rule is unchanged; sigma is 0 for a
+PSD kernel, whose iterations are exactly those of plain subspace iteration.
 """
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import scipy.linalg
 
-from . import EigResult, report_pass
+from .result import Callback, EigResult, report
+
+__all__ = ["solve", "block_size", "start_block", "next_shift"]
 
 
 def block_size(n: int, k: int, oversampling: int | None = None) -> int:
@@ -27,10 +43,37 @@ def start_block(n: int, ell: int, rng) -> np.ndarray:
     return Q
 
 
+def next_shift(theta: np.ndarray, k: int, sigma: float) -> float:
+    """Spectral shift for the next pass, from the current Ritz values (descending).
+
+    The unwanted part of the spectrum is ``[lambda_min, lambda_{k+1}]``.  The
+    single shift that makes its largest magnitude smallest centres it on 0,
+    ``sigma* = -(lambda_min + lambda_{k+1}) / 2``; then every wanted
+    ``lambda_i + sigma* > (lambda_{k+1} - lambda_min) / 2 >= |unwanted + sigma*|``,
+    so the k wanted eigenvectors are the dominant ones and converge at a rate
+    of at most ``(lambda_{k+1} + sigma) / (lambda_k + sigma) < 1`` (this
+    centring is Wilkinson's optimal shift for the power method).  It is
+    estimated with Ritz values: ``theta_min`` (the most negative one) and
+    ``theta_{k+1}``.  The shift is used only where it is positive -- a
+    negative eigenvalue's magnitude competes with the wanted ones -- so PSD
+    kernels keep sigma = 0 (a negative shift would speed them up, but it
+    relies on ``lambda_min``, which a subspace of the top of a PSD spectrum
+    cannot estimate).  It is never lowered: once the negative end is damped
+    the subspace may stop seeing it and ``theta_min`` rise, which is no
+    reason to let it grow back.
+    """
+    # theta_{k+1}; without oversampling (l = k) the best estimate left is theta_k
+    boundary = float(theta[min(k, theta.size - 1)])
+    candidate = -0.5 * (float(theta[-1]) + boundary)
+    # Below round-off of theta_1 a "negative" Ritz value is noise of a PSD spectrum.
+    noise = 1e3 * np.finfo(float).eps * max(abs(float(theta[0])), np.finfo(float).tiny)
+    return candidate if candidate > max(sigma, noise) else sigma
+
+
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None,
-          oversampling: int | None = None, start: np.ndarray | None = None,
+          callback: Callback | None = None, oversampling: int | None = None, start: np.ndarray | None = None,
           checkpoint=None) -> EigResult:
-    """Top-``k`` eigenpairs of K~ by subspace iteration.
+    """Top-``k`` eigenpairs of K~ (largest eigenvalues by value) by subspace iteration.
 
     Parameters
     ----------
@@ -43,20 +86,24 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
         Upper bound on products with K~.
     rng : numpy.random.Generator
         Source of the starting block (explicit, for reproducibility).
+    callback : callable, optional
+        Called with a :class:`~dkpca.solvers.PassReport` after every pass.
     oversampling : int, optional
         Extra vectors beyond k (default max(10, k)).
     start : ndarray of shape (n, l), optional
         Orthonormal starting block (default: ``start_block(n, l, rng)``); the
         pipeline passes the block whose product it fused into the Gram build.
     checkpoint : dkpca.checkpoint.SolverCheckpoint, optional
-        Where to save the state (next basis ``Q``, passes, history) after every
-        pass, and to resume from: a saved state of the same problem replaces
+        Where to save the state (next basis ``Q``, shift, passes, history) after
+        every pass, and to resume from: a saved state of the same problem replaces
         ``start``, and its passes count towards ``max_passes`` (at least one
         new pass is made).  ``info["resumed_at_pass"]`` says where it resumed.
 
     Returns
     -------
     EigResult
+        ``info`` holds ``block_size`` and ``shift`` (the final sigma; 0 for a
+        PSD spectrum).
     """
     rng = np.random.default_rng(rng)
     start_passes = operator.passes
@@ -64,9 +111,11 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
     ell = block_size(n, k, oversampling)
     history: list[float] = []
     resumed = 0
+    sigma = 0.0
     state = checkpoint.load() if checkpoint is not None else None
     if state is not None and state.arrays.get("Q", np.empty(0)).shape == (n, ell):
         Q, history, resumed = state.arrays["Q"], list(state.history), state.passes
+        sigma = float(state.arrays["shift"][0]) if "shift" in state.arrays else 0.0
     else:
         Q = start_block(n, ell, rng) if start is None else start
     theta = np.zeros(ell)
@@ -74,6 +123,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
     U = Q[:, :k]
     converged = False
     for _ in range(max(1, max_passes - resumed)):
+        t0 = time.perf_counter()
         # Single-precision products while far from converged: their ~1e-6
         # relative error is corrected by the following passes, which switch to
         # float64 accumulation well before the residual reaches tol.
@@ -82,6 +132,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
         B = Q.T @ Y
         B = 0.5 * (B + B.T)
         theta, S = scipy.linalg.eigh(B)
+        # descending by value: the wanted pairs are the k largest eigenvalues, not magnitudes
         theta, S = theta[::-1], S[:, ::-1]
         U = Q @ S[:, :k]
         KU = Y @ S[:, :k]
@@ -89,18 +140,24 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
         scale = max(abs(theta[0]), np.finfo(float).tiny)
         history.append(float(res.max() / scale))
         converged = history[-1] <= tol
+        done = resumed + operator.passes - start_passes
         if not converged:
-            # Next basis: an orthonormal basis of K~ Q (one subspace-iteration
-            # step), saved before the pass is reported so that a fit killed
-            # after "pass N" resumes at pass N.  Also saved after the last
-            # allowed pass: a rerun with a larger max_passes continues.
-            Q, _ = scipy.linalg.qr(Y @ S, mode="economic", check_finite=False)
+            # Next basis: an orthonormal basis of (K~ + sigma I) Q S (one step
+            # of subspace iteration on the shifted operator; S only rotates
+            # the basis), saved before the pass is reported so that a fit
+            # killed after "pass N" resumes at pass N.  Also saved after the
+            # last allowed pass: a rerun with a larger max_passes continues.
+            sigma = next_shift(theta, k, sigma)
+            Z = Y @ S
+            if sigma:
+                Z += sigma * (Q @ S)
+            Q, _ = scipy.linalg.qr(Z, mode="economic", check_finite=False)
             if checkpoint is not None:
-                checkpoint.save(resumed + operator.passes - start_passes, history, Q=Q)
-        report_pass(operator, history[-1], resumed + operator.passes - start_passes)
+                checkpoint.save(done, history, Q=Q, shift=np.array([sigma]))
+        report(callback, done, history[-1], time.perf_counter() - t0)
         if converged:
             break
-    info = {"block_size": ell}
+    info = {"block_size": ell, "shift": sigma}
     if resumed:
         info["resumed_at_pass"] = resumed
     return EigResult(theta[:k].copy(), U, passes=resumed + operator.passes - start_passes, residuals=res,

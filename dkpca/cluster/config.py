@@ -2,7 +2,7 @@
 
 ``connect("cluster_configs/slurm.yaml")`` or ``connect("tcp://host:8786")``
 returns a :class:`distributed.Client` that every dkpca computation then uses
-(``dkpca._compute`` picks up the active client).  A config file names one
+(``dkpca.execution`` picks up the active client).  A config file names one
 back end and its settings::
 
     backend: local | slurm | pbs | kubernetes | gateway | scheduler
@@ -32,15 +32,19 @@ to 127.0.0.1 only.
 
 from __future__ import annotations
 
-import contextlib
+import importlib
+import inspect
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["connect", "connected", "close", "load_config", "validate_config", "start_local",
-           "ClusterConfigError", "worker_resources"]
+import yaml
+from dask.utils import parse_bytes, parse_timedelta
+from distributed import LocalCluster, Nanny
+
+__all__ = ["BACKENDS", "ClusterConfigError", "backend_class", "is_loopback", "load_config", "validate_config"]
 
 logger = logging.getLogger("dkpca")
 
@@ -91,9 +95,8 @@ def _missing_extra(backend: str) -> ImportError:
     )
 
 
-def _backend_class(backend: str):
-    import importlib
-
+def backend_class(backend: str) -> Any:
+    """The cluster class of ``backend`` (its optional package imported on demand)."""
     module, attr, _ = _CLASSES[backend]
     try:
         return getattr(importlib.import_module(module), attr)
@@ -102,7 +105,7 @@ def _backend_class(backend: str):
 
 
 # -- validation -------------------------------------------------------------
-def _is_loopback(address: Any) -> bool:
+def is_loopback(address: Any) -> bool:
     if address is None or address is False:
         return True  # no dashboard at all
     host = str(address).split("://")[-1]
@@ -138,8 +141,6 @@ def _pos_int(cfg: Mapping, key: str, where: str, required: bool = False, minimum
 
 
 def _bytes(cfg: Mapping, key: str, where: str, required: bool = False) -> None:
-    from dask.utils import parse_bytes
-
     if key not in cfg:
         if required:
             raise ClusterConfigError(f"{where}: '{key}' is required (e.g. '16GiB').")
@@ -178,22 +179,16 @@ def _unknown(keys, allowed, where: str, what: str) -> None:
 
 
 def _local_keys() -> set[str]:
-    import inspect
-
-    from distributed import LocalCluster, Nanny
-
     keys = set(inspect.signature(LocalCluster.__init__).parameters) | set(inspect.signature(Nanny.__init__).parameters)
     return keys - {"self", "kwargs", "loop", "asynchronous", "scheduler_ip", "scheduler_port", "scheduler_file"}
 
 
 def _jobqueue_keys(backend: str) -> set[str]:
     """Options of the installed dask-jobqueue class (static list when absent)."""
-    import inspect
-
     try:
         from dask_jobqueue.core import Job, JobQueueCluster
 
-        job = _backend_class(backend).job_cls
+        job = backend_class(backend).job_cls
     except ImportError:
         return _JOBQUEUE_KEYS
     keys = set()
@@ -203,7 +198,7 @@ def _jobqueue_keys(backend: str) -> set[str]:
 
 
 def _check_dashboard(value: Any, where: str) -> None:
-    if not _is_loopback(value):
+    if not is_loopback(value):
         raise ClusterConfigError(
             f"{where}: dashboard_address {value!r} exposes the unauthenticated Dask dashboard on every "
             "interface; bind it to the loopback interface, e.g. '127.0.0.1:8787' (reach it through an "
@@ -230,8 +225,6 @@ def _check_jobqueue(c: dict, backend: str, where: str) -> None:
         _check_dashboard(opts["dashboard_address"], f"{where}.scheduler_options")
     if "walltime" not in c:
         return
-    from dask.utils import parse_timedelta
-
     wall = _walltime_seconds(c["walltime"], where)
     life = stagger = 0.0
     for flag in ("--lifetime", "--lifetime-stagger"):
@@ -286,7 +279,7 @@ def validate_config(cfg: Any, source: str = "<config>") -> dict:
         _pos_int(c, "threads_per_worker", where)
         _bytes(c, "memory_limit", where)
         _check_dashboard(c.get("dashboard_address", "127.0.0.1:0"), where)
-        if "host" in c and not _is_loopback(c["host"]):
+        if "host" in c and not is_loopback(c["host"]):
             logger.warning("%s: host %r makes the local scheduler reachable from the network", where, c["host"])
     elif backend in ("slurm", "pbs"):
         _check_jobqueue(c, backend, where)
@@ -357,8 +350,6 @@ def load_config(path: str | os.PathLike) -> dict:
     ClusterConfigError
         Not YAML, or not a valid config (message names the key and the fix).
     """
-    import yaml
-
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"cluster config {path!r} does not exist; see cluster_configs/ for examples.")
@@ -370,213 +361,3 @@ def load_config(path: str | os.PathLike) -> dict:
     return validate_config(cfg, source=path)
 
 
-# -- starting ---------------------------------------------------------------
-def _security(sec: dict, source: str):
-    if not sec:
-        return None
-    from distributed.security import Security
-
-    if sec.get("temporary"):
-        try:
-            return Security.temporary()
-        except ImportError as exc:
-            raise ImportError("security.temporary needs the 'cryptography' package: pip install cryptography") from exc
-    for key, value in sec.items():
-        if key.endswith(("_file", "_cert", "_key")) and isinstance(value, str) and "-----BEGIN" not in value:
-            if not os.path.isfile(os.path.expanduser(value)):
-                raise FileNotFoundError(f"{source}: security.{key} {value!r} does not exist.")
-            sec[key] = os.path.expanduser(value)
-    return Security(**sec)
-
-
-def _log_dashboard(client: Any, what: str) -> None:
-    try:
-        link = client.dashboard_link
-    except Exception:  # some back ends cannot say before the scheduler answers
-        link = None
-    workers = len(client.scheduler_info().get("workers", {}))
-    logger.info("%s: %d worker(s) connected; dashboard: %s", what, workers, link or "(none)")
-
-
-def _start(cfg: dict, source: str):
-    """Start the configured cluster; return (client, cluster or None)."""
-    from distributed import Client
-
-    backend = cfg["backend"]
-    c = dict(cfg.get("cluster") or {})
-    cl = dict(cfg.get("client") or {})
-    timeout = cl.get("timeout", "60s")
-    security = _security(dict(cfg.get("security") or {}), source)
-    scale = dict(cfg.get("scale") or {})
-    adapt = dict(cfg.get("adapt") or {})
-    cluster = None
-    if backend == "scheduler":
-        client = Client(cfg["address"], security=security, timeout=timeout)
-    elif backend == "gateway":
-        Gateway = _backend_class("gateway")
-        gateway = Gateway(**cfg["gateway"])
-        options = gateway.cluster_options()
-        for key, value in (cfg.get("cluster_options") or {}).items():
-            options[key] = value
-        cluster = gateway.new_cluster(options)
-        client = cluster.get_client()
-    else:
-        if backend == "local":
-            from distributed import LocalCluster as cls
-
-            c.setdefault("dashboard_address", "127.0.0.1:0")
-            c.setdefault("host", "127.0.0.1")
-            c.setdefault("threads_per_worker", 1)
-        else:
-            cls = _backend_class(backend)
-        if security is not None:
-            c["security"] = security
-        cluster = cls(**c)
-        client = Client(cluster, timeout=timeout)
-    if cluster is not None:
-        if adapt:
-            cluster.adapt(**adapt)
-        elif scale:
-            n = scale.pop("workers", scale.pop("n", None))
-            cluster.scale(n, **scale) if n is not None else cluster.scale(**scale)
-    if cl.get("wait_for_workers"):
-        client.wait_for_workers(cl["wait_for_workers"], timeout=cl.get("wait_timeout"))
-    _log_dashboard(client, f"Dask {backend} cluster from {source}" if cluster is not None
-                   else f"Dask scheduler {cfg.get('address')}")
-    return client, cluster
-
-
-def _looks_like_address(s: str) -> bool:
-    return "://" in s or bool(re.fullmatch(r"[\w.\-]+:\d+", s))
-
-
-def connect(target: str | os.PathLike | Mapping, timeout: str = "30s") -> Any:
-    """Connect to a cluster and return a :class:`distributed.Client`.
-
-    Parameters
-    ----------
-    target : str, path or mapping
-        A cluster config file (``cluster_configs/*.yaml``), a config already
-        parsed into a dict, or the address of a running scheduler
-        (``tcp://host:8786``, ``tls://...``).
-    timeout : str
-        How long to wait for a scheduler given by address.
-
-    Returns
-    -------
-    distributed.Client
-        The active client (the default for all dkpca computations).  For a
-        cluster started from a config, ``client.cluster`` is that cluster:
-        shut both down with :func:`close` (or use :func:`connected`).
-
-    Raises
-    ------
-    FileNotFoundError
-        ``target`` is neither an existing file nor a scheduler address.
-    ClusterConfigError
-        The config is invalid.
-    ImportError
-        The back end's optional package is missing (the message names the
-        extra, e.g. ``pip install 'dkpca[slurm]'``).
-    """
-    if isinstance(target, Mapping):
-        return _start(validate_config(target), "<config>")[0]
-    s = os.fspath(target)
-    if os.path.isfile(s) or s.endswith((".yaml", ".yml")):
-        return _start(load_config(s), s)[0]
-    if _looks_like_address(s):
-        return _start({"backend": "scheduler", "address": s if "://" in s else f"tcp://{s}",
-                       "client": {"timeout": timeout}}, s)[0]
-    raise FileNotFoundError(
-        f"{s!r} is neither a cluster config file nor a scheduler address; pass e.g. "
-        "cluster_configs/local.yaml or tcp://host:8786."
-    )
-
-
-def close(client: Any) -> None:
-    """Close ``client`` and the cluster :func:`connect` started for it (if any)."""
-    cluster = getattr(client, "cluster", None)
-    client.close()
-    if cluster is not None:
-        cluster.close()
-
-
-@contextlib.contextmanager
-def connected(target: str | os.PathLike | Mapping | None) -> Iterator[Any]:
-    """``with connected(target) as client:`` -- :func:`connect`, then :func:`close`.
-
-    ``target=None`` yields None (local threads, no cluster).
-    """
-    if target is None:
-        yield None
-        return
-    client = connect(target)
-    try:
-        yield client
-    finally:
-        close(client)
-
-
-def worker_resources(cfg: dict) -> dict[str, Any]:
-    """What a config asks for, without starting it (for :func:`dkpca.plan`).
-
-    Returns a dict with ``workers`` (worker processes), ``threads_per_worker``
-    and ``memory_per_worker`` (bytes); a value is None where the config does
-    not say (e.g. a running scheduler).
-    """
-    from dask.utils import parse_bytes
-
-    b = cfg["backend"]
-    c = cfg.get("cluster") or {}
-    scale = cfg.get("scale") or {}
-    adapt = cfg.get("adapt") or {}
-    out: dict[str, Any] = {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
-    if b == "local":
-        workers = c.get("n_workers", os.cpu_count() or 1)
-        out["workers"] = workers
-        out["threads_per_worker"] = c.get("threads_per_worker", 1)
-        mem = c.get("memory_limit")
-        if mem not in (None, "auto"):
-            out["memory_per_worker"] = parse_bytes(mem)
-        else:
-            import psutil
-
-            out["memory_per_worker"] = psutil.virtual_memory().total // max(1, workers)
-    elif b in ("slurm", "pbs"):
-        procs = c.get("processes", 1)
-        jobs = scale.get("jobs", adapt.get("maximum_jobs"))
-        if jobs is None and scale.get("workers") is not None:
-            jobs = -(-scale["workers"] // procs)
-        out["workers"] = jobs * procs if jobs is not None else None
-        out["threads_per_worker"] = max(1, c["cores"] // procs)
-        out["memory_per_worker"] = parse_bytes(c["memory"]) // procs
-    elif b == "kubernetes":
-        out["workers"] = scale.get("workers", scale.get("n", c.get("n_workers")))
-        limits = (c.get("resources") or {}).get("limits") or (c.get("resources") or {}).get("requests") or {}
-        if "memory" in limits:
-            out["memory_per_worker"] = parse_bytes(str(limits["memory"]).replace("Gi", "GiB").replace("Mi", "MiB"))
-        if "cpu" in limits:
-            out["threads_per_worker"] = max(1, int(float(str(limits["cpu"]).rstrip("m")) /
-                                                   (1000 if str(limits["cpu"]).endswith("m") else 1)))
-    elif b == "gateway":
-        opts = cfg.get("cluster_options") or {}
-        out["workers"] = scale.get("workers", scale.get("n", adapt.get("maximum")))
-        out["threads_per_worker"] = opts.get("worker_cores")
-        if "worker_memory" in opts:
-            mem = opts["worker_memory"]
-            out["memory_per_worker"] = int(mem * 2**30) if isinstance(mem, (int, float)) else parse_bytes(mem)
-    return out
-
-
-@contextlib.contextmanager
-def start_local(n_workers: int | None = None, threads_per_worker: int = 1,
-                dashboard_address: str = "127.0.0.1:0", **kwargs: Any) -> Iterator[Any]:
-    """Context manager yielding a Client on a fresh LocalCluster (dashboard on 127.0.0.1)."""
-    from distributed import Client, LocalCluster
-
-    n_workers = n_workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                      host="127.0.0.1", dashboard_address=dashboard_address, **kwargs) as cluster, \
-            Client(cluster) as client:
-        _log_dashboard(client, "local Dask cluster")
-        yield client

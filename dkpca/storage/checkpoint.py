@@ -27,14 +27,17 @@ from __future__ import annotations
 import datetime
 import hashlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 import numpy as np
 import zarr
 
-from . import store as _store
+from .chunks import ChunkWriter
+from .fitstore import FitStore, json_safe, remove_member
 
 __all__ = ["SolverCheckpoint", "CheckpointState"]
 
@@ -98,19 +101,18 @@ class SolverCheckpoint:
     after every pass; both run in the client process.
     """
 
-    def __init__(self, path: str, key: dict[str, Any], chunk_rows: int | None = None,
+    def __init__(self, store: FitStore | str | os.PathLike, key: dict[str, Any], chunk_rows: int | None = None,
                  interval: float | None = None) -> None:
-        import dask
-
-        self.path = str(path)
-        self.key = _store.json_safe(key)
+        self.store = FitStore.at(store)
+        self.path = self.store.path
+        self.key = json_safe(key)
         self.chunk_rows = chunk_rows
         self.interval = float(dask.config.get("dkpca.checkpoint-interval", 5.0) if interval is None else interval)
         self.saves = 0
         self._last: float | None = None
 
     def _group(self, create: bool) -> zarr.Group | None:
-        root = _store.open_existing(self.path, mode="r+" if create else "r")
+        root = self.store.open(mode="r+" if create else "r")
         if GROUP in root:
             return root[GROUP]
         if not create:
@@ -168,7 +170,7 @@ class SolverCheckpoint:
         sg = g[slot] if slot in g else g.create_group(slot)
         sums = {}
         for name in set(sg.array_keys()) - set(arrays):
-            _store.remove_member(sg, name)
+            remove_member(sg, name)
         for name, arr in arrays.items():
             arr = np.ascontiguousarray(arr)
             if arr.ndim:
@@ -179,17 +181,17 @@ class SolverCheckpoint:
             z = sg[name] if name in sg else None
             if z is None or z.shape != arr.shape or z.dtype != arr.dtype or tuple(z.chunks) != chunks:
                 if z is not None:
-                    _store.remove_member(sg, name)
+                    remove_member(sg, name)
                 z = sg.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks, compressors=None)
             if arr.ndim:
-                writer = _store.ChunkWriter.of(self.path, z)
+                writer = ChunkWriter.of(self.path, z)
                 for i, r0 in enumerate(range(0, arr.shape[0], chunks[0])):
                     writer.write((i,) + (0,) * (arr.ndim - 1), arr[r0:r0 + chunks[0]])
             else:
                 z[...] = arr
             sums[name] = _checksum(arr)
         # The pointer goes last, in one atomic JSON write.
-        g.attrs.put(_store.json_safe({
+        g.attrs.put(json_safe({
             "key": self.key, "slot": slot, "passes": int(passes), "history": list(history),
             "checksums": sums, "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         }))
@@ -200,8 +202,8 @@ class SolverCheckpoint:
     def clear(self) -> None:
         """Remove the checkpoint (after the model is saved, or on overwrite)."""
         try:
-            root = _store.open_existing(self.path, mode="r+")
+            root = self.store.open(mode="r+")
         except (FileNotFoundError, ValueError):
             return
         if GROUP in root:
-            _store.remove_member(root, GROUP)
+            remove_member(root, GROUP)

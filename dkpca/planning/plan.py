@@ -21,21 +21,27 @@ them, so treat them as a lower bound on a shared filesystem.
 
 from __future__ import annotations
 
+import html
 import os
-import shutil
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import psutil
 
-__all__ = ["plan", "Plan"]
+from ..cluster import connect, is_scheduler_address, load_config, validate_config, worker_resources
+from ..execution import active_client
+from ..kernels import Kernel
+from ..linalg import block_bounds
+from ..request import make_request
+from ..solvers.randomized import block_size
+from ..storage import free_bytes, gram_bytes, json_safe
+from .auto import choose
+from .measure import estimate_passes, measure_blocks
 
-#: blocks larger than this are measured at this edge and scaled (entries ~ edge^2)
-_MAX_MEASURE_EDGE = 4096
-#: subsample size for the spectrum estimate (an m x m dense eigh: ~0.2 s)
-_SPECTRUM_SAMPLE = 1000
+__all__ = ["plan", "Plan", "make_plan", "cluster_resources"]
+
 #: scheduling + zarr open cost per task (measured ~2-4 ms with dask's threaded
 #: scheduler on the development machine); dominates for small blocks
 _TASK_OVERHEAD = 3e-3
@@ -102,8 +108,6 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        from .store import json_safe
-
         return json_safe(asdict(self))
 
     def __str__(self) -> str:
@@ -146,105 +150,17 @@ class Plan:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:  # pragma: no cover - display only
-        import html
-
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
-def _time(f, repeat: int = 2) -> float:
-    best = np.inf
-    for _ in range(repeat):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def _measure(X, kernel, block: int, dtype: np.dtype, ell: int, store: str) -> dict[str, float]:
-    """Time one kernel block, one write/read and one product on this machine."""
-    import zarr
-
-    from ._compute import compute
-    from .operator import _read_block, block_products
-    from .store import ChunkWriter, chunk_file
-
-    n = X.shape[0]
-    edge = min(block, _MAX_MEASURE_EDGE, n)
-    rows = compute(X[: min(n, 2 * edge)], label="")[0]
-    XI = np.ascontiguousarray(rows[:edge])
-    XJ = np.ascontiguousarray(rows[-edge:]) if rows.shape[0] >= 2 * edge else XI
-    out = np.empty((edge, XJ.shape[0]), dtype=dtype)
-    t_kernel = _time(lambda: kernel.block(XI, XJ, dtype, out=out))
-    V = np.random.default_rng(0).standard_normal((out.shape[1], ell))
-    t_prod = _time(lambda: block_products(out, V[: out.shape[0]], V, True))
-    # The scratch array goes next to the store (same filesystem) when possible.
-    parent = os.path.dirname(os.path.abspath(store)) if "://" not in store else None
-    while parent and not os.path.isdir(parent):
-        parent = os.path.dirname(parent)
-    with tempfile.TemporaryDirectory(prefix=".dkpca-plan-", dir=parent) as tmp:
-        # the Gram build's and the operator's own write and read paths, on a K-like array
-        path = os.path.join(tmp, "k.zarr")
-        z = zarr.open_group(path, mode="w").create_array("gram/K", shape=out.shape, chunks=out.shape,
-                                                         dtype=dtype, compressors=None, fill_value=0.0)
-        writer, raw_dir = ChunkWriter.of(path, z), chunk_file(z, ())
-        t_write = _time(lambda: writer.write((0, 0), out))
-        t_read = _time(lambda: _read_block(path, raw_dir, 0, 0, 0, edge, 0, edge, edge, dtype.name))
-    scale = (block / edge) ** 2
-    return {"edge": edge, "kernel_block": t_kernel * scale, "write_block": t_write * scale,
-            "read_block": t_read * scale, "product_block": t_prod * scale}
-
-
-def _estimate_passes(X, kernel, k: int, ell: int, tol: float, max_passes: int, solver: str,
-                     seed: int = 0) -> tuple[int, str]:
-    """Passes over K, from the spectrum of a random subsample."""
-    import scipy.linalg
-
-    from ._compute import compute
-
-    if solver == "dense":
-        return 1, "dense: one read of K, then an in-memory eigh"
-    if solver == "nystrom":
-        return 1, "Nystrom: one sweep over n x m kernel slices (approximate)"
-    n = X.shape[0]
-    m = min(n, _SPECTRUM_SAMPLE)
-    idx = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
-    S = np.asarray(compute(X[idx], label="")[0], dtype=np.float64)
-    K = kernel.block(S, None, np.float64)
-    K -= K.mean(axis=0)[None, :]
-    K -= K.mean(axis=1)[:, None]
-    lam = scipy.linalg.eigh(K, eigvals_only=True)[::-1]
-    if k >= m or lam[min(k, m) - 1] <= 0:
-        return max_passes, f"subsample of {m} points cannot resolve k={k}; at most max_passes={max_passes}"
-    gap = lam[ell] / lam[k - 1] if ell < m else 0.0
-    # residual_p ~ lambda_k gap^p, relative to lambda_1 -> stop when below tol
-    target = tol * lam[0] / lam[k - 1]
-    if gap <= 1e-12:
-        p = 2
-    elif gap >= 1:
-        p = max_passes
-    else:
-        p = int(np.ceil(np.log(target) / np.log(gap))) + 1
-    p = int(min(max(p, 2), max_passes))
-    note = f"estimated from a {m}-point subsample: lambda_{ell + 1}/lambda_{k} = {gap:.3f}, tol={tol:g}"
-    if solver == "lanczos":
-        from .solvers import _lanczos_passes
-
-        p, note = _lanczos_passes(p, tol, max_passes), note + ", block Lanczos"
-    return p, note
-
-
-def _resources(cluster: Any) -> dict[str, Any]:
-    from ._compute import active_client
-    from .cluster import load_config, validate_config, worker_resources
-
+def cluster_resources(cluster: Any) -> dict[str, Any]:
+    """Workers, threads per worker and memory per worker for ``cluster`` (see :func:`plan`)."""
     out: dict[str, Any] = {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
     client = cluster if hasattr(cluster, "scheduler_info") else active_client()
     owned = None
     if isinstance(cluster, (str, os.PathLike)):
-        from .cluster import _looks_like_address, connect
-
         s = os.fspath(cluster)
-        if not os.path.isfile(s) and _looks_like_address(s):
+        if not os.path.isfile(s) and is_scheduler_address(s):
             client = owned = connect(s)  # a running scheduler: ask it
         else:
             out = worker_resources(load_config(s))
@@ -259,8 +175,6 @@ def _resources(cluster: Any) -> dict[str, Any]:
     if owned is not None:
         owned.close()
     if out["workers"] is None and cluster is None and client is None:
-        import psutil
-
         out = {"workers": 1, "threads_per_worker": os.cpu_count() or 1,
                "memory_per_worker": psutil.virtual_memory().total}
     out["workers"] = out["workers"] or 1
@@ -268,27 +182,23 @@ def _resources(cluster: Any) -> dict[str, Any]:
     return out
 
 
-def make_plan(X, kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str, store: str,
-              tol: float = 1e-6, max_passes: int = 60, resources: dict | None = None,
+def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str,
+              store: str, tol: float = 1e-6, max_passes: int = 60, resources: dict | None = None,
               measure: bool = True) -> Plan:
-    """Plan for a validated dask array ``X`` (row chunks = ``block``) and resolved kernel."""
-    from .gram import block_bounds, gram_bytes
-    from .solvers.randomized import block_size
+    """Plan for a validated dask array ``X`` (row chunks = ``block``) and resolved kernel.
 
+    ``measure=False`` does no work beyond arithmetic on the sizes (the pass
+    estimate is then ``max_passes``, except for the dense solver).
+    """
     dtype = np.dtype(dtype)
     n, d = X.shape
     nb = len(block_bounds(n, block))
     tasks = nb * (nb + 1) // 2
     ell = block_size(n, k) if solver != "dense" else k
-    res = resources or _resources(None)
+    res = resources if resources is not None else cluster_resources(None)
     conc = res["workers"] * res["threads_per_worker"]
     gbytes = gram_bytes(n, block, dtype) if gram == "store" else 0
-    free = None
-    if "://" not in store:
-        probe = os.path.abspath(store)
-        while not os.path.exists(probe):
-            probe = os.path.dirname(probe)
-        free = shutil.disk_usage(probe).free
+    free = free_bytes(store)
     item = dtype.itemsize
     # Per running task: the kernel block and the block read back for a pass
     # (both kept as per-thread scratch), a float64 strip for widening, two row
@@ -304,7 +214,7 @@ def make_plan(X, kernel, k: int, block: int, dtype: Any, solver: str, reason: st
         warnings.append(f"{_fmt_bytes(per_worker)} per worker is close to or above its memory limit "
                         f"{_fmt_bytes(avail)}; use a smaller chunk_size")
     mp = max_passes or 60
-    passes, note = (_estimate_passes(X, kernel, k, ell, tol, mp, solver) if measure or solver == "dense"
+    passes, note = (estimate_passes(X, kernel, k, ell, tol, mp, solver) if measure or solver == "dense"
                     else (mp, f"at most max_passes={mp}; not estimated"))
     p = Plan(
         n_samples=n, n_features=d, n_components=k, kernel=kernel.to_dict(), solver=solver, solver_reason=reason,
@@ -315,7 +225,7 @@ def make_plan(X, kernel, k: int, block: int, dtype: Any, solver: str, reason: st
         client_memory=client_mem, subspace=ell, expected_passes=passes, passes_note=note, warnings=warnings,
     )
     if measure:
-        m = _measure(X, kernel, block, dtype, ell, store)
+        m = measure_blocks(X, kernel, block, dtype, ell, store)
         p.measured = m
         # diagonal blocks cost about half; (tasks + nb) / 2 full-block equivalents
         eq = (tasks - nb) + nb / 2
@@ -368,31 +278,12 @@ max_passes, gram
     Plan
         ``print(plan)`` for the table; attributes for the numbers.
     """
-    from . import solvers
-    from .io import as_dask, check_n_components, default_block_size, open_input
-    from .kernels import make_kernel
-    from .pipeline import _check_params, default_store_path
-
-    dt = _check_params(solver, dtype, tol, max_passes, chunk_size, gram)
-    kern = make_kernel(kernel, gamma=gamma, degree=degree, coef0=coef0, kernel_params=kernel_params)
-    X = as_dask(open_input(source), block_rows=None)
-    n, d = X.shape
-    k = check_n_components(n_components, n)
-    block = min(int(chunk_size) if chunk_size else default_block_size(n), n)
-    X = X.rechunk((block, d))
-    kern = kern.resolve(d)
-    if store is not None:
-        path = os.fspath(store)
-    elif isinstance(source, (str, os.PathLike)):
-        path = default_store_path(source)
-    else:  # fit would create a temporary directory here; plan creates nothing
-        path = os.path.join(tempfile.gettempdir(), "dkpca-<new>", "store.dkpca.zarr")
-    mp = max_passes or 60
-    if hasattr(solvers, "choose"):  # the same resolution of "auto" as fit
-        c = solvers.choose(n, k, solver, gram, X=X if measure else None, kernel=kern, dtype=dt, block=block,
-                           store=path, tol=tol, max_passes=mp)
-        solver_name, gram, reason = c.solver, c.gram, c.reason
-    else:  # pragma: no cover - older solver registry
-        solver_name, reason = solvers.choose_solver(n, k, solver)
-    return make_plan(X, kern, k, block, dt, solver_name, reason, gram, path, tol=tol, max_passes=mp,
-                     resources=_resources(cluster), measure=measure)
+    req = make_request(source, n_components, kernel, gamma, degree, coef0, kernel_params, solver, store, chunk_size,
+                       dtype, tol, max_passes, gram=gram, create_store=False)
+    # fit would create a temporary directory for in-memory input; a plan creates nothing
+    path = req.store.path if req.store is not None else os.path.join(tempfile.gettempdir(), "dkpca-<new>",
+                                                                       "store.dkpca.zarr")
+    c = choose(req.n, req.n_components, req.solver, req.gram, X=req.X if measure else None, kernel=req.kernel,
+               dtype=req.dtype, block=req.block, store=path, tol=req.tol, max_passes=req.max_passes)
+    return make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, c.solver, c.reason, c.gram, path,
+                     tol=req.tol, max_passes=req.max_passes, resources=cluster_resources(cluster), measure=measure)

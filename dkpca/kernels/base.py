@@ -1,0 +1,245 @@
+"""The kernel base class and the kernel algebra (sums, products, positive scalings).
+
+Every kernel is a small immutable object that
+
+* evaluates a block ``K(X, Y)`` (``block``) with one GEMM and in-place
+  elementwise work, in float32 or float64,
+* evaluates its diagonal ``k(x, x)`` without forming a block (``diag``),
+* fixes data-dependent defaults once the number of features is known (``resolve``),
+* round-trips through a JSON-serialisable dict (``to_dict`` / ``from_dict``),
+  which is what the Gram store and the persisted model record,
+* states its cost per entry for planning (``cost_per_entry``).
+
+Sums, products and positive scalings of kernels are kernels (Keriven,
+"Operations on kernels"), written ``k1 + k2``, ``k1 * k2`` and ``2.0 * k``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["Kernel", "Sum", "Product", "Scaled", "check_positive", "check_real", "field_names", "as_float"]
+
+
+def check_positive(name: str, value: Any, kernel: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not np.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"{kernel} kernel: {name}={value!r} is invalid; it must be a finite number > 0"
+            + (" (or None for 1/n_features)" if allow_none else "")
+            + "."
+        )
+
+
+def check_real(name: str, value: Any, kernel: str) -> None:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not np.isfinite(value):
+        raise ValueError(f"{kernel} kernel: {name}={value!r} is invalid; it must be a finite number.")
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
+def as_float(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return np.ascontiguousarray(X, dtype=dtype)
+
+
+class Kernel:
+    """Base class of all kernels.
+
+    Subclasses implement ``_block(X, Y)`` on float arrays of the requested dtype
+    and ``_diag(X)``; the public methods take care of dtype and contiguity.
+    """
+
+    name: ClassVar[str] = "kernel"
+    #: whether k(x, y) depends only on x - y (distances can then be taken
+    #: after shifting both blocks by a common point, which avoids cancellation)
+    stationary: ClassVar[bool] = False
+
+    # -- evaluation -------------------------------------------------------
+    def block(
+        self, X: np.ndarray, Y: np.ndarray | None = None, dtype: Any = np.float64, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Kernel block ``K[i, j] = k(X[i], Y[j])``.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_x, d)
+        Y : ndarray of shape (n_y, d), default=None
+            ``None`` means ``Y = X`` (the block is then exactly symmetric).
+        dtype : {float32, float64}
+            Precision of the computation and of the result.
+        out : ndarray of shape (n_x, n_y), optional
+            C-contiguous buffer of ``dtype`` to write into (avoids allocating a
+            large temporary per block).
+
+        Returns
+        -------
+        K : ndarray of shape (n_x, n_y), C-contiguous, of ``dtype``.
+        """
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype={dtype} is not supported; use float32 or float64.")
+        Xf = as_float(X, dtype)
+        Yf = Xf if Y is None or Y is X else as_float(Y, dtype)
+        if self.stationary:
+            # Shifting both blocks by a common point leaves x - y unchanged but
+            # keeps |x|^2 + |y|^2 - 2 x.y from cancelling catastrophically.
+            shift = Xf.mean(axis=0, dtype=np.float64).astype(dtype)
+            Xf = Xf - shift
+            Yf = Xf if Y is None or Y is X else Yf - shift
+        # With Y = X every subclass returns an exactly symmetric block: the
+        # store keeps only the upper half of K, so k(x_i, x_j) and k(x_j, x_i)
+        # must not differ by rounding.
+        return self._block(Xf, Yf, Y is None or Y is X, out)
+
+    def diag(self, X: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+        """Diagonal ``k(x_i, x_i)`` of shape (n_x,), without forming a block."""
+        return self._diag(as_float(X, np.dtype(dtype)))
+
+    def __call__(self, X: np.ndarray, Y: np.ndarray | None = None) -> np.ndarray:
+        """Float64 block; makes a kernel usable as a scikit-learn callable."""
+        return self.block(X, Y, np.float64)
+
+    def _block(self, X: np.ndarray, Y: np.ndarray, same: bool, out: np.ndarray | None) -> np.ndarray:
+        raise NotImplementedError
+
+    def _diag(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def cost_per_entry(self, n_features: int) -> float:
+        """Approximate flops per kernel entry (planning): the GEMM's 2 d plus elementwise work."""
+        return 2.0 * n_features + 10.0
+
+    # -- parameters -------------------------------------------------------
+    def resolve(self, n_features: int) -> Kernel:
+        """Return a copy with data-dependent defaults (``gamma=None``) fixed."""
+        return self
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the parameter if a value is out of range."""
+
+    @property
+    def positive_definite(self) -> bool:
+        """Whether the kernel is guaranteed positive semi-definite."""
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable spec; ``from_dict(k.to_dict()) == k``."""
+        d: dict[str, Any] = {"name": self.name}
+        for f in field_names(type(self)):
+            v = getattr(self, f)
+            # numpy scalars are not JSON serialisable
+            d[f] = int(v) if isinstance(v, numbers.Integral) else float(v) if isinstance(v, numbers.Real) else v
+        return d
+
+    # -- algebra (Keriven, "Operations on kernels") ------------------------
+    def __add__(self, other: Kernel) -> Kernel:
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return Sum((self, other))
+
+    def __mul__(self, other: Any) -> Kernel:
+        if isinstance(other, Kernel):
+            return Product((self, other))
+        if isinstance(other, numbers.Real) and not isinstance(other, bool):
+            return Scaled(float(other), self)
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+
+@dataclass(frozen=True)
+class Sum(Kernel):
+    """``k(x, y) = sum_i k_i(x, y)``."""
+
+    kernels: tuple[Kernel, ...] = field(default_factory=tuple)
+    name: ClassVar[str] = "sum"
+
+    def validate(self) -> None:
+        if len(self.kernels) < 2:
+            raise ValueError("sum kernel: needs at least two kernels.")
+        for k in self.kernels:
+            k.validate()
+
+    @property
+    def positive_definite(self) -> bool:
+        return all(k.positive_definite for k in self.kernels)
+
+    def resolve(self, n_features: int) -> Kernel:
+        return replace(self, kernels=tuple(k.resolve(n_features) for k in self.kernels))
+
+    def block(self, X, Y=None, dtype=np.float64, out=None):
+        out = self.kernels[0].block(X, Y, dtype, out)
+        for k in self.kernels[1:]:
+            out += k.block(X, Y, dtype)
+        return out
+
+    def _diag(self, X):
+        return sum(k._diag(X) for k in self.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kernels": [k.to_dict() for k in self.kernels]}
+
+
+@dataclass(frozen=True)
+class Product(Kernel):
+    """``k(x, y) = prod_i k_i(x, y)`` (Schur product of PSD kernels is PSD)."""
+
+    kernels: tuple[Kernel, ...] = field(default_factory=tuple)
+    name: ClassVar[str] = "product"
+
+    validate = Sum.validate
+    positive_definite = Sum.positive_definite
+    resolve = Sum.resolve
+    to_dict = Sum.to_dict
+
+    def block(self, X, Y=None, dtype=np.float64, out=None):
+        out = self.kernels[0].block(X, Y, dtype, out)
+        for k in self.kernels[1:]:
+            out *= k.block(X, Y, dtype)
+        return out
+
+    def _diag(self, X):
+        out = self.kernels[0]._diag(X)
+        for k in self.kernels[1:]:
+            out = out * k._diag(X)
+        return out
+
+
+@dataclass(frozen=True)
+class Scaled(Kernel):
+    """``k(x, y) = scale * k_0(x, y)`` with ``scale > 0``."""
+
+    scale: float = 1.0
+    kernel: Kernel | None = None
+    name: ClassVar[str] = "scaled"
+
+    def validate(self) -> None:
+        check_positive("scale", self.scale, self.name)
+        if not isinstance(self.kernel, Kernel):
+            raise ValueError("scaled kernel: 'kernel' must be a dkpca kernel.")
+        self.kernel.validate()
+
+    @property
+    def positive_definite(self) -> bool:
+        return self.kernel.positive_definite
+
+    def resolve(self, n_features: int) -> Kernel:
+        return replace(self, kernel=self.kernel.resolve(n_features))
+
+    def block(self, X, Y=None, dtype=np.float64, out=None):
+        out = self.kernel.block(X, Y, dtype, out)
+        out *= self.scale
+        return out
+
+    def _diag(self, X):
+        return self.scale * self.kernel._diag(X)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "scale": self.scale, "kernel": self.kernel.to_dict()}

@@ -1,0 +1,171 @@
+"""The library of named kernels, with scikit-learn's parameter names and defaults.
+
+Parameter names and defaults follow :func:`sklearn.metrics.pairwise.pairwise_kernels`
+(``gamma=None`` means ``1 / n_features``); ``resolve`` fixes such data-dependent
+defaults once the number of features is known, so that a stored spec is
+complete and a refit cannot silently change ``gamma``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+from scipy.spatial.distance import cdist, pdist, squareform
+
+from .base import Kernel, check_positive, check_real
+from .blocks import gemm_strips, safe_inv_norms, sq_dist_exponent
+
+__all__ = ["GammaKernel", "RBF", "Laplacian", "Polynomial", "Linear", "Sigmoid", "Cosine"]
+
+
+class GammaKernel(Kernel):
+    """A kernel with a coefficient ``gamma`` whose default (None) is ``1 / n_features``, as in scikit-learn."""
+
+    gamma: float | None
+
+    def validate(self) -> None:
+        check_positive("gamma", self.gamma, self.name, allow_none=True)
+
+    def resolve(self, n_features: int) -> Kernel:
+        return self if self.gamma is not None else replace(self, gamma=1.0 / n_features)
+
+
+@dataclass(frozen=True)
+class RBF(GammaKernel):
+    """Gaussian kernel ``exp(-gamma * |x - y|^2)``."""
+
+    gamma: float | None = None
+    name: ClassVar[str] = "rbf"
+    stationary: ClassVar[bool] = True
+
+    def _block(self, X, Y, same, out):
+        return sq_dist_exponent(X, Y, same, self.gamma, out, then=np.exp)
+
+    def _diag(self, X):
+        return np.ones(X.shape[0], dtype=X.dtype)
+
+
+@dataclass(frozen=True)
+class Laplacian(GammaKernel):
+    """Laplacian kernel ``exp(-gamma * |x - y|_1)``."""
+
+    gamma: float | None = None
+    name: ClassVar[str] = "laplacian"
+    stationary: ClassVar[bool] = True
+
+    def _block(self, X, Y, same, out):
+        # The L1 distance has no GEMM form; scipy's cdist/pdist are the fast
+        # path (pdist: half the pairs, and exactly symmetric).
+        D = squareform(pdist(X, metric="cityblock")) if same else cdist(X, Y, metric="cityblock")
+        if out is None:
+            G = D.astype(X.dtype, copy=False)
+        else:
+            G = out
+            np.copyto(G, D, casting="same_kind")
+        G *= -self.gamma
+        return np.exp(G, out=G)
+
+    def _diag(self, X):
+        return np.ones(X.shape[0], dtype=X.dtype)
+
+
+@dataclass(frozen=True)
+class Polynomial(GammaKernel):
+    """Polynomial kernel ``(gamma * <x, y> + coef0) ** degree``."""
+
+    gamma: float | None = None
+    degree: int = 3
+    coef0: float = 1.0
+    name: ClassVar[str] = "poly"
+
+    def validate(self) -> None:
+        super().validate()
+        if not isinstance(self.degree, numbers.Integral) or isinstance(self.degree, bool) or self.degree < 1:
+            raise ValueError(f"poly kernel: degree={self.degree!r} is invalid; it must be an integer >= 1.")
+        check_real("coef0", self.coef0, self.name)
+
+    @property
+    def positive_definite(self) -> bool:
+        return self.coef0 >= 0
+
+    def _block(self, X, Y, same, out):
+        g, c, deg = X.dtype.type(self.gamma), X.dtype.type(self.coef0), self.degree
+
+        def post(G, rows, cols):
+            G *= g
+            G += c
+            if deg != 1:
+                np.power(G, deg, out=G)
+
+        return gemm_strips(X, Y, same, out, post)
+
+    def _diag(self, X):
+        return (self.gamma * np.einsum("ij,ij->i", X, X) + self.coef0) ** self.degree
+
+
+@dataclass(frozen=True)
+class Linear(Kernel):
+    """Linear kernel ``<x, y>``."""
+
+    name: ClassVar[str] = "linear"
+
+    def _block(self, X, Y, same, out):
+        return gemm_strips(X, Y, same, out)
+
+    def _diag(self, X):
+        return np.einsum("ij,ij->i", X, X)
+
+
+@dataclass(frozen=True)
+class Sigmoid(GammaKernel):
+    """Sigmoid kernel ``tanh(gamma * <x, y> + coef0)`` (not positive definite)."""
+
+    gamma: float | None = None
+    coef0: float = 1.0
+    name: ClassVar[str] = "sigmoid"
+
+    def validate(self) -> None:
+        super().validate()
+        check_real("coef0", self.coef0, self.name)
+
+    @property
+    def positive_definite(self) -> bool:
+        return False
+
+    def _block(self, X, Y, same, out):
+        g, c = X.dtype.type(self.gamma), X.dtype.type(self.coef0)
+
+        def post(G, rows, cols):
+            G *= g
+            G += c
+            np.tanh(G, out=G)
+
+        return gemm_strips(X, Y, same, out, post)
+
+    def _diag(self, X):
+        return np.tanh(self.gamma * np.einsum("ij,ij->i", X, X) + self.coef0)
+
+
+
+
+@dataclass(frozen=True)
+class Cosine(Kernel):
+    """Cosine similarity ``<x, y> / (|x| |y|)`` (zero rows give zero)."""
+
+    name: ClassVar[str] = "cosine"
+
+    def _block(self, X, Y, same, out):
+        ix = safe_inv_norms(X)
+        iy = ix if same else safe_inv_norms(Y)
+
+        def post(G, rows, cols):
+            G *= ix[rows, None]
+            G *= iy[None, cols]
+
+        return gemm_strips(X, Y, same, out, post)
+
+    def _diag(self, X):
+        return (np.einsum("ij,ij->i", X, X) > 0).astype(X.dtype)

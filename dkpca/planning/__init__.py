@@ -1,0 +1,8 @@
+"""Planning above the solvers: measurements, the ``auto`` choice and the printable plan."""
+
+from .auto import DENSE_MAX_N, SMALL_GRAM_BYTES, Choice, choose
+from .measure import estimate_passes, lanczos_passes, measure_blocks
+from .plan import Plan, cluster_resources, make_plan, plan
+
+__all__ = ["DENSE_MAX_N", "SMALL_GRAM_BYTES", "Choice", "choose", "estimate_passes", "lanczos_passes",
+           "measure_blocks", "Plan", "cluster_resources", "make_plan", "plan"]

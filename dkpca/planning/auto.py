@@ -1,0 +1,194 @@
+"""``solver="auto"`` and ``gram="auto"`` resolved in one place, with the reason in words.
+
+The choice is made from the sizes, the free disk at the store, the memory of
+this machine and -- only where the sizes leave it open -- measured block
+costs (:mod:`dkpca.planning.measure`).  It never depends on logging or
+progress settings: the same request always does the same work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psutil
+
+from ..execution import n_workers_threads
+from ..linalg import block_bounds
+from ..solvers.randomized import block_size
+from ..storage import free_bytes as storage_free_bytes
+from ..storage import gram_bytes
+from .measure import estimate_passes, lanczos_passes, measure_blocks
+
+__all__ = ["Choice", "choose", "DENSE_MAX_N", "SMALL_GRAM_BYTES"]
+
+#: n up to which ``auto`` solves densely: the dense K~ (n^2 float64) plus
+#: eigh's workspace stay well under a GB and eigh beats repeated passes.
+DENSE_MAX_N = 3000
+
+#: Gram stores up to this size are stored without measuring (``gram="auto"``):
+#: K stays in the page cache, a refit reuses it, and the choice -- hence the
+#: rounding of the result -- does not depend on a timing.
+SMALL_GRAM_BYTES = 1 << 30
+
+
+@dataclass
+class Choice:
+    """What ``auto`` resolved to (:func:`choose`).
+
+    Attributes
+    ----------
+    solver : str
+        ``dense``, ``randomized``, ``lanczos`` or ``nystrom``.
+    gram : str
+        ``store`` or ``recompute``.
+    reason : str
+        One human-readable sentence per decision, for the model report.
+    details : dict
+        The figures the decision used (JSON-safe): sizes, free disk, measured
+        seconds per block, estimated passes and totals.
+    """
+
+    solver: str
+    gram: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None, kernel=None,
+           dtype: Any = "float32", block: int | None = None, store: str | None = None, tol: float = 1e-6,
+           max_passes: int = 60, free_bytes: int | None = None, memory_bytes: int | None = None,
+           measured: dict[str, float] | None = None, workers: int | None = None) -> Choice:
+    """Resolve ``solver="auto"`` and ``gram="auto"``; says why.
+
+    Rules, in order (each is a sentence of ``reason``):
+
+    solver
+        * ``n <= DENSE_MAX_N``: ``dense`` (an in-memory eigh beats repeated passes);
+        * ``k > n / 4`` and two n x n float64 arrays fit in half the memory: ``dense``;
+        * else ``lanczos`` if its smallest Krylov basis (3 blocks of l columns,
+          twice for workspace) fits in a quarter of the memory -- it needs
+          fewer passes than subspace iteration for the same accuracy -- else
+          ``randomized`` (O(n l) memory).  ``auto`` never picks the
+          approximate ``nystrom``: ask for it.
+    gram
+        * ``nystrom`` never reads K: ``recompute`` (no Gram store);
+        * K (upper-triangular blocks) does not fit in 90 % of the free disk
+          space at the store: ``recompute``;
+        * ``dense`` reads K once: ``store`` (one build, reusable by a refit);
+        * K up to ``SMALL_GRAM_BYTES`` (1 GiB): ``store``, without measuring
+          (cached reads; and the same data always gets the same mode, so
+          repeated fits agree bit for bit -- the two modes differ by rounding);
+        * else the measured cost of one kernel block, one block write, one
+          block read and one block product on this machine (``dkpca.plan``'s
+          measurement of the first rows of X) gives the time of a stored fit
+          (build + (P - 1) passes: the first product is fused into the build)
+          and of a matrix-free one (P passes, the first fused with the
+          centering pass); the cheaper wins.  P is estimated from the spectrum
+          of a 1000-point subsample (``dkpca.plan``) for subspace iteration
+          and converted for block Lanczos (:func:`lanczos_passes`).
+
+    Parameters
+    ----------
+    n, k : int
+        Samples and components.
+    solver : str
+        ``auto`` or a solver name (kept).
+    gram : str
+        ``auto``, ``store`` or ``recompute`` (kept unless ``auto``).
+    X : dask array of shape (n, d), optional
+        Row-chunked (chunk = ``block``) data; needed for measurements.
+    kernel : Kernel, optional
+        Resolved kernel; needed for measurements.
+    dtype, block, store
+        Gram precision, block edge and store path (where free space is checked).
+    tol, max_passes
+        Solver settings (for the pass estimate).
+    free_bytes, memory_bytes : int, optional
+        Free disk at the store and memory of this process' machine (default:
+        measured with ``shutil.disk_usage`` / ``psutil``); tests pass them.
+    measured : dict, optional
+        Per-block seconds (``kernel_block``, ``write_block``, ``read_block``,
+        ``product_block``) and ``passes`` instead of measuring.
+    workers : int, optional
+        Concurrent block tasks (default: the active client's threads, else CPUs).
+
+    Returns
+    -------
+    Choice
+    """
+    details: dict[str, Any] = {}
+    reasons: list[str] = []
+    if memory_bytes is None and (solver == "auto"):
+        memory_bytes = int(psutil.virtual_memory().available)
+    ell = block_size(n, k)
+    if solver != "auto":
+        name, why = solver, "solver requested"
+    elif n <= DENSE_MAX_N:
+        name, why = "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
+    elif k > n // 4 and 16 * n * n <= 0.5 * memory_bytes:
+        name, why = "dense", f"n_components={k} > n/4: most of the spectrum is wanted and K~ fits in memory"
+    elif 2 * 8 * n * 3 * ell <= 0.25 * memory_bytes:
+        name, why = "lanczos", (f"n={n} > {DENSE_MAX_N}, k={k}: block Lanczos (fewer passes over K than subspace "
+                                f"iteration); its Krylov basis fits in memory")
+    else:
+        name, why = "randomized", (f"n={n}, k={k}: a Krylov basis of 3 x {ell} columns would not fit in a quarter "
+                                   f"of the {memory_bytes / 1e9:.1f} GB available; subspace iteration needs O(n l)")
+    reasons.append(f"solver={name}: {why}")
+    if memory_bytes is not None:
+        details["memory_bytes"] = memory_bytes
+
+    if gram != "auto":
+        mode, why = gram, "requested"
+    elif name == "nystrom":
+        mode, why = "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
+    else:
+        blk = min(block or n, n)
+        need = gram_bytes(n, blk, dtype)
+        details["gram_bytes"] = need
+        if free_bytes is None and store is not None:
+            free_bytes = storage_free_bytes(str(store))
+        details["free_bytes"] = free_bytes
+        if free_bytes is not None and need > 0.9 * free_bytes:
+            mode, why = "recompute", (f"K needs {need / 1e9:.2f} GB on disk but only {free_bytes / 1e9:.2f} GB is "
+                                      "free at the store: kernel blocks are re-evaluated every pass")
+        elif name == "dense":
+            mode, why = "store", "the dense solver reads K once; storing it lets a refit reuse it"
+        elif need <= SMALL_GRAM_BYTES:
+            mode, why = "store", (f"K is small ({need / 1e6:.0f} MB <= {SMALL_GRAM_BYTES / 1e6:.0f} MB): stored "
+                                  "once, read from the page cache, reusable by a refit")
+        else:
+            mode, why = compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured,
+                                       workers, details)
+    reasons.append(f"gram={mode}: {why}")
+    return Choice(name, mode, "; ".join(reasons), details)
+
+
+def compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers, details):
+    """(mode, reason) from measured per-block costs and the estimated passes."""
+    if measured is None:
+        if X is None or kernel is None:
+            return "store", "no data to measure a pass on; storing K (the default)"
+        measured = dict(measure_blocks(X, kernel, blk, np.dtype(dtype), ell, store))
+        measured["passes"], _ = estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")
+    if workers is None:
+        workers = max(1, n_workers_threads())
+    p = int(measured.get("passes", max_passes))
+    if name == "lanczos":
+        p = lanczos_passes(p, tol, max_passes)
+    nb = len(block_bounds(n, blk))
+    tasks = nb * (nb + 1) // 2
+    eq = (tasks - nb) + nb / 2  # diagonal blocks cost half
+    kb, wb, rb, pb = (measured[key] for key in ("kernel_block", "write_block", "read_block", "product_block"))
+    build = eq * (kb + wb) / workers
+    pass_store = tasks * (rb + pb) / workers
+    pass_recompute = (eq * kb + tasks * pb) / workers
+    t_store = build + max(0, p - 1) * pass_store
+    t_recompute = p * pass_recompute
+    details.update({"measured": {key: float(v) for key, v in measured.items()}, "expected_passes": p,
+                    "workers": workers, "seconds_per_pass": {"store": pass_store, "recompute": pass_recompute},
+                    "build_seconds": build, "estimated_seconds": {"store": t_store, "recompute": t_recompute}})
+    fig = (f"measured pass {pass_store:.3g} s stored (after a {build:.3g} s build) vs {pass_recompute:.3g} s "
+           f"recomputed; ~{p} passes: {t_store:.3g} s vs {t_recompute:.3g} s")
+    return ("store", fig) if t_store <= t_recompute else ("recompute", fig)

@@ -1,0 +1,118 @@
+"""Measurements that planning and ``auto`` rest on: block costs on this machine, passes from a subsample.
+
+* :func:`measure_blocks` times one kernel block of the real data (first rows
+  of X), one block write and read through the Gram build's and the
+  operator's own chunk I/O on the store's filesystem, and one block product;
+* :func:`estimate_passes` estimates the passes over K from the spectrum of a
+  small random subsample: subspace iteration's residuals shrink roughly like
+  ``(lambda_{l+1} / lambda_k)^p`` per pass ``p`` (Halko et al. 2011, sec. 9);
+  :func:`lanczos_passes` converts that count for block Lanczos.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+
+from ..execution import compute
+from ..kernels import Kernel
+from ..linalg import Centering, block_products
+from ..storage import ChunkReader, ChunkWriter, probe_array
+
+__all__ = ["measure_blocks", "estimate_passes", "lanczos_passes", "MAX_MEASURE_EDGE", "SPECTRUM_SAMPLE"]
+
+#: blocks larger than this are measured at this edge and scaled (entries ~ edge^2)
+MAX_MEASURE_EDGE = 4096
+#: subsample size for the spectrum estimate (an m x m dense eigh: ~0.2 s)
+SPECTRUM_SAMPLE = 1000
+
+
+def _best_time(f: Any, repeat: int = 2) -> float:
+    best = np.inf
+    for _ in range(repeat):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def measure_blocks(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int,
+                   store: str | None) -> dict[str, float]:
+    """Seconds per ``block x block`` block, one thread: kernel, write, read, product (and the measured edge)."""
+    n = X.shape[0]
+    edge = min(block, MAX_MEASURE_EDGE, n)
+    rows = compute(X[: min(n, 2 * edge)])[0]
+    XI = np.ascontiguousarray(rows[:edge])
+    XJ = np.ascontiguousarray(rows[-edge:]) if rows.shape[0] >= 2 * edge else XI
+    out = np.empty((edge, XJ.shape[0]), dtype=dtype)
+    t_kernel = _best_time(lambda: kernel.block(XI, XJ, dtype, out=out))
+    V = np.random.default_rng(0).standard_normal((out.shape[1], ell))
+    t_prod = _best_time(lambda: block_products(out, V[: out.shape[0]], V, True))
+    # The scratch array goes next to the store (same filesystem) when possible.
+    parent = os.path.dirname(os.path.abspath(store)) if store and "://" not in store else None
+    while parent and not os.path.isdir(parent):
+        parent = os.path.dirname(parent)
+    with tempfile.TemporaryDirectory(prefix=".dkpca-plan-", dir=parent) as tmp:
+        # the Gram build's and the operator's own write and read paths, on an array laid out like K
+        path, z = probe_array(tmp, out.shape[0], dtype)
+        writer, reader = ChunkWriter.of(path, z), ChunkReader.of(path, z)
+        t_write = _best_time(lambda: writer.write((0, 0), out))
+        t_read = _best_time(lambda: reader.read(0, 0, out.shape))
+    scale = (block / edge) ** 2
+    return {"edge": edge, "kernel_block": t_kernel * scale, "write_block": t_write * scale,
+            "read_block": t_read * scale, "product_block": t_prod * scale}
+
+
+def lanczos_passes(p_subspace: int, tol: float, max_passes: int) -> int:
+    """Block Lanczos passes for the accuracy subspace iteration reaches in ``p_subspace``.
+
+    Subspace iteration's residual shrinks like ``g^p`` (g = lambda_{l+1} /
+    lambda_k); a Krylov space of p blocks contains the Chebyshev polynomial of
+    degree p - 1 on [0, lambda_{l+1}], which shrinks like ``rho^p`` with
+    ``rho = 1 / (gamma + sqrt(gamma^2 - 1))``, ``gamma = 2 / g - 1`` (Saad,
+    *Numerical Methods for Large Eigenvalue Problems*, sec. 6.6).  g is
+    recovered from the subspace estimate, ``target = g^(p - 1)``.
+    """
+    if p_subspace <= 2:
+        return p_subspace
+    g = min(max(tol, 1e-300) ** (1.0 / (p_subspace - 1)), 1 - 1e-12)
+    gamma = 2.0 / g - 1.0
+    rho = 1.0 / (gamma + np.sqrt(gamma * gamma - 1.0))
+    return int(min(max_passes, max(2, np.ceil(np.log(tol) / np.log(rho)) + 1)))
+
+
+def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_passes: int, solver: str,
+                    seed: int = 0) -> tuple[int, str]:
+    """Passes over K and how they were estimated, from the spectrum of a random subsample."""
+    if solver == "dense":
+        return 1, "dense: one read of K, then an in-memory eigh"
+    if solver == "nystrom":
+        return 1, "Nystrom: one sweep over n x m kernel slices (approximate)"
+    n = X.shape[0]
+    m = min(n, SPECTRUM_SAMPLE)
+    idx = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
+    S = np.asarray(compute(X[idx])[0], dtype=np.float64)
+    K = kernel.block(S, None, np.float64)
+    Centering.of_matrix(K).center_matrix(K)
+    lam = scipy.linalg.eigh(K, eigvals_only=True)[::-1]
+    if k >= m or lam[min(k, m) - 1] <= 0:
+        return max_passes, f"subsample of {m} points cannot resolve k={k}; at most max_passes={max_passes}"
+    gap = lam[ell] / lam[k - 1] if ell < m else 0.0
+    # residual_p ~ lambda_k gap^p, relative to lambda_1 -> stop when below tol
+    target = tol * lam[0] / lam[k - 1]
+    if gap <= 1e-12:
+        p = 2
+    elif gap >= 1:
+        p = max_passes
+    else:
+        p = int(np.ceil(np.log(target) / np.log(gap))) + 1
+    p = int(min(max(p, 2), max_passes))
+    note = f"estimated from a {m}-point subsample: lambda_{ell + 1}/lambda_{k} = {gap:.3f}, tol={tol:g}"
+    if solver == "lanczos":
+        p, note = lanczos_passes(p, tol, max_passes), note + ", block Lanczos"
+    return p, note

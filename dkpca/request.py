@@ -1,0 +1,282 @@
+"""One validated parameter front end: ``fit``, ``plan``, both estimators and the CLI.
+
+Every user-facing parameter is checked here, once, with a message that names
+the parameter and says what to pass -- before any data is read or anything is
+written.  :func:`make_request` turns the arguments of :func:`dkpca.fit` /
+:func:`dkpca.plan` into a :class:`FitRequest` (validated parameters, the
+resolved kernel, the row-chunked input and the store) that the pipeline and
+the planner consume; the estimators use the individual checks.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from .io import as_dask, open_input
+from .kernels import KERNEL_NAMES, Kernel, make_kernel
+from .linalg import default_block_size
+from .solvers import SOLVERS
+from .storage import FitStore, is_url
+
+__all__ = ["FitRequest", "make_request", "default_store_path", "GRAM_MODES", "check_n_components", "check_int",
+           "check_real", "check_bool", "check_dtype", "check_random_state", "as_generator", "check_choice",
+           "check_kernel_pca_params", "check_out_of_core_params"]
+
+GRAM_MODES = ("auto", "store", "recompute")
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
+def check_int(name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> int | None:
+    """An integer >= ``minimum`` (booleans are not integers here)."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, numbers.Integral) or _is_bool(value) or value < minimum:
+        none = "None or " if allow_none else ""
+        raise ValueError(f"{name}={value!r} is invalid; it must be {none}an integer >= {minimum}.")
+    return int(value)
+
+
+def check_real(name: str, value: Any, low: float | None = None, high: float | None = None,
+               allow_none: bool = False, what: str | None = None) -> float | None:
+    """A finite real in [low, high) (bounds optional)."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, numbers.Real) and not _is_bool(value) and np.isfinite(value)
+    ok = ok and (low is None or value >= low) and (high is None or value < high)
+    if not ok:
+        if what is None:
+            rng = (f" in [{low}, {high})" if low is not None and high is not None
+                   else f" >= {low}" if low is not None else f" < {high}" if high is not None else "")
+            what = f"a finite number{rng}"
+        raise ValueError(f"{name}={value!r} is invalid; it must be {'None or ' if allow_none else ''}{what}.")
+    return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not _is_bool(value):
+        raise ValueError(f"{name}={value!r} is invalid; it must be True or False.")
+    return bool(value)
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}={value!r} is invalid; choose one of {', '.join(choices)}.")
+    return value
+
+
+def check_dtype(name: str, value: Any, allow_none: bool = False) -> np.dtype | None:
+    """float32 or float64."""
+    if value is None and allow_none:
+        return None
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        dt = None
+    if dt not in (np.dtype("float32"), np.dtype("float64")):
+        none = "None, " if allow_none else ""
+        raise ValueError(f"{name}={value!r} is invalid; use {none}'float32' or 'float64'.")
+    return dt
+
+
+def check_random_state(value: Any) -> Any:
+    """scikit-learn's accepted seeds: None, an int in [0, 2**32), a RandomState or a numpy Generator.
+
+    Returns the value unchanged (nothing is drawn from a generator here).
+    """
+    if value is None or isinstance(value, (np.random.Generator, np.random.RandomState)):
+        return value
+    if isinstance(value, numbers.Integral) and not _is_bool(value):
+        if not 0 <= value < 2**32:
+            raise ValueError(f"random_state={value!r} is invalid; an integer seed must be in [0, 2**32).")
+        return int(value)
+    raise ValueError(f"random_state={value!r} is invalid; pass None, an int, a numpy RandomState or a numpy "
+                     "Generator.")
+
+
+def as_generator(random_state: Any) -> np.random.Generator:
+    """A numpy Generator from a checked ``random_state`` (a RandomState gives one seed drawn from it)."""
+    if isinstance(random_state, np.random.RandomState):
+        random_state = int(random_state.randint(np.iinfo(np.int32).max))
+    return np.random.default_rng(random_state)
+
+
+def check_kernel_pca_params(p: dict[str, Any], eigen_solvers: tuple[str, ...]) -> None:
+    """Check :class:`dkpca.KernelPCA`'s parameters (``get_params()``) before touching the data."""
+    if p["n_components"] is not None:
+        check_int("n_components", p["n_components"], 1)
+    k = p["kernel"]
+    if isinstance(k, str):
+        check_choice("kernel", k, (*KERNEL_NAMES, "precomputed"))
+    elif not (isinstance(k, (Kernel, dict)) or callable(k)):
+        raise ValueError(f"kernel={k!r} is invalid; it must be a kernel name, a dkpca Kernel, a spec dict or a "
+                         "callable.")
+    check_real("gamma", p["gamma"], low=0.0, allow_none=True)
+    check_real("degree", p["degree"], low=0.0)
+    check_real("coef0", p["coef0"])
+    if p["kernel_params"] is not None and not isinstance(p["kernel_params"], dict):
+        raise ValueError(f"kernel_params={p['kernel_params']!r} is invalid; it must be None or a dict.")
+    check_real("alpha", p["alpha"], low=0.0)
+    for name in ("fit_inverse_transform", "remove_zero_eig", "copy_X"):
+        check_bool(name, p[name])
+    check_choice("eigen_solver", p["eigen_solver"], eigen_solvers)
+    check_real("tol", p["tol"], low=0.0, what="a number >= 0 (0: solver default)")
+    check_int("max_iter", p["max_iter"], 1, allow_none=True)
+    if p["iterated_power"] != "auto":
+        check_int("iterated_power", p["iterated_power"], 0)
+    check_random_state(p["random_state"])
+    n_jobs = p["n_jobs"]
+    if n_jobs is not None and (not isinstance(n_jobs, numbers.Integral) or _is_bool(n_jobs)):
+        raise ValueError(f"n_jobs={n_jobs!r} is invalid; it must be None or an integer.")
+    if p["store"] is not None and not isinstance(p["store"], (str, os.PathLike)):
+        raise ValueError(f"store={p['store']!r} is invalid; it must be None or a path / URL.")
+    check_int("chunk_size", p["chunk_size"], 1, allow_none=True)
+    check_dtype("dtype", p["dtype"], allow_none=True)
+    check_int("n_landmarks", p["n_landmarks"], 1, allow_none=True)
+
+
+def check_out_of_core_params(p: dict[str, Any]) -> None:
+    """What :class:`dkpca.KernelPCA` refuses for data it fits out of core (a dask array or a Zarr store)."""
+    if p["n_components"] is None:
+        raise ValueError(
+            "n_components=None asks for all n components, which is only supported for in-memory data; set "
+            "n_components (e.g. 10) to fit a dask array or Zarr store out of core."
+        )
+    k = p["kernel"]
+    if (isinstance(k, str) and k == "precomputed") or (callable(k) and not isinstance(k, Kernel)):
+        raise ValueError(
+            f"kernel={k!r} is in-memory only (it needs the whole kernel matrix at once); pass a numpy array, or "
+            "use a named kernel or a dkpca Kernel to fit out of core."
+        )
+    if p["eigen_solver"] == "arpack":
+        raise ValueError(
+            "eigen_solver='arpack' is in-memory only: out of core each ARPACK step would be a full pass over K. "
+            "Use eigen_solver='randomized' or 'lanczos' (or 'auto')."
+        )
+
+
+def check_n_components(n_components: Any, n_samples: int) -> int:
+    """Validate ``n_components`` (1 <= k <= n_samples) and return it as int."""
+    if not isinstance(n_components, numbers.Integral) or _is_bool(n_components):
+        raise ValueError(
+            f"n_components={n_components!r} is invalid; it must be an integer between 1 and n_samples={n_samples}."
+        )
+    if not 1 <= n_components <= n_samples:
+        raise ValueError(
+            f"n_components={n_components} is out of range; it must be between 1 and n_samples={n_samples}."
+        )
+    return int(n_components)
+
+
+def default_store_path(source: Any) -> str:
+    """``data.zarr`` -> ``data.dkpca.zarr``; in-memory input -> a new temp dir."""
+    if isinstance(source, (str, os.PathLike)) and not is_url(os.fspath(source)):
+        base = os.fspath(source).rstrip("/")
+        if base.endswith(".zarr"):
+            base = base[: -len(".zarr")]
+        return base + ".dkpca.zarr"
+    if isinstance(source, str):
+        raise ValueError(f"input {source!r} is a URL; pass store=... (a path or URL to write the model to).")
+    return os.path.join(tempfile.mkdtemp(prefix="dkpca-"), "store.dkpca.zarr")
+
+
+@dataclass
+class FitRequest:
+    """The validated parameters of one fit or plan.
+
+    Attributes
+    ----------
+    X : dask array of shape (n, d)
+        The input, row-chunked to the block edge (not read yet).
+    kernel : Kernel
+        Resolved (``gamma=None`` fixed to 1/d).
+    n_components : int
+    solver, gram : str
+        As asked (``auto`` is resolved by :mod:`dkpca.planning`).
+    dtype : numpy.dtype
+        Gram precision.
+    block : int
+        Gram block edge.
+    tol : float
+    max_passes : int
+    random_state : int, RandomState, Generator or None
+        As given (checked); :func:`as_generator` makes the generator.
+    store : FitStore or None
+        None when planning for in-memory input without ``store=`` (``fit``
+        would make a temporary directory; a plan creates nothing).
+    overwrite, progress : bool
+    """
+
+    X: da.Array
+    kernel: Kernel
+    n_components: int
+    solver: str
+    gram: str
+    dtype: np.dtype
+    block: int
+    tol: float
+    max_passes: int
+    random_state: Any
+    store: FitStore | None
+    overwrite: bool = False
+    progress: bool = False
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def d(self) -> int:
+        return int(self.X.shape[1])
+
+
+def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict = "rbf",
+                 gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
+                 kernel_params: dict | None = None, solver: str = "auto",
+                 store: str | os.PathLike | None = None, chunk_size: int | None = None, dtype: Any = "float32",
+                 tol: float = 1e-6, max_passes: int | None = None, random_state: Any = None,
+                 overwrite: bool = False, gram: str = "auto", progress: bool = False,
+                 create_store: bool = True) -> FitRequest:
+    """Validate every parameter of :func:`dkpca.fit` / :func:`dkpca.plan`; read nothing but X's shape.
+
+    ``create_store=False`` (planning) leaves ``store`` None for in-memory
+    input without ``store=`` instead of making a temporary directory.
+    """
+    solver = check_choice("solver", solver, SOLVERS)
+    gram = check_choice("gram", gram, GRAM_MODES)
+    if solver == "nystrom" and gram == "store":
+        raise ValueError("gram='store' does not apply to solver='nystrom', which never reads K; "
+                         "use gram='auto' or 'recompute'.")
+    dt = check_dtype("dtype", dtype)
+    tol_f = check_real("tol", tol, 0.0, 1.0, what="a number in [0, 1), e.g. 1e-6")
+    passes = check_int("max_passes", max_passes, 1, allow_none=True)
+    chunk = check_int("chunk_size", chunk_size, 1, allow_none=True)
+    seed = check_random_state(random_state)
+    overwrite = check_bool("overwrite", overwrite)
+    progress = check_bool("progress", progress)
+    if store is not None and not isinstance(store, (str, os.PathLike)):
+        raise ValueError(f"store={store!r} is invalid; pass a path or URL (or None for the default).")
+    kern = make_kernel(kernel, gamma=gamma, degree=degree, coef0=coef0, kernel_params=kernel_params)
+    X = as_dask(open_input(source), block_rows=None)
+    n, d = X.shape
+    k = check_n_components(n_components, n)
+    block = min(chunk or default_block_size(n), n)
+    X = X.rechunk((block, d))
+    if store is not None:
+        fit_store = FitStore.at(store)
+    elif isinstance(source, (str, os.PathLike)) or create_store:
+        fit_store = FitStore.at(default_store_path(source))
+    else:
+        fit_store = None
+    return FitRequest(X=X, kernel=kern.resolve(d), n_components=k, solver=solver, gram=gram, dtype=dt,
+                      block=block, tol=tol_f, max_passes=passes or 60, random_state=seed, store=fit_store,
+                      overwrite=overwrite, progress=progress)

@@ -1,0 +1,96 @@
+"""ARPACK solver: ``scipy.sparse.linalg.eigsh`` (implicitly restarted Lanczos) on K~.
+
+The centred operator is wrapped as a ``LinearOperator``, so K~ is never
+formed; every ARPACK step is one product with a single vector -- one pass
+over K.  That suits K in memory (the estimator) and is why ``dkpca.fit``
+does not offer it out of core, where block Lanczos makes one pass per *block*.
+
+With its default starting vector -- scikit-learn's, drawn by
+``check_random_state(random_state).uniform(-1, 1, n)`` -- and ``which="LA"``
+(largest *algebraic*, i.e. by value), a seeded solve runs the same ARPACK
+iterations as scikit-learn's ``KernelPCA(eigen_solver="arpack")``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator, eigsh
+from sklearn.utils import check_random_state
+
+from .result import Callback, EigResult, report
+
+__all__ = ["solve", "start_vector"]
+
+
+def start_vector(n: int, random_state: Any = None) -> np.ndarray:
+    """scikit-learn's ARPACK starting vector, uniform in [-1, 1]^n.
+
+    ``random_state`` is scikit-learn's (None, int or ``RandomState``); a
+    numpy ``Generator`` draws the same distribution from itself.
+    """
+    if isinstance(random_state, np.random.Generator):
+        return random_state.uniform(-1, 1, n)
+    return check_random_state(random_state).uniform(-1, 1, n)
+
+
+def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, rng: Any = None,
+          callback: Callback | None = None, v0: np.ndarray | None = None, maxiter: int | None = None) -> EigResult:
+    """Top-``k`` eigenpairs of K~ (largest eigenvalues by value) by ARPACK.
+
+    Parameters
+    ----------
+    operator : CenteredKernelOperator
+        Anything with ``n`` and ``matmat(V) -> K~ V``.
+    k : int
+        Number of eigenpairs, ``1 <= k < n`` (ARPACK cannot return all of them).
+    tol : float, default=0
+        ARPACK's relative accuracy of the Ritz values (0: machine precision).
+    max_passes : int, optional
+        Accepted for the common solver signature and not used: ARPACK's
+        limit is ``maxiter``, counted in restarts (each of several products),
+        and a limit in passes would stop it with nothing to return.
+    rng : None, int, RandomState or Generator, optional
+        Source of the default starting vector (:func:`start_vector`).
+    callback : callable, optional
+        Called once, with a :class:`~dkpca.solvers.PassReport` of the whole
+        solve: ARPACK's reverse communication exposes no residual per pass.
+    v0 : ndarray of shape (n,), optional
+        Starting vector (default: ``start_vector(n, rng)``).
+    maxiter : int, optional
+        ARPACK's maximum number of iterations (scikit-learn's ``max_iter``;
+        default: ARPACK's, 10 n).
+
+    Returns
+    -------
+    EigResult
+        ``passes`` counts every product, including the one that measures
+        the residuals ``||K~ u - lambda u||``.
+
+    Raises
+    ------
+    ValueError
+        ``k >= n``.
+    scipy.sparse.linalg.ArpackNoConvergence
+        ``maxiter`` reached, as in scikit-learn.
+    """
+    n = operator.n
+    if not 1 <= k < n:
+        raise ValueError(
+            f"the arpack solver computes between 1 and n_samples - 1 = {n - 1} components, {k} were asked for; "
+            "use eigen_solver='dense' (or 'auto') for all of them."
+        )
+    t0 = time.perf_counter()
+    start_passes = operator.passes
+    v0 = start_vector(n, rng) if v0 is None else np.asarray(v0, dtype=np.float64)
+    A = LinearOperator((n, n), matvec=lambda v: operator.matmat(v.reshape(-1, 1)).ravel(), matmat=operator.matmat,
+                       dtype=np.float64)
+    lam, U = eigsh(A, k, which="LA", tol=tol, maxiter=maxiter, v0=v0)
+    residuals = np.linalg.norm(operator.matmat(U) - U * lam, axis=0)
+    scale = max(abs(float(lam.max())), np.finfo(float).tiny)
+    passes = operator.passes - start_passes
+    history = [float(residuals.max() / scale)]
+    report(callback, passes, history[-1], time.perf_counter() - t0)
+    return EigResult(lam, U, passes=passes, residuals=residuals, converged=True, solver="arpack", history=history)

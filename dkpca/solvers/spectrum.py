@@ -1,0 +1,151 @@
+"""The one post-processing policy for computed spectra: scikit-learn's.
+
+Every path -- the estimator in memory, ``dkpca.fit`` out of core, every
+solver -- publishes eigenpairs through :func:`postprocess`, so that the same
+kernel gives the same components whichever way it was solved.  The rules are
+those of scikit-learn's ``KernelPCA`` (its eigenvalue check and its sign
+flip), restated here rather than imported because they are private there:
+
+* eigenvalues are ranked by value, largest first -- never by magnitude, which
+  would promote large negative eigenvalues of an indefinite kernel above
+  small positive ones -- and eigenvectors (and residuals) follow them;
+* each eigenvector's sign makes its largest-magnitude entry positive
+  (scikit-learn's ``svd_flip`` rule for ``u``), so repeated fits and
+  different solvers give identical output;
+* the eigenvalues of a centred kernel matrix must be those of a positive
+  semi-definite matrix: all negative, or a negative one that is significant
+  (below both ``-ratio * lambda_max`` and ``-floor``), is an error with
+  scikit-learn's message; smaller negatives are round-off and become 0, as
+  do positive eigenvalues below ``small * lambda_max`` (numerically zero);
+* components with a zero eigenvalue are dropped on request (scikit-learn:
+  ``remove_zero_eig=True`` or ``n_components=None``; ``dkpca.fit``: always,
+  their scores being rounding noise).
+
+The thresholds depend on the precision the eigenvalues were computed in, as
+in scikit-learn: ``(ratio, floor, small) = (1e-5, 1e-10, 1e-12)`` in double
+precision, ``(5e-3, 1e-6, 2e-7)`` in single.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .result import EigResult
+
+__all__ = ["postprocess", "check_eigenvalues", "flip_signs", "NOT_PSD_HINT"]
+
+#: (significant negative ratio, significant negative value, numerically zero ratio) by precision
+_THRESHOLDS = {
+    np.dtype(np.float64): (1e-5, 1e-10, 1e-12),
+    np.dtype(np.float32): (5e-3, 1e-6, 2e-7),
+}
+
+#: what dkpca adds to scikit-learn's message: what to do about it
+NOT_PSD_HINT = (" The kernel is not positive semi-definite on this data (e.g. sigmoid): ask for fewer components, "
+                "or use a positive semi-definite kernel (rbf, laplacian, poly with coef0 >= 0, linear, cosine).")
+
+
+def flip_signs(U: np.ndarray) -> np.ndarray:
+    """``U`` with each column's largest-magnitude entry made positive (a new array).
+
+    scikit-learn's ``svd_flip(u, None)`` rule: the first entry of largest
+    magnitude decides; a zero column is left as it is.
+    """
+    U = np.array(U, dtype=np.float64, copy=True)
+    if U.size == 0:
+        return U
+    top = U[np.argmax(np.abs(U), axis=0), np.arange(U.shape[1])]
+    U *= np.where(top < 0, -1.0, 1.0)
+    return U
+
+
+def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None) -> np.ndarray:
+    """The eigenvalues of a PSD matrix, validated and cleaned (a new float64 array).
+
+    Parameters
+    ----------
+    eigenvalues : array-like of shape (k,)
+        Computed eigenvalues, in any order.
+    precision : dtype, optional
+        Precision of the matrix they were computed from (float32 or float64);
+        selects the thresholds.  Default: the eigenvalues' own dtype.
+
+    Returns
+    -------
+    ndarray of shape (k,)
+        Round-off negatives and numerically zero positives set to 0.
+
+    Raises
+    ------
+    ValueError
+        All eigenvalues negative, or significant negative eigenvalues
+        (scikit-learn's messages, followed by :data:`NOT_PSD_HINT`).
+    """
+    lam = np.asarray(eigenvalues)
+    dt = np.dtype(precision) if precision is not None else lam.dtype
+    ratio, floor, small = _THRESHOLDS[np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)]
+    lam = np.array(lam, dtype=np.float64, copy=True)
+    if lam.size == 0:
+        return lam
+    top, low = lam.max(), lam.min()
+    if top < 0:
+        raise ValueError(
+            f"All eigenvalues are negative (maximum is {top:g}). Either the matrix is not PSD, or there was an "
+            "issue while computing the eigendecomposition of the matrix." + NOT_PSD_HINT
+        )
+    if low < -ratio * top and low < -floor:
+        rel = -low / top if top > 0 else np.inf
+        raise ValueError(
+            f"There are significant negative eigenvalues ({rel:g} of the maximum positive). Either the matrix is "
+            "not PSD, or there was an issue while computing the eigendecomposition of the matrix." + NOT_PSD_HINT
+        )
+    lam[lam < 0] = 0.0
+    lam[(lam > 0) & (lam < small * top)] = 0.0
+    return lam
+
+
+def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None) -> EigResult:
+    """The published spectrum of a solver's result (a new :class:`EigResult`).
+
+    Ranked by value (descending, ties kept in the solver's order), signed by
+    :func:`flip_signs`, checked and cleaned by :func:`check_eigenvalues`;
+    residuals follow their eigenpairs.
+
+    Parameters
+    ----------
+    res : EigResult
+        As returned by a solver (any order).
+    remove_zero : bool
+        Drop components whose eigenvalue is 0 after cleaning (scikit-learn's
+        ``remove_zero_eig or n_components is None``; ``dkpca.fit`` passes True).
+        ``info["zero_eigenvalues_removed"]`` says how many were.
+    precision : dtype, optional
+        Precision of the kernel matrix (float32 Gram stores get scikit-learn's
+        single-precision thresholds); default: the eigenvalues' dtype.
+
+    Returns
+    -------
+    EigResult
+
+    Raises
+    ------
+    ValueError
+        The spectrum is not that of a PSD matrix (see :func:`check_eigenvalues`).
+    """
+    raw = np.asarray(res.eigenvalues)
+    lam = check_eigenvalues(raw, raw.dtype if precision is None else precision)
+    # Rank by the computed values, not the cleaned ones: cleaning maps several
+    # of them to 0, and their order should stay the solver's, not the sort's.
+    order = np.argsort(-raw.astype(np.float64), kind="stable")
+    lam = lam[order]
+    U = flip_signs(np.asarray(res.eigenvectors)[:, order])
+    residuals = np.asarray(res.residuals, dtype=np.float64)[order]
+    info = dict(res.info)
+    if remove_zero:
+        keep = lam > 0
+        info["zero_eigenvalues_removed"] = int(keep.size - np.count_nonzero(keep))
+        lam, U, residuals = lam[keep], U[:, keep], residuals[keep]
+    return replace(res, eigenvalues=lam, eigenvectors=np.ascontiguousarray(U), residuals=residuals, info=info)

@@ -1,0 +1,27 @@
+"""Everything dkpca keeps on disk: the only code that knows the store's layout.
+
+* :mod:`.fitstore` -- a fit's store (create, open, check, training data, model);
+* :mod:`.lock` -- one writer at a time;
+* :mod:`.chunks` -- whole-chunk reads and writes, the raw fast path and O_DIRECT;
+* :mod:`.gramstore` -- K's blocks, sums and done markers;
+* :mod:`.checkpoint` -- solver state for resuming a killed fit.
+"""
+
+from .checkpoint import CheckpointState, SolverCheckpoint
+from .chunks import ChunkReader, ChunkWriter, chunk_file, use_direct_io, write_direct
+from .fitstore import FORMAT, FORMAT_VERSION, FitStore, free_bytes, is_url, json_safe, remove_member
+from .gramstore import (
+    GramInfo,
+    GramStore,
+    GramWriters,
+    InsufficientDiskSpace,
+    check_disk_space,
+    gram_bytes,
+    probe_array,
+)
+from .lock import LOCK_NAME, StoreLockedError
+
+__all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", "chunk_file", "use_direct_io",
+           "write_direct", "FORMAT", "FORMAT_VERSION", "FitStore", "free_bytes", "is_url", "json_safe",
+           "remove_member", "GramInfo", "GramStore", "GramWriters", "InsufficientDiskSpace", "check_disk_space",
+           "gram_bytes", "probe_array", "LOCK_NAME", "StoreLockedError"]

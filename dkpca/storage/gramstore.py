@@ -1,0 +1,222 @@
+"""The Gram store: K's upper-triangular blocks, their sums and done markers.
+
+Layout, inside a :class:`~dkpca.storage.fitstore.FitStore`::
+
+    gram/               attrs: fingerprint, kernel, block, dtype, n, complete, diag_sum
+      K                 n x n, square chunks, blocks I <= J only
+      partial_sums      nb x n: [J, rows of I] = sums over the columns of block (I, J) or its mirror
+      diag              n: k(x_i, x_i) as stored
+      done              nb x nb uint8 completion markers, one chunk per block
+      row_sums          n, float64 (written once every block is done)
+
+A block task writes K's chunk, its sums, then its marker (:class:`GramWriters`);
+a rerun trusts the markers and nothing else.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+
+from ..kernels import Kernel, from_dict
+from ..linalg.grid import block_bounds, n_blocks
+from .chunks import ChunkReader, ChunkWriter
+from .fitstore import FitStore, json_safe, remove_member
+
+__all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "InsufficientDiskSpace", "check_disk_space",
+           "probe_array"]
+
+GROUP = "gram"
+
+
+class InsufficientDiskSpace(OSError):
+    """The Gram store would not fit in the free space of its filesystem."""
+
+
+def gram_bytes(n: int, block: int, dtype: Any) -> int:
+    """Bytes on disk of the upper-triangular blocks of K (uncompressed)."""
+    bounds = block_bounds(n, block)
+    itemsize = np.dtype(dtype).itemsize
+    return sum((i1 - i0) * (j1 - j0) * itemsize for a, (i0, i1) in enumerate(bounds) for (j0, j1) in bounds[a:])
+
+
+def check_disk_space(store: FitStore, needed: int) -> None:
+    """Raise :class:`InsufficientDiskSpace` if ``needed`` bytes will not fit at the store."""
+    free = store.free_bytes()
+    if free is not None and needed > free:
+        raise InsufficientDiskSpace(
+            errno.ENOSPC,
+            f"the Gram store needs {needed / 1e9:.2f} GB but {store.path!r} has {free / 1e9:.2f} GB free; "
+            "choose a store on a larger filesystem (store=...), use dtype='float32', "
+            "or gram='recompute', which stores no Gram matrix",
+        )
+
+
+def _create_K(group: zarr.Group, shape: tuple[int, int], block: int, dtype: Any) -> zarr.Array:
+    """K's array: square chunks, uncompressed (the raw chunk path reads and writes it directly)."""
+    return group.create_array("K", shape=shape, chunks=(block, block), dtype=dtype, compressors=None, fill_value=0.0)
+
+
+def probe_array(directory: str, edge: int, dtype: Any) -> tuple[str, zarr.Array]:
+    """A one-chunk array laid out exactly like K, in a new store under ``directory``.
+
+    Planning times the Gram build's and the operator's own chunk I/O on it,
+    on the store's filesystem, without knowing K's layout.
+    """
+    path = f"{directory}/probe.zarr"
+    return path, _create_K(zarr.open_group(path, mode="w").create_group(GROUP), (edge, edge), edge, dtype)
+
+
+@dataclass
+class GramInfo:
+    """A complete Gram store and the centering statistics built with it.
+
+    Attributes
+    ----------
+    store : FitStore
+    n, block : int
+        Matrix size and square chunk edge.
+    dtype : numpy.dtype
+        Storage precision of K.
+    kernel : Kernel
+        The (resolved) kernel K was built with.
+    row_sums : ndarray of shape (n,)
+        ``K @ 1`` of the stored (rounded) K, float64.
+    diag_sum : float
+        ``trace(K)``.
+    reused_blocks, computed_blocks : int
+        Blocks found complete in the store vs evaluated by the build.
+    """
+
+    store: FitStore
+    n: int
+    block: int
+    dtype: np.dtype
+    kernel: Kernel
+    row_sums: np.ndarray
+    diag_sum: float
+    reused_blocks: int = 0
+    computed_blocks: int = 0
+    build_seconds: float = 0.0
+    probe_product: np.ndarray | None = None
+
+    @property
+    def n_blocks(self) -> int:
+        return n_blocks(self.n, self.block)
+
+    def K(self) -> zarr.Array:
+        """K as a read-only zarr array (only blocks I <= J hold data)."""
+        return zarr.open_array(self.store.path, path=f"{GROUP}/K", mode="r")
+
+    def reader(self) -> ChunkReader:
+        """Reader of K's blocks (resolved once; tasks carry it)."""
+        return ChunkReader.of(self.store.path, self.K())
+
+
+@dataclass(frozen=True)
+class GramWriters:
+    """What one block task writes, in the order that makes a rerun safe; tasks carry it."""
+
+    K: ChunkWriter
+    partial_sums: ChunkWriter
+    diag: ChunkWriter
+    done: ChunkWriter
+
+    def write_block(self, I: int, J: int, blk: np.ndarray, row_sums: np.ndarray, col_sums: np.ndarray | None,
+                    visit: Any = None) -> None:
+        """K's chunk (with ``visit`` filling the sums strip by strip), the sums, then the marker.
+
+        The marker goes last: only a block whose data and sums are all on
+        disk is ever trusted by a rerun.
+        """
+        self.K.write((I, J), blk, visit=visit)
+        self.partial_sums.write((J, I), row_sums[None])
+        if I != J:
+            self.partial_sums.write((I, J), col_sums[None])
+        else:
+            self.diag.write((I,), np.ascontiguousarray(np.diagonal(blk)))
+        self.done.write((I, J), np.ones((1, 1), np.uint8))
+
+
+class GramStore:
+    """The ``gram/`` group of a store."""
+
+    def __init__(self, store: FitStore) -> None:
+        self.store = store
+
+    @staticmethod
+    def describe_mismatch(attrs: dict, want: dict) -> str:
+        diffs = []
+        for key in ("fingerprint", "kernel", "block", "dtype"):
+            if attrs.get(key) != want[key]:
+                label = {"fingerprint": "data X"}.get(key, key)
+                diffs.append(f"{label} differs (store: {attrs.get(key)!r}, now: {want[key]!r})")
+        return "; ".join(diffs)
+
+    def prepare(self, want: dict[str, Any], overwrite: bool) -> np.ndarray:
+        """Open or create the Gram arrays for ``want`` (fingerprint, kernel, block, dtype, n); the done markers.
+
+        Raises ``ValueError`` if the store holds K of another fit and not
+        ``overwrite``; with ``overwrite`` (or a mismatch allowed by it) the old
+        K and the model derived from it are removed first.
+        """
+        root = self.store.open_for_write()
+        n, block, dtype = want["n"], want["block"], np.dtype(want["dtype"])
+        nb = n_blocks(n, block)
+        if GROUP in root:
+            attrs = dict(root[GROUP].attrs)
+            mismatch = self.describe_mismatch(attrs, want)
+            if mismatch and not overwrite:
+                raise ValueError(
+                    f"store {self.store.path!r} holds a Gram matrix that does not match this fit: {mismatch}. "
+                    "Pass overwrite=True (CLI: --overwrite) to rebuild it, or choose another store."
+                )
+            if not mismatch and not overwrite:
+                return root[GROUP]["done"][:]
+            remove_member(root, GROUP)
+            remove_member(root, "model")
+        check_disk_space(self.store, gram_bytes(n, block, dtype))
+        g = root.create_group(GROUP)
+        # Attributes first: an interrupted build is then recognisable as ours.
+        g.attrs.update(json_safe({**want, "complete": False}))
+        _create_K(g, (n, n), block, dtype)
+        g.create_array("partial_sums", shape=(nb, n), chunks=(1, block), dtype="float64", compressors=None,
+                       fill_value=0.0)
+        g.create_array("diag", shape=(n,), chunks=(block,), dtype=dtype, compressors=None, fill_value=0.0)
+        g.create_array("done", shape=(nb, nb), chunks=(1, 1), dtype="uint8", compressors=None, fill_value=0)
+        g.create_array("row_sums", shape=(n,), chunks=(block,), dtype="float64", compressors=None, fill_value=0.0)
+        return np.zeros((nb, nb), dtype=np.uint8)
+
+    def writers(self, direct: bool) -> GramWriters:
+        g = self.store.open(mode="r+")[GROUP]
+        path = self.store.path
+        return GramWriters(K=ChunkWriter.of(path, g["K"], direct=direct),
+                           partial_sums=ChunkWriter.of(path, g["partial_sums"]),
+                           diag=ChunkWriter.of(path, g["diag"]), done=ChunkWriter.of(path, g["done"]))
+
+    def finish(self) -> None:
+        """Reduce the per-block sums to row sums and trace, and mark the store complete (once)."""
+        g = self.store.open(mode="r+")[GROUP]
+        if g.attrs.get("complete"):
+            return
+        n, block = int(g.attrs["n"]), int(g.attrs["block"])
+        row_sums = np.empty(n, dtype=np.float64)
+        ps = g["partial_sums"]
+        for s in range(0, n, block):
+            row_sums[s:s + block] = ps[:, s:s + block].sum(axis=0)
+        g["row_sums"][:] = row_sums
+        diag_sum = float(np.sum(g["diag"][:], dtype=np.float64))
+        g.attrs.update({"complete": True, "diag_sum": diag_sum})
+
+    def open(self) -> GramInfo:
+        """A complete Gram store (``ValueError`` if it is incomplete)."""
+        g = self.store.open()[GROUP]
+        a = dict(g.attrs)
+        if not a.get("complete"):
+            raise ValueError(f"the Gram matrix in {self.store.path!r} is incomplete; rerun the fit to finish it.")
+        return GramInfo(store=self.store, n=a["n"], block=a["block"], dtype=np.dtype(a["dtype"]),
+                        kernel=from_dict(a["kernel"]), row_sums=g["row_sums"][:], diag_sum=float(a["diag_sum"]))

@@ -1,0 +1,145 @@
+"""dkpca.fit as one house: the spectrum policy, callbacks, log-level-independent work, paths.
+
+References: scipy.linalg.eigh of the dense centred kernel (``reference_eigh``)
+and scikit-learn's KernelPCA; tolerances are stated per test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+
+import numpy as np
+import pytest
+from sklearn.decomposition import KernelPCA as SkKernelPCA
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics.pairwise import rbf_kernel, sigmoid_kernel
+
+import dkpca
+from dkpca import planning
+from dkpca.operator import InMemoryKernelOperator
+from dkpca.solvers import PassReport, get_solver
+
+from .conftest import centered, reference_eigh
+
+
+@pytest.fixture
+def duplicated_1d():
+    """200 points in 1-D, 40 of them duplicated: rbf gamma=5 has many numerically zero eigenvalues."""
+    x = np.random.default_rng(0).standard_normal((160, 1))
+    return np.vstack([x, x[:40]])
+
+
+def test_fit_drops_numerically_zero_components(tmp_path, duplicated_1d):
+    X, k = duplicated_1d, 80
+    lam_ref = np.linalg.eigvalsh(centered(rbf_kernel(X, gamma=5.0)))[::-1][:k]
+    # scikit-learn's rule in double precision: 0 < lambda < 1e-12 lambda_1 is zero, and dropped
+    keep = int(np.sum(lam_ref >= 1e-12 * lam_ref[0]))
+    assert 0 < keep < k
+    model = dkpca.fit(X, n_components=k, gamma=5.0, solver="dense", dtype="float64", store=tmp_path / "s.zarr")
+    assert model.n_components == keep
+    assert model.report["zero_components_dropped"] == k - keep
+    np.testing.assert_allclose(model.eigenvalues_, lam_ref[:keep], rtol=1e-8, atol=1e-12 * lam_ref[0])
+    # the same components as scikit-learn drops with remove_zero_eig=True
+    sk = SkKernelPCA(k, kernel="rbf", gamma=5.0, eigen_solver="dense", remove_zero_eig=True).fit(X)
+    assert sk.eigenvalues_.shape[0] == keep
+
+
+def test_reconstruction_error_does_not_depend_on_the_solver(tmp_path, duplicated_1d):
+    X = duplicated_1d
+    errs = {}
+    for solver in ("dense", "lanczos"):
+        m = dkpca.fit(X, n_components=80, gamma=5.0, solver=solver, dtype="float64", tol=1e-10,
+                      store=tmp_path / f"{solver}.zarr", random_state=0)
+        errs[solver] = m.reconstruction_error(X[:20])
+    # both keep the same components; what is left is rounding (errors are ~1e-12 here)
+    np.testing.assert_allclose(errs["dense"], errs["lanczos"], atol=1e-9)
+
+
+@pytest.fixture
+def sigmoid_data():
+    return np.random.default_rng(0).standard_normal((300, 5))
+
+
+def test_fit_refuses_significant_negative_eigenvalues_with_sklearns_text(tmp_path, sigmoid_data):
+    """More components than positive eigenvalues of an indefinite kernel: scikit-learn's error, not silence."""
+    X = sigmoid_data
+    lam, _ = reference_eigh(sigmoid_kernel(X, gamma=0.5, coef0=1.0), 300)
+    k = int(np.sum(lam > 0)) + 5
+    with pytest.raises(ValueError, match="There are significant negative eigenvalues"):
+        SkKernelPCA(k, kernel="sigmoid", gamma=0.5, coef0=1.0, eigen_solver="dense").fit(X)
+    with pytest.raises(ValueError, match="There are significant negative eigenvalues"):
+        dkpca.fit(X, n_components=k, kernel="sigmoid", gamma=0.5, coef0=1.0, solver="dense", dtype="float64",
+                  store=tmp_path / "s.zarr")
+
+
+@pytest.mark.parametrize("solver", ["randomized", "lanczos", "dense"])
+def test_indefinite_kernel_top_components_by_value(tmp_path, sigmoid_data, solver):
+    """The issue's case: sigmoid, gamma=0.03, coef0=1, k=6 -- component 6 is 0.0129, not -0.118."""
+    X, k = sigmoid_data, 6
+    lam, _ = reference_eigh(sigmoid_kernel(X, gamma=0.03, coef0=1.0), k)
+    model = dkpca.fit(X, n_components=k, kernel="sigmoid", gamma=0.03, coef0=1.0, solver=solver, dtype="float64",
+                      tol=1e-10, max_passes=500, store=tmp_path / "s.zarr", random_state=0)
+    # residual 1e-10 relative bounds eigenvalue errors far below this tolerance
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-6, atol=1e-9 * lam[0])
+
+
+def test_convergence_warning_is_sklearns_class(tmp_path, blobs):
+    with pytest.warns(ConvergenceWarning):
+        dkpca.fit(blobs, n_components=3, solver="randomized", dtype="float64", tol=1e-14, max_passes=2,
+                  store=tmp_path / "s.zarr", random_state=0)
+    assert dkpca.solvers.ConvergenceWarning is ConvergenceWarning
+
+
+def test_solver_reports_each_pass_through_its_callback(blobs):
+    K = rbf_kernel(blobs, gamma=0.1)
+    reports: list[PassReport] = []
+    res = get_solver("randomized")(InMemoryKernelOperator(K), 4, tol=1e-10, max_passes=100,
+                                   rng=np.random.default_rng(0), callback=reports.append)
+    assert [r.pass_number for r in reports] == list(range(1, res.passes + 1))
+    assert reports[-1].max_relative_residual == pytest.approx(res.history[-1])
+    assert all(r.seconds >= 0 for r in reports)
+
+
+def test_progress_prints_one_line_per_pass(tmp_path, blobs, capsys):
+    model = dkpca.fit(blobs, n_components=3, solver="randomized", dtype="float64", tol=1e-8,
+                      store=tmp_path / "s.zarr", random_state=0, progress=True)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  pass ")]
+    assert len(lines) == model.report["passes"]  # the pass fused into the Gram build is reported too
+
+
+def test_log_level_does_not_change_the_work(tmp_path, blobs, monkeypatch, caplog):
+    """With INFO logging on, fit measures nothing it would not measure with logging off."""
+    plan_module = importlib.import_module("dkpca.planning.plan")  # dkpca.planning.plan is the function
+    timed, estimated = [], []
+
+    def no_timing(*args, **kwargs):
+        timed.append(args)
+        raise AssertionError("a small fit must not time blocks")
+
+    def recording(X, kernel, k, ell, tol, max_passes, solver, *args, **kwargs):
+        estimated.append(solver)
+        return planning.estimate_passes(X, kernel, k, ell, tol, max_passes, solver, *args, **kwargs)
+
+    for module in (planning.auto, plan_module):
+        monkeypatch.setattr(module, "measure_blocks", no_timing)
+        monkeypatch.setattr(module, "estimate_passes", recording)
+    with caplog.at_level(logging.INFO, logger="dkpca"):
+        dkpca.fit(blobs, n_components=2, store=tmp_path / "a.zarr", chunk_size=200)
+    assert "plan: n=600, d=6, k=2" in caplog.text  # the plan is still logged, from the sizes
+    assert timed == []
+    # no subsample eigendecomposition either: only the dense solver's constant answer was asked for
+    assert set(estimated) <= {"dense"}
+
+
+def test_store_path_is_absolute_and_survives_chdir(tmp_path, blobs, monkeypatch):
+    """A relative store path is resolved when it enters; the model works from any directory."""
+    monkeypatch.chdir(tmp_path)
+    model = dkpca.fit(blobs, n_components=2, store="rel.dkpca.zarr", dtype="float64", solver="dense")
+    assert os.path.isabs(model.store) and model.store == str(tmp_path / "rel.dkpca.zarr")
+    want = model.transform(blobs[:5])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    np.testing.assert_allclose(dkpca.load(model.store).transform(blobs[:5]), want, rtol=1e-12)
