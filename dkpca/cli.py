@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import zarr
+from distributed.scheduler import KilledWorker
 
 from .cluster import connected, start_local
 from .execution import compute
@@ -27,10 +29,10 @@ from .io import as_dask
 from .model import load
 from .pipeline import fit
 from .planning import plan
-from .storage import InsufficientDiskSpace, StoreLockedError
+from .storage import InsufficientDiskSpace, StoreLockedError, check_output
 
-USER_ERRORS = (ValueError, FileNotFoundError, InsufficientDiskSpace, StoreLockedError, NotADirectoryError,
-               ImportError)
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
+               NotADirectoryError, ImportError)
 
 
 def _kernel_args(p: argparse.ArgumentParser) -> None:
@@ -84,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transform", help="project a Zarr array with a fitted model into a new Zarr array")
     t.add_argument("store")
     t.add_argument("input")
-    t.add_argument("output")
+    t.add_argument("output", help="new Zarr array for the projections (never the input, the store, or inside them)")
+    t.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it is an earlier Zarr output")
     _cluster_args(t)
 
     d = sub.add_parser("demo", help="write sample data to Zarr and fit it on a local Dask cluster")
@@ -145,10 +148,13 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def cmd_transform(a: argparse.Namespace) -> int:
+    # Refused before anything is read or written: an output that is, contains
+    # or lies inside the input or the store; an existing output without --overwrite.
+    output = check_output(a.output, {"input": a.input, "store": a.store}, a.overwrite)
     model = load(a.store)
     with _client(a):
-        Z = model.transform(as_dask(a.input))
-        compute(da.to_zarr(Z, a.output, overwrite=True, compute=False))
+        Z = model.transform(as_dask(a.input, min_samples=1, purpose="transform"))
+        compute(da.to_zarr(Z, output, overwrite=a.overwrite, compute=False))
     print(f"wrote {Z.shape[0]} x {Z.shape[1]} projections to {a.output}")
     return 0
 
@@ -182,6 +188,23 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
+#: system errors a user causes and can fix, with what to do
+_USER_ERRNOS = {
+    errno.ENOSPC: "the filesystem is full; free space or choose a store on a larger filesystem (--store), then "
+                  "rerun to resume",
+    errno.EDQUOT: "the disk quota is exceeded; free space or choose another store (--store), then rerun to resume",
+    errno.EACCES: "permission denied; choose a path you may write to",
+    errno.EPERM: "operation not permitted; choose a path you may write to",
+    errno.EROFS: "the filesystem is read-only; choose a writable store or output path",
+}
+
+
+def _error(message: str) -> int:
+    """The one ``dkpca: error:`` line (a message never spans lines), exit status 2."""
+    print("dkpca: error: " + " ".join(message.split()), file=sys.stderr)
+    return 2
+
+
 COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd_transform, "demo": cmd_demo}
 
 
@@ -208,8 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[a.command](a)
     except USER_ERRORS as exc:
-        print(f"dkpca: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
+    except OSError as exc:
+        if exc.errno not in _USER_ERRNOS:
+            raise  # a genuine bug or an unexpected system failure: keep the traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        return _error(f"{exc.strerror or exc}{where}: {_USER_ERRNOS[exc.errno]}")
+    except KilledWorker as exc:
+        return _error(f"a task kept killing its worker ({exc}); it probably ran out of memory: use a smaller "
+                      "--chunk-size or give the workers more memory, then rerun (finished blocks are kept)")
     except KeyboardInterrupt:
         print("dkpca: interrupted; rerun the same command to resume from the store", file=sys.stderr)
         return 130

@@ -33,7 +33,7 @@ import numpy as np
 
 from .execution import compute
 from .io import Fingerprint
-from .kernels import Kernel
+from .kernels import Kernel, NonFiniteKernelError
 from .linalg import block_bounds, block_products, scatter_sum, scratch
 from .storage import FitStore, GramInfo, GramStore, GramWriters, gram_bytes, use_direct_io
 
@@ -69,7 +69,16 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
         if col_sums is not None:
             col_sums[:] += _ones(e - s) @ wide
 
-    out.write_block(I, J, blk, row_sums, col_sums, visit=sums)
+    def finite() -> None:
+        # a non-finite entry makes its row's (float64) sum non-finite: the
+        # check costs nothing beyond the sums the build takes anyway
+        if not (np.isfinite(row_sums).all() and (col_sums is None or np.isfinite(col_sums).all())):
+            raise NonFiniteKernelError(
+                f"kernel block ({I}, {J}) has non-finite values (overflow or NaN): the kernel "
+                f"{kernel.to_dict()} is not usable on this data; choose other kernel parameters (e.g. a smaller "
+                "degree or gamma) or scale the data.")
+
+    out.write_block(I, J, blk, row_sums, col_sums, visit=sums, check=finite)
     if probe_I is None:
         return None
     return block_products(blk, probe_I, probe_J, I != J)
@@ -84,6 +93,7 @@ def build_gram(
     overwrite: bool = False,
     probe: np.ndarray | None = None,
     progress: bool = False,
+    needed_bytes: int | None = None,
 ) -> GramInfo:
     """Build (or reuse, or finish) the Gram matrix of ``X`` in ``store``.
 
@@ -108,6 +118,9 @@ def build_gram(
         single-precision product.
     progress : bool
         Show a progress bar.
+    needed_bytes : int, optional
+        The fit's whole footprint on disk, checked against the free space
+        before anything is written (default: K alone).
 
     Raises
     ------
@@ -124,7 +137,7 @@ def build_gram(
     nb = len(X.chunks[0])
     gs = GramStore(store)
     done = gs.prepare({"fingerprint": fingerprint.to_dict(), "kernel": kernel.to_dict(), "block": block,
-                       "dtype": dtype.name, "n": n}, overwrite)
+                       "dtype": dtype.name, "n": n}, overwrite, needed_bytes)
     todo = [(I, J) for I in range(nb) for J in range(I, nb) if not done[I, J]]
     total = nb * (nb + 1) // 2
     probe_product = None

@@ -21,6 +21,7 @@ import zarr
 
 from .execution import compute
 from .linalg import default_block_size
+from .storage import absolute
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint"]
 
@@ -30,7 +31,8 @@ def _open_zarr_path(path: str) -> Any:
     if not is_url and not os.path.exists(path):
         raise FileNotFoundError(f"input {path!r} does not exist; pass a Zarr store path or URL, or an array.")
     try:
-        node = zarr.open(path, mode="r")
+        # absolute: tasks reading it may run in another working directory
+        node = zarr.open(absolute(path), mode="r")
     except Exception as exc:  # zarr raises several types for "not a store"
         raise FileNotFoundError(f"input {path!r} is not a readable Zarr array or group ({exc}).") from exc
     if isinstance(node, zarr.Group):
@@ -64,7 +66,7 @@ def open_input(source: Any) -> Any:
     return source
 
 
-def as_dask(source: Any, block_rows: int | None = None) -> da.Array:
+def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, purpose: str = "kernel PCA") -> da.Array:
     """Validate shape and dtype and wrap ``source`` as a dask array.
 
     Row chunks are set to ``block_rows`` (the Gram block edge) and columns to a
@@ -74,7 +76,8 @@ def as_dask(source: Any, block_rows: int | None = None) -> da.Array:
     Raises
     ------
     ValueError
-        Not 2-D, not numeric (complex, object, strings), or fewer than 2 samples.
+        Not 2-D, not numeric (complex, object, strings), or fewer than ``min_samples`` samples
+        (2 for a fit; ``purpose`` names what needs them in the message).
     """
     arr = open_input(source)
     if hasattr(arr, "tocsr") or type(arr).__module__.startswith("scipy.sparse"):
@@ -90,8 +93,8 @@ def as_dask(source: Any, block_rows: int | None = None) -> da.Array:
             "Reshape with X.reshape(len(X), -1) or X[:, None] for a single feature."
         )
     n, d = shape
-    if n < 2:
-        raise ValueError(f"X has {n} sample(s); kernel PCA needs at least 2.")
+    if n < min_samples:
+        raise ValueError(f"X has {n} sample(s); {purpose} needs at least {min_samples}.")
     if d < 1:
         raise ValueError("X has 0 features; it needs at least 1.")
     dtype = np.dtype(arr.dtype)

@@ -31,20 +31,31 @@ from .io import as_dask, open_input
 from .kernels import Kernel, from_dict
 from .linalg import Centering, ProjectionWeights, kernel_product
 from .plot import plot_embedding, plot_spectrum
-from .storage import FitStore
+from .storage import FitStore, GramStore
 from .version import __version__
 
 __all__ = ["KPCAModel", "load"]
 
 
+def _printable(value: Any) -> str:
+    """``str(value)`` with control characters escaped: stored strings never drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+
+
 def _project_block(Xb: np.ndarray, store: FitStore, block: int, n: int, kernel: Kernel, weights: ProjectionWeights,
-                   centering: Centering) -> np.ndarray:
+                   centering: Centering, block_info: dict | None = None) -> np.ndarray:
     """Rows ``[z(x) | mean(k(x)) | k(x, x)]`` for a block of new points.
 
     The projection weights (``W``, ``r^T W``, ``1^T W``) are precomputed so
-    the centring costs O(k) per point.
+    the centring costs O(k) per point.  A non-finite row is an error naming
+    it: a kernel block with one NaN row would make every score of the block NaN.
     """
     Xb = np.ascontiguousarray(Xb, dtype=np.float64)
+    bad = ~np.isfinite(Xb).all(axis=1)
+    if bad.any():
+        offset = block_info[0]["array-location"][0][0] if block_info else 0
+        raise ValueError(f"X contains NaN or infinity (first in row {offset + int(np.argmax(bad))}); remove or "
+                         "impute non-finite values before transform.")
     KW, ksum = kernel_product(kernel, Xb, store.training_array(), weights.W, rows=block)
     mean_k = ksum / n
     Z = centering.center_scores(KW, mean_k, weights)
@@ -124,7 +135,7 @@ class KPCAModel:
     def _scores(self, X: Any) -> tuple[Any, bool]:
         raw = open_input(X)
         lazy = isinstance(raw, da.Array)
-        Xd = as_dask(raw, block_rows=min(self.block, 4096))
+        Xd = as_dask(raw, block_rows=min(self.block, 4096), min_samples=1, purpose="transform")
         if Xd.shape[1] != self.n_features:
             raise ValueError(
                 f"X has {Xd.shape[1]} features but the model was fitted with {self.n_features}."
@@ -182,33 +193,79 @@ class KPCAModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> KPCAModel:
-        """Read a model written by :meth:`save` (or :func:`dkpca.fit`)."""
+        """Read a model written by :meth:`save` (or :func:`dkpca.fit`), checking every field.
+
+        Raises
+        ------
+        ValueError
+            The store holds no complete model, or a field is missing, of the
+            wrong shape or type, not finite, or inconsistent with the store's
+            data or Gram matrix (the message names the field).
+        """
         store = FitStore.at(path)
-        arrays, a = store.read_model()
-        return cls(
-            eigenvalues_=arrays["eigenvalues"], eigenvectors_=arrays["eigenvectors"], row_means_=arrays["row_means"],
-            grand_mean_=float(a["grand_mean"]), trace_=float(a["trace"]), kernel=from_dict(a["kernel"]),
-            store=store.path, block=int(a["block"]), n_features=int(a["n_features"]), report=a.get("report", {}),
-        )
+
+        def beside(attrs: dict) -> tuple[dict | None, tuple[int, ...]]:
+            # a model fitted from the stored K must name the kernel K was built with
+            stored_K = (attrs.get("report") or {}).get("gram", {}).get("mode") == "store"
+            return (GramStore(store).recorded_kernel() if stored_K else None), tuple(store.training_array().shape)
+
+        # read with the model: a refit switching it meanwhile makes all of it be read again
+        arrays, a, (built, shape) = store.read_model_with(beside)
+
+        def bad(field: str, why: str) -> ValueError:
+            return ValueError(f"store {store.path!r}: model field {field!r} {why}; the store is damaged or was "
+                              "edited -- refit the model.")
+
+        for name in ("eigenvalues", "eigenvectors", "row_means"):
+            if name not in arrays:
+                raise bad(name, "is missing")
+            if arrays[name].dtype.kind != "f" or not np.isfinite(arrays[name]).all():
+                raise bad(name, "is not an array of finite floats")
+        lam, U, r = arrays["eigenvalues"], arrays["eigenvectors"], arrays["row_means"]
+        if lam.ndim != 1 or U.ndim != 2 or U.shape[1] != lam.shape[0]:
+            raise bad("eigenvectors", f"has shape {U.shape}, not (n, {lam.shape[0]})")
+        if r.shape != (U.shape[0],):
+            raise bad("row_means", f"has shape {r.shape}, not ({U.shape[0]},)")
+        for name in ("grand_mean", "trace"):
+            v = a.get(name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise bad(name, f"is {v!r}, not a finite number")
+        for name in ("block", "n_features"):
+            v = a.get(name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise bad(name, f"is {v!r}, not a positive integer")
+        try:
+            kernel = from_dict(a.get("kernel"))
+        except ValueError as exc:
+            raise bad("kernel", f"is not a valid kernel spec ({exc})") from None
+        if built is not None and built != kernel.to_dict():
+            raise bad("kernel", f"is {kernel.to_dict()} but the store's Gram matrix was built with {built}")
+        if shape != (U.shape[0], a["n_features"]):
+            raise bad("n_features", f"does not match the stored training data of shape {shape}")
+        return cls(eigenvalues_=lam, eigenvectors_=U, row_means_=r, grand_mean_=float(a["grand_mean"]),
+                   trace_=float(a["trace"]), kernel=kernel, store=store.path, block=a["block"],
+                   n_features=a["n_features"], report=a.get("report", {}))
 
     # -- display ----------------------------------------------------------
     def summary(self) -> str:
         """Plain-text spectrum, explained variance and solver report."""
-        r = self.report
+        r = {key: _printable(v) for key, v in self.report.items() if not isinstance(v, (dict, list))}
+        resid = self.report.get("max_relative_residual")
+        resid = float(resid) if isinstance(resid, (int, float)) and not isinstance(resid, bool) else float("nan")
         lines = [
             f"dkpca model: n={self.n_samples}, d={self.n_features}, k={self.n_components}",
             f"  kernel: {self.kernel.to_dict()}",
-            f"  store:  {self.store}",
+            f"  store:  {_printable(self.store)}",
             f"  solver: {r.get('solver')} ({r.get('solver_reason', '')}); passes={r.get('passes')}, "
-            f"converged={r.get('converged')}, max rel. residual={r.get('max_relative_residual', float('nan')):.2e}",
+            f"converged={r.get('converged')}, max rel. residual={resid:.2e}",
             "   k   eigenvalue      explained   cumulative",
         ]
         cum = np.cumsum(self.explained_variance_ratio_)
         for i, (lam, ev) in enumerate(zip(self.eigenvalues_, self.explained_variance_ratio_, strict=True)):
             lines.append(f"  {i + 1:2d}  {lam:14.6g}  {ev:9.4%}  {cum[i]:9.4%}")
-        t = r.get("timings", {})
+        t = {key: v for key, v in (self.report.get("timings") or {}).items() if isinstance(v, (int, float))}
         if t:
-            lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+            lines.append("  time: " + ", ".join(f"{_printable(k)} {v:.2f}s" for k, v in t.items()))
         return "\n".join(lines)
 
     def __repr__(self) -> str:

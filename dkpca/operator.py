@@ -28,7 +28,7 @@ import dask.array as da
 import numpy as np
 
 from .execution import active_client, compute
-from .kernels import Kernel
+from .kernels import Kernel, NonFiniteKernelError
 from .linalg import Centering, block_bounds, block_products, scatter_sum, scratch, upper_pairs
 from .storage import ChunkReader, GramInfo
 
@@ -265,6 +265,10 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
         # K probe share this pass.
         ones = np.ones((self.n, 1))
         raw = self.raw_matmat(ones if probe is None else np.hstack([ones, probe]))
+        if not np.isfinite(raw[:, 0]).all():
+            raise NonFiniteKernelError(
+                f"the kernel {kernel.to_dict()} has non-finite values (overflow or NaN) on this data; choose other "
+                "kernel parameters (e.g. a smaller degree or gamma) or scale the data.")
         self.setup_passes = 1
         if probe is not None:
             self.prime(probe, raw[:, 1:])

@@ -27,7 +27,7 @@ from .planning import choose, make_plan
 from .request import FitRequest, as_generator, make_request
 from .solvers import ConvergenceWarning, EigResult, PassReport, get_solver, postprocess
 from .solvers.randomized import block_size, start_block
-from .storage import SolverCheckpoint, json_safe
+from .storage import SolverCheckpoint, absolute, fit_footprint, json_safe
 
 __all__ = ["fit", "solve_kernel_matrix"]
 
@@ -138,7 +138,8 @@ def fit(
     req.store.check_target()
     with req.store.lock():
         t = time.perf_counter()
-        Xs = req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress)
+        source = absolute(source) if isinstance(source, (str, os.PathLike)) else None
+        Xs = req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source)
         timings["copy_data"] = time.perf_counter() - t
         t = time.perf_counter()
         # Iterative solvers save their state every pass (resume after a kill).
@@ -209,8 +210,9 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
         return MatrixFreeKernelOperator(Xs, req.kernel, dtype=dt, probe=probe), gram_report, solver_opts
     # Lanczos keeps every product in its Krylov relation: float64 only.
     single = probe is not None and dt == np.float32 and solver_name == "randomized"
+    need = fit_footprint(n, req.d, block, dt, block_size(n, req.n_components), Xs.dtype.itemsize)
     info = build_gram(req.store, Xs, req.kernel, fp, dtype=dt, overwrite=req.overwrite,
-                      probe=probe.astype(np.float32) if single else probe, progress=req.progress)
+                      probe=probe.astype(np.float32) if single else probe, progress=req.progress, needed_bytes=need)
     op = StoredKernelOperator(info)
     if info.probe_product is not None:
         op.prime(probe, info.probe_product)

@@ -23,7 +23,7 @@ from .io import as_dask, open_input
 from .kernels import KERNEL_NAMES, Kernel, make_kernel
 from .linalg import default_block_size
 from .solvers import SOLVERS
-from .storage import FitStore, is_url
+from .storage import FitStore, is_url, relation
 
 __all__ = ["FitRequest", "make_request", "default_store_path", "GRAM_MODES", "check_n_components", "check_int",
            "check_real", "check_bool", "check_dtype", "check_random_state", "as_generator", "check_choice",
@@ -273,6 +273,9 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
     X = X.rechunk((block, d))
     if store is not None:
         fit_store = FitStore.at(store)
+        if isinstance(source, (str, os.PathLike)) and relation(fit_store.path, source) in ("same", "inside"):
+            raise ValueError(f"store {os.fspath(store)!r} is or lies inside the input {os.fspath(source)!r}; "
+                             "dkpca writes nothing into its input. Choose another store.")
     elif isinstance(source, (str, os.PathLike)) or create_store:
         fit_store = FitStore.at(default_store_path(source))
     else:

@@ -117,7 +117,9 @@ def test_full_disk_is_refused_with_numbers(tmp_path, monkeypatch, blobs, capsys)
     store = tmp_path / "s.zarr"
     with pytest.raises(storage.InsufficientDiskSpace) as exc:
         dkpca.fit(blobs, n_components=2, store=store, chunk_size=200, dtype="float64", gram="store")
-    need = storage.gram_bytes(600, 200, np.float64)
+    # the whole footprint (K, sums, markers, data copy, model, checkpoints, temporaries), subspace 2 + 10
+    need = storage.fit_footprint(600, 6, 200, np.float64, 12, 8)
+    assert need > storage.gram_bytes(600, 200, np.float64)
     msg = str(exc.value)
     assert f"needs {need / 1e9:.2f} GB" in msg and "has 0.00 GB free" in msg and "store=" in msg
     assert not os.path.exists(store / "gram")

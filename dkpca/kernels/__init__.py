@@ -6,9 +6,9 @@ kernel; :func:`make_kernel` builds one from scikit-learn style arguments and
 """
 
 from .adapters import CallableKernel, SparseInputKernel
-from .base import Kernel, Product, Scaled, Sum
+from .base import Kernel, NonFiniteKernelError, Product, Scaled, Sum
 from .library import RBF, Cosine, Laplacian, Linear, Polynomial, Sigmoid
 from .registry import KERNEL_NAMES, from_dict, make_kernel
 
 __all__ = ["Kernel", "RBF", "Laplacian", "Polynomial", "Linear", "Sigmoid", "Cosine", "Sum", "Product", "Scaled",
-           "make_kernel", "from_dict", "KERNEL_NAMES", "CallableKernel", "SparseInputKernel"]
+           "make_kernel", "from_dict", "KERNEL_NAMES", "NonFiniteKernelError", "CallableKernel", "SparseInputKernel"]

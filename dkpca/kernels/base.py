@@ -22,7 +22,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["Kernel", "Sum", "Product", "Scaled", "check_positive", "check_real", "field_names", "as_float"]
+__all__ = ["Kernel", "Sum", "Product", "Scaled", "NonFiniteKernelError", "check_positive", "check_real",
+           "field_names", "as_float"]
+
+
+class NonFiniteKernelError(ValueError):
+    """A kernel block overflowed or produced NaN: the kernel's parameters do not suit the data."""
 
 
 def check_positive(name: str, value: Any, kernel: str, allow_none: bool = False) -> None:

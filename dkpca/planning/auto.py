@@ -17,8 +17,8 @@ import psutil
 from ..execution import n_workers_threads
 from ..linalg import block_bounds
 from ..solvers.randomized import block_size
+from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
-from ..storage import gram_bytes
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 
 __all__ = ["Choice", "choose", "DENSE_MAX_N", "SMALL_GRAM_BYTES"]
@@ -145,18 +145,21 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         mode, why = "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
     else:
         blk = min(block or n, n)
-        need = gram_bytes(n, blk, dtype)
-        details["gram_bytes"] = need
+        d = int(X.shape[1]) if X is not None else 0
+        need = fit_footprint(n, d, blk, dtype, ell, np.dtype(X.dtype).itemsize if X is not None else 8)
+        k_bytes = gram_bytes(n, blk, dtype)
+        details["gram_bytes"], details["footprint_bytes"] = k_bytes, need
         if free_bytes is None and store is not None:
             free_bytes = storage_free_bytes(str(store))
         details["free_bytes"] = free_bytes
         if free_bytes is not None and need > 0.9 * free_bytes:
-            mode, why = "recompute", (f"K needs {need / 1e9:.2f} GB on disk but only {free_bytes / 1e9:.2f} GB is "
-                                      "free at the store: kernel blocks are re-evaluated every pass")
+            mode, why = "recompute", (f"a stored fit needs {need / 1e9:.2f} GB on disk but only "
+                                      f"{free_bytes / 1e9:.2f} GB is free at the store: kernel blocks are "
+                                      "re-evaluated every pass")
         elif name == "dense":
             mode, why = "store", "the dense solver reads K once; storing it lets a refit reuse it"
-        elif need <= SMALL_GRAM_BYTES:
-            mode, why = "store", (f"K is small ({need / 1e6:.0f} MB <= {SMALL_GRAM_BYTES / 1e6:.0f} MB): stored "
+        elif k_bytes <= SMALL_GRAM_BYTES:
+            mode, why = "store", (f"K is small ({k_bytes / 1e6:.0f} MB <= {SMALL_GRAM_BYTES / 1e6:.0f} MB): stored "
                                   "once, read from the page cache, reusable by a refit")
         else:
             mode, why = compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured,

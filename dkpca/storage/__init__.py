@@ -16,12 +16,15 @@ from .gramstore import (
     GramWriters,
     InsufficientDiskSpace,
     check_disk_space,
+    fit_footprint,
     gram_bytes,
     probe_array,
 )
 from .lock import LOCK_NAME, StoreLockedError
+from .paths import absolute, check_apart, check_output, relation
 
 __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", "chunk_file", "use_direct_io",
            "write_direct", "FORMAT", "FORMAT_VERSION", "FitStore", "free_bytes", "is_url", "json_safe",
            "remove_member", "GramInfo", "GramStore", "GramWriters", "InsufficientDiskSpace", "check_disk_space",
-           "gram_bytes", "probe_array", "LOCK_NAME", "StoreLockedError"]
+           "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "absolute", "check_apart",
+           "check_output", "relation"]

@@ -10,6 +10,7 @@ place that bypasses zarr, and it only does so for the exact layout it checks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -25,7 +26,8 @@ from zarr.storage import LocalStore
 
 from ..linalg.workspace import ALIGN, scratch
 
-__all__ = ["chunk_file", "ChunkWriter", "ChunkReader", "write_direct", "use_direct_io", "DIRECT_IO_FRACTION"]
+__all__ = ["chunk_file", "ChunkWriter", "ChunkReader", "write_direct", "use_direct_io", "DIRECT_IO_FRACTION",
+           "remove_partials"]
 
 #: K larger than this fraction of the machine's memory is written with O_DIRECT
 DIRECT_IO_FRACTION = 0.5
@@ -111,30 +113,37 @@ class ChunkWriter:
         strips = [(s, min(s + rows, data.shape[0])) for s in range(0, data.shape[0], rows)]
         raw = (self.raw_dir is not None and tuple(data.shape) == self.chunks and data.dtype == self.dtype
                and data.flags.c_contiguous)
-        if raw:
-            path = os.path.join(self.raw_dir, *map(str, coords))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.partial"
-        if raw and not self.direct:
-            # buffered: each strip is visited just before it is copied out
-            with open(tmp, "wb", buffering=0) as f:
+        if not raw:
+            if visit is not None:
                 for s, e in strips:
-                    if visit is not None:
-                        visit(s, e)
-                    f.write(memoryview(np.asarray(data[s:e])).cast("B"))
-            os.replace(tmp, path)
+                    visit(s, e)
+            arr = zarr.open_array(self.store, path=self.path, mode="r+")
+            arr[tuple(slice(c * s, c * s + e) for c, s, e in zip(coords, self.chunks, data.shape, strict=True))] = data
             return
-        if visit is not None:
-            for s, e in strips:
-                visit(s, e)
-        if raw:
-            if not write_direct(tmp, data):
+        path = os.path.join(self.raw_dir, *map(str, coords))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.partial"
+        try:
+            if not self.direct:
+                # buffered: each strip is visited just before it is copied out
                 with open(tmp, "wb", buffering=0) as f:
-                    f.write(memoryview(data).cast("B"))
+                    for s, e in strips:
+                        if visit is not None:
+                            visit(s, e)
+                        f.write(memoryview(np.asarray(data[s:e])).cast("B"))
+            else:
+                if visit is not None:
+                    for s, e in strips:
+                        visit(s, e)
+                if not write_direct(tmp, data):
+                    with open(tmp, "wb", buffering=0) as f:
+                        f.write(memoryview(data).cast("B"))
             os.replace(tmp, path)
-            return
-        arr = zarr.open_array(self.store, path=self.path, mode="r+")
-        arr[tuple(slice(c * s, c * s + e) for c, s, e in zip(coords, self.chunks, data.shape, strict=True))] = data
+        except BaseException:
+            # a full disk or a kill mid-write leaves no temporary file behind
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,22 @@ class ChunkReader:
         arr.get_basic_selection((slice(r0, r0 + shape[0]), slice(c0, c0 + shape[1])),
                                 out=NDBuffer.from_numpy_array(buf))
         return buf
+
+
+def remove_partials(directory: str) -> int:
+    """Delete the temporary ``*.partial`` chunk files a killed writer left under ``directory``; how many.
+
+    Only the holder of the store's lock calls this, so no live writer's
+    temporary file can be among them.
+    """
+    removed = 0
+    for dirpath, _, files in os.walk(directory):
+        for name in files:
+            if name.endswith(".partial"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(dirpath, name))
+                    removed += 1
+    return removed
 
 
 def write_direct(path: str, data: Any) -> bool:

@@ -8,12 +8,57 @@ knows the store's layout::
       data/X                n x d copy of the training data (row-block chunks)
       gram/...              the Gram store (:mod:`dkpca.storage.gramstore`)
       solver/...            solver checkpoints (:mod:`dkpca.storage.checkpoint`)
-      model/...             eigenpairs, centering statistics, solver report
+      model.<hex>/...       eigenpairs, centering statistics, solver report; root attribute
+                            ``model`` names the current one (see "Models" below)
+      sparse_model.<hex>/   a saved :class:`~dkpca.sparse.SparseKernelPCA`; root attribute
+                            ``sparse_model`` names the current one
 
 Nothing is ever pickled.  A store that lacks the ``format`` attribute was not
 written by dkpca and is refused.  Local paths are made absolute when a
 :class:`FitStore` is made, so tasks running in another working directory (a
 batch job's workers) read and write the same files.
+
+Models: readers never see half a model
+--------------------------------------
+Deleting the old model before writing the new one let readers loading the
+store meanwhile find no model, or a group with arrays half gone (a
+``KeyError``, or zarr's fill values for deleted chunk files).  So a model is
+never rewritten in place:
+
+1. the writer puts it into a fresh group with a name never used before,
+   ``model.<uuid hex>``, arrays first, its ``complete`` attribute last;
+2. it switches the root attribute ``model`` to that name in ONE write of the
+   root's ``zarr.json``: zarr's LocalStore writes a key to a temporary file
+   and renames it into place (``zarr/storage/_local.py``, ``_atomic_write``),
+   and an object store replaces an object whole, so a reader sees the old
+   document or the new one;
+3. only then it deletes the old group, and any orphan ``model.*`` group that
+   a writer killed between 1 and 2 left (the next writer does; readers never).
+
+Withdrawing the model (:meth:`FitStore.remove_model`: new data, a rebuilt
+Gram matrix) is the same switch, to ``null``, before the deletion.  A reader
+reads the pointer, that group, then the pointer again (a seqlock): names are
+never reused and a group is deleted only after the pointer has left it, so
+an unchanged pointer proves nothing it read was being deleted; a changed one
+means a refit switched meanwhile, and the reader starts over (a bounded
+number of times, then the one-line "holds no complete model" ``ValueError``,
+which is also what no pointer, or ``null``, gives).  The sparse model (root
+attribute ``sparse_model``) works the same way.
+
+The switch rewrites the root's attributes (format, format_version,
+dkpca_version, pointers) read-modify-write from a fresh read.  That is safe
+because there is one writer at a time: :func:`dkpca.fit` saves its model
+under the store lock, :meth:`FitStore.write_sparse_model` takes that lock
+itself, and whoever calls :meth:`FitStore.write_model` outside a fit must be
+the store's only writer, as for any other write into a store.
+
+Format versions: a version-1 reader looks for a fixed ``model`` group and
+would call a version-2 store empty, so version 2 makes it refuse the store by
+its version instead.  A version-1 store still loads here: where the pointer
+attribute is absent, the fixed group of that name is the model (read-only).
+The first switch or withdrawal in a version-1 store writes
+``format_version: 2`` with the pointer, then deletes the fixed group; all
+other members have the same layout in both versions.
 """
 
 from __future__ import annotations
@@ -21,7 +66,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +82,11 @@ from .lock import LOCK_NAME, exclusive
 __all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member", "is_url", "free_bytes"]
 
 FORMAT = "dkpca-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: versions this dkpca reads (version 1: the model in a fixed ``model`` group; see "Format versions")
+READABLE_VERSIONS = (1, 2)
+#: a reader starts over at most this many times when refits switch the model while it reads
+READ_ATTEMPTS = 20
 
 DATA = "data"
 MODEL = "model"
@@ -156,8 +206,9 @@ class FitStore:
         if fmt != FORMAT:
             raise ValueError(f"{self.path!r} is a Zarr group but not a dkpca store (no 'format: {FORMAT}' attribute).")
         fv = root.attrs.get("format_version")
-        if fv != FORMAT_VERSION:
-            raise ValueError(f"store {self.path!r} has format_version {fv}; this dkpca reads version {FORMAT_VERSION}.")
+        if fv not in READABLE_VERSIONS:
+            raise ValueError(f"store {self.path!r} has format_version {fv}; this dkpca reads versions "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}.")
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -169,24 +220,40 @@ class FitStore:
             yield
 
     def remove(self, name: str) -> None:
-        """Delete a top-level member (``data``, ``gram``, ``model``, ``solver``) if present."""
-        remove_member(self.open_for_write(), name)
+        """Delete a top-level member (``data``, ``gram``, ``model``, ``sparse_model``, ``solver``) if present.
+
+        A model is withdrawn as :meth:`remove_model` does (readers stay safe).
+        """
+        if name in (MODEL, SPARSE_MODEL):
+            self._withdraw(name)
+        else:
+            remove_member(self.open_for_write(), name)
 
     def free_bytes(self) -> int | None:
         return free_bytes(self.path)
 
     # -- training data ---------------------------------------------------------
-    def store_data(self, X: da.Array, fingerprint: dict, overwrite: bool, progress: bool = False) -> da.Array:
+    def store_data(self, X: da.Array, fingerprint: dict, overwrite: bool, progress: bool = False,
+                   source: str | None = None) -> da.Array:
         """Copy X into ``data/X`` once (kept if the fingerprint matches); return the copy, lazily.
 
         A copy of other data is an error unless ``overwrite``; then the data,
-        the Gram store and the model (all derived from it) are replaced.
+        the Gram store and the model (all derived from it) are replaced --
+        but never while X is being read from this very store (``source``, the
+        input's absolute path): that would turn the input into zeros.
+        Identical data is kept even with ``overwrite`` (a refit from
+        ``<store>/data/X`` with a new kernel replaces K and the model only).
         """
         root = self.open_for_write()
         if DATA in root:
             attrs = dict(root[DATA].attrs)
-            if attrs.get("fingerprint") == fingerprint and attrs.get("complete") and not overwrite:
+            if attrs.get("fingerprint") == fingerprint and attrs.get("complete"):
                 return self.training_data()
+            if source is not None and (source.rstrip("/") + "/").startswith(self.path.rstrip("/") + "/"):
+                raise ValueError(
+                    f"the input {source!r} lies inside the store {self.path!r}, whose data it would have to "
+                    "replace while reading it; copy the data out of the store first, or choose another store."
+                )
             if attrs.get("fingerprint") != fingerprint and not overwrite:
                 old = attrs.get("fingerprint", {})
                 raise ValueError(
@@ -195,7 +262,8 @@ class FitStore:
                     f"{fingerprint.get('checksum')}). Pass overwrite=True (CLI: --overwrite) to replace it, or "
                     "choose another store."
                 )
-            for member in (DATA, "gram", MODEL):
+            self.remove_model()  # derived from the old data; withdrawn first, safely for readers
+            for member in (DATA, "gram"):
                 remove_member(root, member)
         g = root.create_group(DATA)
         g.attrs.update({"fingerprint": fingerprint, "complete": False})
@@ -213,35 +281,120 @@ class FitStore:
         """The stored training data, lazily."""
         return da.from_zarr(self.training_array())
 
-    # -- models ----------------------------------------------------------------
-    def _write_group(self, name: str, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]],
+    # -- models (see "Models" in the module docstring) -----------------------
+    def _members(self, root: zarr.Group) -> list[str]:
+        """Names of the root's members, including directories of groups whose metadata a crash left unwritten."""
+        if self.is_url:
+            return [name for name, _ in root.members()]
+        return [e.name for e in os.scandir(self.path) if e.is_dir()]
+
+    @staticmethod
+    def _current(root: zarr.Group, kind: str) -> tuple[tuple[Any, Any], str | None]:
+        """``(token, group name)`` of the current ``kind`` model; the token changes with every switch.
+
+        No pointer: the version-1 layout, the fixed group ``kind`` (maybe absent).
+        """
+        attrs = root.attrs.asdict()
+        name = attrs.get(kind, kind)
+        return (attrs.get("format_version"), attrs.get(kind, "<absent>")), name
+
+    def _switch(self, kind: str, name: str | None) -> None:
+        """Point root attribute ``kind`` at group ``name`` (None: no model) in one write; then delete the rest.
+
+        The other root attributes are kept (read-modify-write of a fresh read:
+        the caller is the only writer); the old, version-1 and orphan groups go.
+        """
+        root = self.open_for_write()
+        attrs = root.attrs.asdict()
+        if kind not in attrs or attrs.get(kind) != name or attrs.get("format_version") != FORMAT_VERSION:
+            root.update_attributes({kind: name, "format_version": FORMAT_VERSION})  # one write, not one per key
+        for member in self._members(root):
+            if member != name and (member == kind or member.startswith(f"{kind}.")):
+                remove_member(root, member)
+
+    def _withdraw(self, kind: str) -> None:
+        root = self.open_for_write()
+        if root.attrs.get(kind) is not None or root.attrs.get("format_version") != FORMAT_VERSION or any(
+                m == kind or m.startswith(f"{kind}.") for m in self._members(root)):
+            self._switch(kind, None)
+
+    def _write_group(self, kind: str, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]],
                      attrs: dict) -> None:
         root = self.open_for_write()
-        remove_member(root, name)
+        name = f"{kind}.{uuid.uuid4().hex}"
         g = root.create_group(name)
         for key, (data, chunks) in arrays.items():
             g.create_array(key, data=data, **({"chunks": chunks} if chunks else {}))
-        g.attrs.update(json_safe({**attrs, "complete": True}))
+        g.update_attributes(json_safe({**attrs, "complete": True}))
+        self._switch(kind, name)
 
-    def _read_group(self, name: str, missing: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def _read_group(self, kind: str, missing: str, also: Callable[[dict], Any] | None = None,
+                    ) -> tuple[dict[str, np.ndarray], dict[str, Any], Any]:
+        none = f"store {self.path!r} holds no complete {missing}"
+        for _ in range(READ_ATTEMPTS):
+            root = self.open()
+            token, name = self._current(root, kind)
+            if name is None:
+                raise ValueError(none)
+            arrays, attrs, extra, error = None, {}, None, None
+            try:
+                attrs = dict(root[name].attrs)
+                if attrs.get("complete"):
+                    arrays = {key: arr[...] for key, arr in root[name].arrays()}
+                    extra = also(attrs) if also is not None else None
+            except Exception as exc:  # judged once we know whether a refit switched meanwhile
+                error = exc
+            if self._current(self.open(), kind)[0] != token:
+                continue  # switched while we read: what we read may be gone or mixed; read the new model
+            if arrays is None and isinstance(error, (KeyError, OSError, type(None))):  # NodeNotFound: OSError
+                raise ValueError(none) from error
+            if error is not None:
+                raise error
+            return arrays, attrs, extra
+        raise ValueError(f"{none} (it was replaced {READ_ATTEMPTS} times while being read; retry)")
+
+    def model_group(self, kind: str = MODEL) -> str | None:
+        """Name of the group holding the current ``kind`` (``model``/``sparse_model``) model, if any."""
         root = self.open()
-        if name not in root or not root[name].attrs.get("complete"):
-            raise ValueError(f"store {self.path!r} holds no complete {missing}")
-        g = root[name]
-        return {key: arr[...] for key, arr in g.arrays()}, dict(g.attrs)
+        _, name = self._current(root, kind)
+        return name if name is not None and name in root else None
+
+    def remove_model(self) -> None:
+        """Withdraw the model (data or Gram matrix replaced): readers then see "no complete model".
+
+        The pointer is cleared (one atomic write) before any group is deleted;
+        the caller holds the store lock.
+        """
+        self._withdraw(MODEL)
 
     def write_model(self, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]], attrs: dict) -> None:
-        """Replace ``model/`` by ``arrays`` (name -> (data, chunks or None)) and JSON ``attrs``."""
+        """Replace the model by ``arrays`` (name -> (data, chunks or None)) and JSON ``attrs``.
+
+        Written beside the old one, then switched to; the caller is the only writer (``fit`` holds the lock).
+        """
         self._write_group(MODEL, arrays, attrs)
 
     def read_model(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """``(arrays, attrs)`` of a complete model (``ValueError`` if there is none)."""
-        return self._read_group(MODEL, f"model; run dkpca fit with --store {self.path}.")
+        return self.read_model_with(None)[:2]
+
+    def read_model_with(self, also: Callable[[dict], Any] | None) -> tuple[dict[str, np.ndarray], dict[str, Any], Any]:
+        """:meth:`read_model` plus ``also(attrs)``, read in the same window as the model.
+
+        For reads that must match the model (the Gram matrix's kernel, the data's shape): both are read
+        again when a refit switches the model meanwhile; ``also``'s errors are raised if none did.
+        """
+        return self._read_group(MODEL, f"model; run dkpca fit with --store {self.path}.", also)
 
     def write_sparse_model(self, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]], attrs: dict) -> None:
-        """Replace ``sparse_model/`` (a :class:`~dkpca.sparse.SparseKernelPCA`) by ``arrays`` and ``attrs``."""
-        self._write_group(SPARSE_MODEL, arrays, attrs)
+        """Replace the sparse model (a :class:`~dkpca.sparse.SparseKernelPCA`) by ``arrays`` and ``attrs``.
+
+        Under the store lock; a path that exists and is not a dkpca store is refused first.
+        """
+        self.check_target()
+        with self.lock():
+            self._write_group(SPARSE_MODEL, arrays, attrs)
 
     def read_sparse_model(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """``(arrays, attrs)`` of a complete sparse model (``ValueError`` if there is none)."""
-        return self._read_group(SPARSE_MODEL, f"sparse model; fit one and call .save({self.path!r}).")
+        return self._read_group(SPARSE_MODEL, f"sparse model; fit one and call .save({self.path!r}).")[:2]

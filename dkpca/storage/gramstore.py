@@ -16,6 +16,7 @@ a rerun trusts the markers and nothing else.
 from __future__ import annotations
 
 import errno
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +25,12 @@ import zarr
 
 from ..kernels import Kernel, from_dict
 from ..linalg.grid import block_bounds, n_blocks
-from .chunks import ChunkReader, ChunkWriter
+from .chunks import ChunkReader, ChunkWriter, remove_partials
 from .fitstore import FitStore, json_safe, remove_member
 
-__all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "InsufficientDiskSpace", "check_disk_space",
-           "probe_array"]
+__all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "fit_footprint", "InsufficientDiskSpace",
+           "check_disk_space",
+           "probe_array", "read_done_markers"]
 
 GROUP = "gram"
 
@@ -44,13 +46,43 @@ def gram_bytes(n: int, block: int, dtype: Any) -> int:
     return sum((i1 - i0) * (j1 - j0) * itemsize for a, (i0, i1) in enumerate(bounds) for (j0, j1) in bounds[a:])
 
 
+#: what one file costs beyond its bytes: filesystems allocate whole 4 KiB blocks
+FILE_OVERHEAD = 4096
+
+
+def fit_footprint(n: int, d: int, block: int, dtype: Any, ell: int, data_itemsize: int = 8,
+                  concurrent: int | None = None) -> int:
+    """Bytes a stored fit needs on disk: K, its sums and markers, the data copy, model, checkpoints, temporaries.
+
+    ``ell`` is the solver's subspace width (checkpoints hold two slots of a
+    few n x ell arrays); ``concurrent`` writers each hold one temporary chunk
+    file at a time (default: this machine's cores, twice for O_DIRECT).
+    """
+    itemsize = np.dtype(dtype).itemsize
+    nb = n_blocks(n, block)
+    k_files = nb * (nb + 1) // 2
+    parts = {
+        "K": gram_bytes(n, block, dtype) + k_files * FILE_OVERHEAD,
+        "partial_sums": nb * n * 8 + nb * nb * FILE_OVERHEAD,
+        "done_markers": nb * nb * FILE_OVERHEAD,
+        "diag_and_row_sums": n * (itemsize + 8) + 2 * nb * FILE_OVERHEAD,
+        "data_copy": n * d * data_itemsize + nb * FILE_OVERHEAD,
+        "model": n * (ell + 1) * 8 + 2 * nb * FILE_OVERHEAD,
+        "checkpoints": 2 * 3 * n * ell * 8 + 6 * nb * FILE_OVERHEAD,
+        "temporaries": 2 * (concurrent or os.cpu_count() or 1) * block * block * itemsize,
+        "metadata": 64 * FILE_OVERHEAD,
+    }
+    return int(sum(parts.values()))
+
+
 def check_disk_space(store: FitStore, needed: int) -> None:
     """Raise :class:`InsufficientDiskSpace` if ``needed`` bytes will not fit at the store."""
     free = store.free_bytes()
     if free is not None and needed > free:
         raise InsufficientDiskSpace(
             errno.ENOSPC,
-            f"the Gram store needs {needed / 1e9:.2f} GB but {store.path!r} has {free / 1e9:.2f} GB free; "
+            f"the fit's store needs {needed / 1e9:.2f} GB (K, its sums and markers, the data copy, model, checkpoints "
+            f"and temporaries) but {store.path!r} has {free / 1e9:.2f} GB free; "
             "choose a store on a larger filesystem (store=...), use dtype='float32', "
             "or gram='recompute', which stores no Gram matrix",
         )
@@ -127,19 +159,43 @@ class GramWriters:
     done: ChunkWriter
 
     def write_block(self, I: int, J: int, blk: np.ndarray, row_sums: np.ndarray, col_sums: np.ndarray | None,
-                    visit: Any = None) -> None:
+                    visit: Any = None, check: Any = None) -> None:
         """K's chunk (with ``visit`` filling the sums strip by strip), the sums, then the marker.
 
-        The marker goes last: only a block whose data and sums are all on
-        disk is ever trusted by a rerun.
+        ``check()``, if given, runs once the sums are known and may raise:
+        the block then gets no sums and no marker.  The marker goes last: only
+        a block whose data and sums are all on disk is ever trusted by a rerun.
         """
         self.K.write((I, J), blk, visit=visit)
+        if check is not None:
+            check()
         self.partial_sums.write((J, I), row_sums[None])
         if I != J:
             self.partial_sums.write((I, J), col_sums[None])
         else:
             self.diag.write((I,), np.ascontiguousarray(np.diagonal(blk)))
         self.done.write((I, J), np.ones((1, 1), np.uint8))
+
+
+def read_done_markers(done: zarr.Array) -> np.ndarray:
+    """The done markers, with every unreadable one counted as not done.
+
+    Nothing is fsynced, so a node crash can leave a renamed marker file
+    empty: zarr then fails to decode it, and one such chunk would make the
+    whole store unusable.  Markers are then read one by one and any that
+    cannot be read is 0 (its block is recomputed and the marker rewritten).
+    """
+    try:
+        return (done[...] == 1).astype(np.uint8)
+    except Exception:  # a damaged chunk: fall back to reading each one
+        out = np.zeros(done.shape, dtype=np.uint8)
+        for I in range(done.shape[0]):
+            for J in range(I, done.shape[1]):
+                try:
+                    out[I, J] = done[I, J] == 1
+                except Exception:
+                    out[I, J] = 0
+        return out
 
 
 class GramStore:
@@ -157,12 +213,13 @@ class GramStore:
                 diffs.append(f"{label} differs (store: {attrs.get(key)!r}, now: {want[key]!r})")
         return "; ".join(diffs)
 
-    def prepare(self, want: dict[str, Any], overwrite: bool) -> np.ndarray:
+    def prepare(self, want: dict[str, Any], overwrite: bool, needed: int | None = None) -> np.ndarray:
         """Open or create the Gram arrays for ``want`` (fingerprint, kernel, block, dtype, n); the done markers.
 
         Raises ``ValueError`` if the store holds K of another fit and not
         ``overwrite``; with ``overwrite`` (or a mismatch allowed by it) the old
-        K and the model derived from it are removed first.
+        K and the model derived from it are removed first.  ``needed`` is the
+        whole footprint checked against the free space (default: K alone).
         """
         root = self.store.open_for_write()
         n, block, dtype = want["n"], want["block"], np.dtype(want["dtype"])
@@ -176,10 +233,12 @@ class GramStore:
                     "Pass overwrite=True (CLI: --overwrite) to rebuild it, or choose another store."
                 )
             if not mismatch and not overwrite:
-                return root[GROUP]["done"][:]
+                if not self.store.is_url:
+                    remove_partials(os.path.join(self.store.path, GROUP))
+                return read_done_markers(root[GROUP]["done"])
+            self.store.remove_model()  # derived from K: withdrawn first, so readers never pair it with a new K
             remove_member(root, GROUP)
-            remove_member(root, "model")
-        check_disk_space(self.store, gram_bytes(n, block, dtype))
+        check_disk_space(self.store, needed if needed is not None else gram_bytes(n, block, dtype))
         g = root.create_group(GROUP)
         # Attributes first: an interrupted build is then recognisable as ours.
         g.attrs.update(json_safe({**want, "complete": False}))
@@ -211,6 +270,11 @@ class GramStore:
         g["row_sums"][:] = row_sums
         diag_sum = float(np.sum(g["diag"][:], dtype=np.float64))
         g.attrs.update({"complete": True, "diag_sum": diag_sum})
+
+    def recorded_kernel(self) -> dict | None:
+        """The kernel spec K was built with, or None when the store holds no Gram matrix."""
+        root = self.store.open()
+        return dict(root[GROUP].attrs).get("kernel") if GROUP in root else None
 
     def open(self) -> GramInfo:
         """A complete Gram store (``ValueError`` if it is incomplete)."""

@@ -1,72 +1,339 @@
-"""The store's lock: one fit writes into a store at a time.
+"""The store's lock: one fit writes into a store at a time, under a lease.
 
 Two fits writing the same blocks would each be idempotent, but one could
 delete what the other is building (``overwrite=True``) or record a model for
-a Gram matrix it did not build, so concurrent writers are refused.  A lock
-left by a killed process on this host is detected (its pid is gone) and taken
-over, so a rerun after ``kill -9`` resumes instead of failing.
+a Gram matrix it did not build, so concurrent writers are refused.
+
+Batch jobs are killed at walltime and requeued on another node, so a lock
+cannot be "held for ever": it is a *lease*.  ``<store>/.dkpca.lock`` is a
+small JSON document::
+
+    {"host": "node042", "pid": 12345, "token": "<uuid4 hex>", "heartbeat": 1763870000.5, "lease": 300.0}
+
+A daemon thread rewrites it with a fresh ``heartbeat`` every ``lease / 3``
+seconds while the fit runs.  A rerun, on any host, takes the lock over when
+
+* the file is empty or unparsable (the lock is created by hard-linking a
+  complete file into place, so a short file is debris of a crash, never a
+  lock being written);
+* its lease has run out: ``time.time() - heartbeat > lease`` (the holder's
+  recorded lease).  Wall-clock time is compared across hosts: clocks are
+  assumed to agree to well within a lease (NTP on a cluster: milliseconds,
+  leases: minutes);
+* or it names this host and a pid that is gone (a ``kill -9`` on this host
+  is taken over at once, without waiting for the lease).
+
+The lease length is the Dask config key ``dkpca.lease`` (seconds, default
+300; environment ``DASK_DKPCA__LEASE``).
+
+Who may change the lock file (the race-free argument)
+-----------------------------------------------------
+Creating a lock where there is none is atomic (hard link, create-if-absent),
+so only *changing or removing an existing* lock needs care: two reruns that
+both judged the same lock stale must not both replace it, a release must not
+delete a lock that a rerun has just put in its place, and a heartbeat must
+not overwrite a lock that is no longer ours.  POSIX has no compare-and-swap
+on a file, so every change goes through a *claim* of the exact version seen:
+
+1. read the lock through one descriptor: its inode number and bytes (the
+   bytes hold the holder's unique token and heartbeat, so a refreshed or
+   replaced lock never reads the same as the version judged);
+2. create ``<lock>.claim-<inode>.<round>`` exclusively (``O_EXCL``: of all
+   processes trying, exactly one succeeds);
+3. re-read the lock; go on only if it is still that inode with those bytes;
+4. change it (``os.replace`` of a complete temporary file, or ``unlink``);
+5. remove the claim.
+
+Every writer of an existing lock -- takeover, heartbeat, release -- claims
+first, and creation needs the path to be absent, so while a process holds the
+claim of the version at the path and has seen it there (step 3), nobody else
+can change it: step 4 changes exactly the version judged.  The loser of a
+race fails step 2 (or 3), retries from the start and then sees the winner's
+fresh lock: refused.  Claims are named by inode number, which the filesystem
+may reuse, but step 3 also compares the bytes (a unique token and a
+heartbeat), so a reused number never passes for the version judged.
+(Renaming the stale file aside first, then checking what was moved, is not
+enough: the rename moves whatever is at the path by then, possibly a winner's
+fresh lock, and putting that back can collide with a third rerun.)  A claimer
+killed between steps 2 and 5 leaves its claim file behind; a claim older than
+a lease is such debris and the next *round* number is tried instead (and the
+winner removes it), so no leftover blocks reruns for ever.  Like every lease,
+this assumes no process stalls for longer than a lease in the middle of steps
+2-5 (milliseconds of work).  On a filesystem without hard links the lock is
+created with ``O_EXCL`` and written afterwards; a rerun that reads it in that
+instant sees an empty lock and may take it over (the holder then notices at
+its next heartbeat and logs a warning).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import logging
+import math
 import os
 import socket
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 
-__all__ = ["LOCK_NAME", "StoreLockedError", "exclusive"]
+import dask
+
+__all__ = ["LOCK_NAME", "StoreLockedError", "exclusive", "lease_seconds"]
 
 LOCK_NAME = ".dkpca.lock"
+DEFAULT_LEASE = 300.0
+_ATTEMPTS = 30  # acquisition retries while other processes change the lock
+_ROUNDS = 8  # claim rounds per lock version (each one skips a crashed claimer's debris)
+
+logger = logging.getLogger("dkpca")
 
 
 class StoreLockedError(RuntimeError):
     """Another fit is writing into the same store."""
 
 
+def lease_seconds() -> float:
+    """The lease length: Dask config ``dkpca.lease`` (seconds, default 300)."""
+    value = dask.config.get("dkpca.lease", DEFAULT_LEASE)
+    try:
+        lease = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        lease = math.nan
+    if not (math.isfinite(lease) and lease > 0):
+        raise ValueError(f"dask config 'dkpca.lease' must be a positive number of seconds, got {value!r}")
+    return lease
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """One version of the lock file as read through one descriptor."""
+
+    ino: int
+    raw: bytes
+    mtime: float
+
+    def holder(self) -> dict | None:
+        """The parsed lock, or None if it is empty, unparsable or incomplete."""
+        try:
+            doc = json.loads(self.raw.decode())
+            if not isinstance(doc, dict):
+                return None
+            doc["pid"], doc["heartbeat"], doc["lease"] = int(doc["pid"]), float(doc["heartbeat"]), float(doc["lease"])
+            doc["host"], doc["token"] = str(doc["host"]), str(doc["token"])
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+            return self._legacy()
+        # A lease that never runs out (NaN, negative, infinite) would be a lock for ever: treat as debris.
+        ok = math.isfinite(doc["heartbeat"]) and math.isfinite(doc["lease"]) and doc["lease"] > 0
+        return doc if ok else None
+
+    def _legacy(self) -> dict | None:
+        # dkpca before leases wrote "host pid" and never refreshed it: its
+        # heartbeat is the file's mtime, so a live old-version fit on this host
+        # is still refused (pid check), and one elsewhere until a lease passes.
+        parts = self.raw.decode(errors="replace").split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            return None
+        return {"host": parts[0], "pid": int(parts[1]), "token": "", "heartbeat": self.mtime, "lease": lease_seconds()}
+
+
+@dataclasses.dataclass
+class _Holding:
+    """Our side of a held lock (the heartbeat thread's state)."""
+
+    lock: str
+    token: str
+    lease: float
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def document(self) -> bytes:
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
+                           "heartbeat": time.time(), "lease": self.lease}).encode()
+
+    def is_mine(self, seen: _Seen | None) -> bool:
+        doc = seen.holder() if seen is not None else None
+        return doc is not None and doc["token"] == self.token
+
+
 @contextlib.contextmanager
 def exclusive(path: str) -> Iterator[None]:
-    """Hold ``<path>/.dkpca.lock`` for the duration of the block (``path`` is a local directory)."""
+    """Hold ``<path>/.dkpca.lock`` for the duration of the block (``path`` is a local directory).
+
+    Raises
+    ------
+    StoreLockedError
+        Another fit holds a live lease on the store.
+    ValueError
+        The Dask config ``dkpca.lease`` is not a positive number.
+    """
+    lease = lease_seconds()
     # Two fits may create the same new store at once: the directory is made
     # first (idempotent) so that the lock decides between them.
     os.makedirs(path, exist_ok=True)
-    lock = os.path.join(path, LOCK_NAME)
-    me = f"{socket.gethostname()} {os.getpid()}"
-    for _ in range(2):
-        if _create_with(lock, me):
-            break
-        try:
-            with open(lock) as f:
-                host, pid = f.read().split()
-        except (OSError, ValueError):
-            host, pid = "", "0"
-        if host == socket.gethostname() and not _pid_alive(int(pid)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(lock)
-            continue
-        raise StoreLockedError(
-            f"store {path!r} is in use by another fit (process {pid} on {host or 'unknown host'}); "
-            f"wait for it to finish, or remove {lock} if that process is gone."
-        ) from None
-    else:
-        raise StoreLockedError(f"store {path!r}: could not take {lock} (another fit keeps replacing it); retry.")
+    me = _Holding(os.path.join(path, LOCK_NAME), uuid.uuid4().hex, lease)
+    _acquire(path, me)
+    beat = threading.Thread(target=_heartbeat, args=(me,), name="dkpca-lease", daemon=True)
+    beat.start()
     try:
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
+        me.stop.set()
+        beat.join()  # no heartbeat may claim our version while we release it
+        _release(me)
+
+
+def _acquire(path: str, me: _Holding) -> None:
+    for attempt in range(_ATTEMPTS):
+        if _create(me.lock, me.document()):
+            return
+        seen = _read(me.lock)
+        if seen is None:
+            continue  # released meanwhile: try to create it again
+        doc = seen.holder()
+        why = _stale_reason(doc)
+        if why is None:
+            assert doc is not None
+            age = time.time() - doc["heartbeat"]
+            raise StoreLockedError(
+                f"store {path!r} is in use by another fit (process {doc['pid']} on {doc['host']}, heartbeat "
+                f"{age:.0f} s ago, lease {doc['lease']:g} s); wait for it to finish, or for its lease to run out "
+                f"if it was killed."
+            )
+        if _change(me.lock, seen, me.lease, me.document()):
+            logger.warning("took over the lock %s: %s", me.lock, why)
+            return
+        # Another process is changing this lock (taking it over too): look again shortly.
+        time.sleep(min(0.01 * (attempt + 1), 0.2))
+    raise StoreLockedError(
+        f"store {path!r}: could not take {me.lock} (other fits keep changing it); retry."
+    )
+
+
+def _stale_reason(doc: dict | None) -> str | None:
+    """Why a lock may be taken over, or None if its holder is alive."""
+    if doc is None:
+        return "the lock file is empty or unreadable"
+    age = time.time() - doc["heartbeat"]
+    if age > doc["lease"]:
+        return f"the lease of process {doc['pid']} on {doc['host']} ran out ({age:.0f} s > {doc['lease']:g} s)"
+    if doc["host"] == socket.gethostname() and not _pid_alive(doc["pid"]):
+        return f"process {doc['pid']} on this host is gone"
+    return None
+
+
+def _heartbeat(me: _Holding) -> None:
+    """Refresh our lock's heartbeat every lease/3 s, until told to stop or the lock is no longer ours."""
+    while not me.stop.wait(me.lease / 3):
+        try:
+            seen = _read(me.lock)
+            if not me.is_mine(seen):
+                break
+            assert seen is not None
+            # A failed change is not proof of loss (a rerun may be claiming an
+            # older lock whose inode number ours reuses): the next beat's read decides.
+            _change(me.lock, seen, me.lease, me.document())
+        except OSError as exc:  # a transient filesystem error: keep the fit going, try again
+            logger.warning("could not refresh the lock %s: %s", me.lock, exc)
+    else:
+        return
+    logger.warning("the lock %s was taken over by another fit (our lease ran out); this fit no longer holds "
+                   "the store exclusively", me.lock)
+
+
+def _release(me: _Holding) -> None:
+    """Remove the lock only if it is still ours (compare, under a claim, before delete)."""
+    for attempt in range(_ATTEMPTS):
+        seen = _read(me.lock)
+        if not me.is_mine(seen):
+            return  # taken over after our lease ran out: it is someone else's now
+        assert seen is not None
+        if _change(me.lock, seen, me.lease, None):
+            return
+        time.sleep(min(0.01 * (attempt + 1), 0.2))  # a claim is in flight: look again
+    logger.warning("could not remove the lock %s; it expires with its lease", me.lock)
+
+
+def _change(lock: str, seen: _Seen, lease: float, new: bytes | None) -> bool:
+    """Replace the lock by ``new`` (remove it if None) if it is still the version ``seen``.
+
+    False if another process holds the claim of that version or the lock
+    changed since it was read (see the module docstring for the protocol).
+    """
+    claimed = _claim(lock, seen, lease)
+    if claimed is None:
+        return False
+    claim, rnd = claimed
+    try:
+        if new is None:
             os.unlink(lock)
+        else:
+            tmp = f"{lock}.{uuid.uuid4().hex}.tmp"
+            try:
+                _write(tmp, new)
+                os.replace(tmp, lock)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+    finally:
+        # Our claim, and the debris of killed claimers of this version that we stepped over.
+        for name in [claim] + [f"{lock}.claim-{seen.ino}.{r}" for r in range(rnd)]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+    return True
 
 
-def _create_with(path: str, text: str) -> bool:
-    """Create ``path`` holding ``text`` unless it exists; False if it does.
+def _claim(lock: str, seen: _Seen, lease: float) -> tuple[str, int] | None:
+    """Claim the right to change version ``seen`` of the lock: the claim file and its round, or None."""
+    for rnd in range(_ROUNDS):
+        name = f"{lock}.claim-{seen.ino}.{rnd}"
+        try:
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            try:
+                age = time.time() - os.stat(name).st_mtime
+            except FileNotFoundError:
+                return None  # its owner just finished: the lock has changed
+            if age <= lease:
+                return None  # a live process is changing this version
+            continue  # debris of a claimer killed mid-change: use the next round
+        now = _read(lock)
+        if now is not None and now.ino == seen.ino and now.raw == seen.raw:
+            return name, rnd
+        os.unlink(name)
+        return None
+    return None
+
+
+def _read(lock: str) -> _Seen | None:
+    """The lock's inode, bytes and mtime, or None if there is no lock."""
+    try:
+        with open(lock, "rb") as f:
+            st = os.fstat(f.fileno())
+            return _Seen(st.st_ino, f.read(65536), st.st_mtime)
+    except FileNotFoundError:
+        return None
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())  # a lock that survives a node crash is read whole, or not at all
+
+
+def _create(path: str, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless it exists; False if it does.
 
     The file is written under a private name and hard-linked into place, so
-    it appears complete or not at all: a competing fit never reads an empty
-    lock (it would name no owner).  Filesystems without hard links fall back
-    to an exclusive create.
+    it appears complete or not at all: a competing fit never reads a lock
+    being written.  Filesystems without hard links fall back to an exclusive
+    create.
     """
-    tmp = f"{path}.{socket.gethostname()}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    _write(tmp, data)
     try:
         os.link(tmp, path)
         return True
@@ -77,8 +344,8 @@ def _create_with(path: str, text: str) -> bool:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):
