@@ -128,16 +128,23 @@ def test_relative_paths_with_workers_in_another_directory(tmp_path, proc_cluster
     assert all(cwd != str(tmp_path) for cwd in workers_cwd.values())  # the test tested something
 
 
-def test_zero_length_done_marker_counts_as_not_done(tmp_path):
-    """A node crash can leave a renamed, never-fsynced marker empty: that block is recomputed, the rest reused."""
+@pytest.fixture
+def stored_fit(tmp_path):
+    """``(X, store, refit)``: a dense fit of 300 x 4 points with K stored as 3 x 3 blocks; ``refit()`` reruns it."""
     X = make_data(300, d=4)
     store = tmp_path / "s.dkpca.zarr"
     kw = dict(n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense", gram="store")
     dkpca.fit(X, **kw)
+    return X, store, lambda: dkpca.fit(X, **kw)
+
+
+def test_zero_length_done_marker_counts_as_not_done(stored_fit):
+    """A node crash can leave a renamed, never-fsynced marker empty: that block is recomputed, the rest reused."""
+    X, store, refit = stored_fit
     marker = store / "gram" / "done" / "c" / "0" / "1"
     assert marker.stat().st_size > 0
     marker.write_bytes(b"")
-    model = dkpca.fit(X, **kw)
+    model = refit()
     assert model.report["gram"]["computed_blocks"] == 1 and model.report["gram"]["reused_blocks"] == 5
     lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 3)
     np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
@@ -191,12 +198,9 @@ def test_auto_recomputes_when_the_whole_footprint_does_not_fit(tmp_path):
     assert choose(600, 2, "randomized", "auto", X=X, dtype="float64", block=200, free_bytes=10 * need).gram == "store"
 
 
-def test_a_rerun_removes_temporaries_a_killed_writer_left(tmp_path):
-    X = make_data(300, d=4)
-    store = tmp_path / "s.dkpca.zarr"
-    kw = dict(n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense", gram="store")
-    dkpca.fit(X, **kw)
+def test_a_rerun_removes_temporaries_a_killed_writer_left(stored_fit):
+    X, store, refit = stored_fit
     debris = store / "gram" / "K" / "c" / "0" / "2.12345-678.partial"
     debris.write_bytes(b"half a chunk")
-    dkpca.fit(X, **kw)
+    refit()
     assert not debris.exists()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import Kernel
-from ..linalg import block_bounds, center_block, center_diagonal, default_block_size
+from ..linalg import center_block, center_diagonal, default_block_size, kernel_product
 
 __all__ = ["CenterStats", "center", "kernel_block", "mean_kernel"]
 
@@ -52,9 +52,7 @@ def kernel_block(kernel: Kernel, XR: np.ndarray, XC: np.ndarray, stats: CenterSt
 def mean_kernel(kernel: Kernel, X: np.ndarray, X_fit: np.ndarray) -> np.ndarray:
     """``mean_j k(x, x_j)`` over the training points ``X_fit``, block by block (never |X| x n)."""
     n = X_fit.shape[0]
-    out = np.zeros(X.shape[0])
     if X.shape[0] == 0:
-        return out
-    for j0, j1 in block_bounds(n, default_block_size(n)):
-        out += kernel.block(X, X_fit[j0:j1], np.float64).sum(axis=1)
-    return out / n
+        return np.zeros(0)
+    # the one blocked kernel-times-matrix loop, with no columns: only its row sums are wanted
+    return kernel_product(kernel, X, X_fit, np.empty((n, 0)), rows=default_block_size(n))[1] / n

@@ -79,7 +79,8 @@ from ..execution import compute
 from ..version import __version__
 from .lock import LOCK_NAME, exclusive
 
-__all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member", "is_url", "free_bytes"]
+__all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member", "is_url", "absolute", "relation",
+           "free_bytes"]
 
 FORMAT = "dkpca-store"
 FORMAT_VERSION = 2
@@ -95,6 +96,24 @@ SPARSE_MODEL = "sparse_model"
 
 def is_url(path: str) -> bool:
     return "://" in str(path)
+
+
+def absolute(path: str | os.PathLike) -> str:
+    """A local path made absolute (symlinks resolved); URLs unchanged."""
+    p = os.fspath(path)
+    return p if is_url(p) else os.path.realpath(os.path.abspath(p))
+
+
+def relation(a: str | os.PathLike, b: str | os.PathLike) -> str | None:
+    """``"same"``, ``"inside"`` (a lies inside b), ``"contains"`` (b lies inside a) or None."""
+    pa, pb = absolute(a).rstrip("/"), absolute(b).rstrip("/")
+    if pa == pb:
+        return "same"
+    if pa.startswith(pb + "/"):
+        return "inside"
+    if pb.startswith(pa + "/"):
+        return "contains"
+    return None
 
 
 def json_safe(obj: Any) -> Any:
@@ -219,16 +238,6 @@ class FitStore:
         with exclusive(self.path):
             yield
 
-    def remove(self, name: str) -> None:
-        """Delete a top-level member (``data``, ``gram``, ``model``, ``sparse_model``, ``solver``) if present.
-
-        A model is withdrawn as :meth:`remove_model` does (readers stay safe).
-        """
-        if name in (MODEL, SPARSE_MODEL):
-            self._withdraw(name)
-        else:
-            remove_member(self.open_for_write(), name)
-
     def free_bytes(self) -> int | None:
         return free_bytes(self.path)
 
@@ -249,7 +258,7 @@ class FitStore:
             attrs = dict(root[DATA].attrs)
             if attrs.get("fingerprint") == fingerprint and attrs.get("complete"):
                 return self.training_data()
-            if source is not None and (source.rstrip("/") + "/").startswith(self.path.rstrip("/") + "/"):
+            if source is not None and relation(source, self.path) in ("same", "inside"):
                 raise ValueError(
                     f"the input {source!r} lies inside the store {self.path!r}, whose data it would have to "
                     "replace while reading it; copy the data out of the store first, or choose another store."

@@ -12,27 +12,9 @@ import os
 
 import zarr
 
-from .fitstore import is_url
+from .fitstore import absolute, is_url, relation
 
 __all__ = ["absolute", "relation", "check_output", "check_apart"]
-
-
-def absolute(path: str | os.PathLike) -> str:
-    """A local path made absolute (symlinks resolved); URLs unchanged."""
-    p = os.fspath(path)
-    return p if is_url(p) else os.path.realpath(os.path.abspath(p))
-
-
-def relation(a: str | os.PathLike, b: str | os.PathLike) -> str | None:
-    """``"same"``, ``"inside"`` (a lies inside b), ``"contains"`` (b lies inside a) or None."""
-    pa, pb = absolute(a).rstrip("/"), absolute(b).rstrip("/")
-    if pa == pb:
-        return "same"
-    if pa.startswith(pb + "/"):
-        return "inside"
-    if pb.startswith(pa + "/"):
-        return "contains"
-    return None
 
 
 _WORDS = {"same": "is", "inside": "lies inside", "contains": "contains"}
