@@ -29,7 +29,7 @@ from .io import as_dask
 from .model import load
 from .pipeline import fit
 from .planning import plan
-from .storage import InsufficientDiskSpace, StoreLockedError, check_output
+from .storage import InsufficientDiskSpace, StoreLockedError, check_output, checksum_codecs, verify_store
 
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
                NotADirectoryError, ImportError)
@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it is an earlier Zarr output")
     _cluster_args(t)
 
+    v = sub.add_parser("verify", help="check every chunk of a store and say what a rerun would recompute "
+                                      "(exit 1 if anything is damaged)")
+    v.add_argument("store")
+
     d = sub.add_parser("demo", help="write sample data to Zarr and fit it on a local Dask cluster")
     d.add_argument("--dir", default=None, help="where to write the sample data (default: a temp dir)")
     d.add_argument("--n-samples", type=int, default=12000)
@@ -147,6 +151,21 @@ def cmd_info(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(a: argparse.Namespace) -> int:
+    findings = verify_store(a.store)
+    model = next((f for f in findings if f.part == "model"), None)
+    if model is not None and model.ok and "verified" in model.text:
+        try:  # the chunks are sound; is the content a valid model?
+            load(a.store)
+        except ValueError as exc:
+            findings[findings.index(model)] = type(model)("model", False, f"model: {exc}")
+    for f in findings:
+        print(f"{'ok ' if f.ok else 'BAD'}  {f.text}")
+    damaged = [f.part for f in findings if not f.ok]
+    print(f"store {a.store}: " + (f"damaged ({', '.join(damaged)})" if damaged else "intact"))
+    return 1 if damaged else 0
+
+
 def cmd_transform(a: argparse.Namespace) -> int:
     # Refused before anything is read or written: an output that is, contains
     # or lies inside the input or the store; an existing output without --overwrite.
@@ -154,7 +173,7 @@ def cmd_transform(a: argparse.Namespace) -> int:
     model = load(a.store)
     with _client(a):
         Z = model.transform(as_dask(a.input, min_samples=1, purpose="transform"))
-        compute(da.to_zarr(Z, output, overwrite=a.overwrite, compute=False))
+        compute(da.to_zarr(Z, output, overwrite=a.overwrite, compute=False, compressors=checksum_codecs()))
     print(f"wrote {Z.shape[0]} x {Z.shape[1]} projections to {a.output}")
     return 0
 
@@ -174,7 +193,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
     os.makedirs(workdir, exist_ok=True)
     data = os.path.join(workdir, "shells.zarr")
     X = make_demo_data(a.n_samples)
-    zarr.create_array(data, data=X, chunks=(4096, X.shape[1]), overwrite=True)
+    zarr.create_array(data, data=X, chunks=(4096, X.shape[1]), overwrite=True, compressors=checksum_codecs())
     print(f"sample data: {X.shape[0]} x {X.shape[1]} (three noisy shells) written to {data}")
     with start_local(n_workers=a.workers) as client:
         print(f"local Dask cluster: {len(client.nthreads())} workers, dashboard {client.dashboard_link}")
@@ -205,7 +224,8 @@ def _error(message: str) -> int:
     return 2
 
 
-COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd_transform, "demo": cmd_demo}
+COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd_transform, "verify": cmd_verify,
+            "demo": cmd_demo}
 
 
 def _setup_logging(quiet: bool) -> None:

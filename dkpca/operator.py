@@ -35,8 +35,9 @@ from .storage import ChunkReader, GramInfo
 __all__ = ["CenteredKernelOperator", "StoredKernelOperator", "MatrixFreeKernelOperator", "InMemoryKernelOperator"]
 
 
-def _stored_product(reader: ChunkReader, I: int, J: int, shape: tuple[int, int], VI: np.ndarray, VJ: np.ndarray):
-    return block_products(reader.read(I, J, shape), VI, VJ, I != J)
+def _stored_product(reader: ChunkReader, I: int, J: int, shape: tuple[int, int], VI: np.ndarray, VJ: np.ndarray,
+                    expect: int | None = None):
+    return block_products(reader.read(I, J, shape, expect=expect), VI, VJ, I != J)
 
 
 def _matrix_free_product(I: int, J: int, XI: np.ndarray, XJ: np.ndarray, kernel: Kernel, dtype: str,
@@ -199,11 +200,12 @@ class StoredKernelOperator(CenteredKernelOperator):
 
     def _block_task(self, I, J, VI, VJ):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
-        return dask.delayed(_stored_product, pure=True, nout=2)(self.reader, I, J, (i1 - i0, j1 - j0), VI, VJ)
+        return dask.delayed(_stored_product, pure=True, nout=2)(self.reader, I, J, (i1 - i0, j1 - j0), VI, VJ,
+                                                                self.gram.expected_crc(I, J))
 
     def read_block(self, I, J):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
-        return self.reader.read(I, J, (i1 - i0, j1 - j0)).copy()
+        return self.reader.read(I, J, (i1 - i0, j1 - j0), expect=self.gram.expected_crc(I, J)).copy()
 
     def training_data(self) -> da.Array:
         return self.gram.store.training_data()

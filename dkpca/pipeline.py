@@ -27,7 +27,7 @@ from .planning import choose, make_plan
 from .request import FitRequest, as_generator, make_request
 from .solvers import ConvergenceWarning, EigResult, PassReport, get_solver, postprocess
 from .solvers.randomized import block_size, start_block
-from .storage import SolverCheckpoint, absolute, fit_footprint, json_safe
+from .storage import CorruptChunkError, GramStore, SolverCheckpoint, absolute, fit_footprint, json_safe
 
 __all__ = ["fit", "solve_kernel_matrix"]
 
@@ -150,15 +150,8 @@ def fit(
         }, chunk_rows=req.block)
         if req.overwrite:
             ckpt.clear()
-        op, gram_report, solver_opts = _make_operator(req, Xs, fp, choice.solver, choice.gram, rng)
-        if "start" in solver_opts:
-            solver_opts["checkpoint"] = ckpt
-        timings["gram"] = time.perf_counter() - t
-        t = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            res = get_solver(choice.solver)(op, req.n_components, tol=req.tol, max_passes=req.max_passes, rng=rng,
-                                            callback=_print_pass if req.progress else None, **solver_opts)
+        op, gram_report, res = _build_and_solve(req, Xs, fp, choice.solver, choice.gram, rng, ckpt, timings)
+        t = time.perf_counter() - timings["solve"]  # the policy's time counts as solving
         centering = res.info.pop("centering", None)
         if centering is not None:  # nystrom: statistics of the approximation it solved
             op.centering = Centering(centering["row_means"], centering["grand_mean"], centering["diag_sum"])
@@ -184,6 +177,43 @@ def fit(
         model.save()
         ckpt.clear()
     return model
+
+
+#: rounds of recomputing damaged Gram blocks a fit makes before it gives up (each round mends all it finds)
+GRAM_REPAIRS = 2
+
+
+def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
+                     rng: np.random.Generator, ckpt: SolverCheckpoint, timings: dict[str, float],
+                     ) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
+    """Operator, Gram report and solver result (``timings``: "gram", "solve"); damaged Gram chunks are rebuilt.
+
+    Every read of K is verified (:class:`~dkpca.storage.CorruptChunkError`
+    names a missing, truncated or corrupt chunk).  A Gram chunk's block gets
+    its done marker cleared and is rebuilt; the solver then resumes from its
+    checkpoint (every pass before read only verified data).  Damage anywhere
+    else (the data copy) is raised: it cannot be recomputed from the store.
+    """
+    for attempt in range(GRAM_REPAIRS + 1):
+        t = time.perf_counter()
+        try:
+            op, gram_report, solver_opts = _make_operator(req, Xs, fp, solver_name, gram, rng)
+            if "start" in solver_opts:
+                solver_opts["checkpoint"] = ckpt
+            timings["gram"] = time.perf_counter() - t
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                res = get_solver(solver_name)(op, req.n_components, tol=req.tol, max_passes=req.max_passes, rng=rng,
+                                              callback=_print_pass if req.progress else None, **solver_opts)
+            timings["solve"] = time.perf_counter() - t
+            return op, gram_report, res
+        except CorruptChunkError as exc:
+            repaired = 0 if attempt == GRAM_REPAIRS or gram != "store" else GramStore(req.store).repair(exc)
+            if not repaired:
+                raise
+            logger.warning("%s; recomputing the %d damaged Gram block(s)", exc, repaired)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,

@@ -18,6 +18,9 @@ import pytest
 import scipy.linalg
 import zarr
 
+import dkpca
+from dkpca.cli import main
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 
@@ -180,3 +183,32 @@ def checkpoint_passes(store: str) -> int:
         return int(zarr.open_group(store, path="solver", mode="r").attrs.get("passes", 0))
     except Exception:  # not created yet, or being replaced: not there yet
         return 0
+
+
+@pytest.fixture
+def fitted(tmp_path):
+    """A small fitted store ``s.dkpca.zarr`` from ``d.zarr`` (300 x 4), the CLI's way."""
+    X = make_data(300, d=4)
+    data = write_data(tmp_path / "d.zarr", X)
+    store = str(tmp_path / "s.dkpca.zarr")
+    assert main(["fit", data, "-k", "3", "--gamma", "0.2", "--store", store, "--dtype", "float64", "-q",
+                 "--no-progress"]) == 0
+    return X, data, store
+
+
+def cli_error(capsys, argv) -> str:
+    """Run the CLI in-process; assert exit 2 and one ``dkpca: error:`` line on stderr; that line."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dkpca: error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture
+def stored_fit(tmp_path):
+    """``(X, store, refit)``: a dense fit of 300 x 4 points with K stored as 3 x 3 blocks; ``refit()`` reruns it."""
+    X = make_data(300, d=4)
+    store = tmp_path / "s.dkpca.zarr"
+    kw = dict(n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense", gram="store")
+    dkpca.fit(X, **kw)
+    return X, store, lambda: dkpca.fit(X, **kw)

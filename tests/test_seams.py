@@ -20,25 +20,7 @@ from dkpca.io import as_dask
 from dkpca.planning import choose
 from dkpca.storage import fit_footprint, gram_bytes
 
-from .conftest import make_data, reference_eigh, write_data
-
-
-@pytest.fixture
-def fitted(tmp_path):
-    """A small fitted store ``s.dkpca.zarr`` from ``d.zarr`` (300 x 4), the CLI's way."""
-    X = make_data(300, d=4)
-    data = write_data(tmp_path / "d.zarr", X)
-    store = str(tmp_path / "s.dkpca.zarr")
-    assert main(["fit", data, "-k", "3", "--gamma", "0.2", "--store", store, "--dtype", "float64", "-q",
-                 "--no-progress"]) == 0
-    return X, data, store
-
-
-def _cli_error(capsys, argv) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("dkpca: error: ") and err.count("\n") == 1, err
-    return err
+from .conftest import cli_error, make_data, reference_eigh, write_data
 
 
 def test_transform_refuses_an_existing_directory(tmp_path, fitted, capsys):
@@ -46,11 +28,11 @@ def test_transform_refuses_an_existing_directory(tmp_path, fitted, capsys):
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "thesis.tex").write_text("years of work")
-    err = _cli_error(capsys, ["transform", store, data, str(proj)])
+    err = cli_error(capsys, ["transform", store, data, str(proj)])
     assert "already exists" in err and "--overwrite" in err
     assert (proj / "thesis.tex").read_text() == "years of work"
     # --overwrite replaces earlier projections only, never a directory of other files
-    err = _cli_error(capsys, ["transform", store, data, str(proj), "--overwrite"])
+    err = cli_error(capsys, ["transform", store, data, str(proj), "--overwrite"])
     assert "not a Zarr array" in err
     assert (proj / "thesis.tex").read_text() == "years of work"
 
@@ -61,7 +43,7 @@ def test_transform_never_writes_over_its_input_or_the_store(tmp_path, fitted, ca
     output = {"input": data, "store": store, "inside store": os.path.join(store, "proj"),
               "inside input": os.path.join(data, "proj"), "contains input": str(tmp_path)}[where]
     before_X = zarr.open_array(data, mode="r")[:]
-    err = _cli_error(capsys, ["transform", store, data, output, "--overwrite"])
+    err = cli_error(capsys, ["transform", store, data, output, "--overwrite"])
     assert "would destroy data that is being read" in err
     np.testing.assert_array_equal(zarr.open_array(data, mode="r")[:], before_X)
     assert dkpca.load(store).n_components == 3
@@ -128,16 +110,6 @@ def test_relative_paths_with_workers_in_another_directory(tmp_path, proc_cluster
     assert all(cwd != str(tmp_path) for cwd in workers_cwd.values())  # the test tested something
 
 
-@pytest.fixture
-def stored_fit(tmp_path):
-    """``(X, store, refit)``: a dense fit of 300 x 4 points with K stored as 3 x 3 blocks; ``refit()`` reruns it."""
-    X = make_data(300, d=4)
-    store = tmp_path / "s.dkpca.zarr"
-    kw = dict(n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense", gram="store")
-    dkpca.fit(X, **kw)
-    return X, store, lambda: dkpca.fit(X, **kw)
-
-
 def test_zero_length_done_marker_counts_as_not_done(stored_fit):
     """A node crash can leave a renamed, never-fsynced marker empty: that block is recomputed, the rest reused."""
     X, store, refit = stored_fit
@@ -153,7 +125,7 @@ def test_zero_length_done_marker_counts_as_not_done(stored_fit):
 def test_overflowing_kernel_stops_the_build_in_one_line(tmp_path, capsys):
     """poly with degree 1000000 overflows: the build stops at once with the kernel's parameters, exit 2."""
     data = write_data(tmp_path / "d.zarr", make_data(200, d=4) * 10)
-    err = _cli_error(capsys, ["fit", data, "--kernel", "poly", "--degree", "1000000", "--gram", "store", "-q",
+    err = cli_error(capsys, ["fit", data, "--kernel", "poly", "--degree", "1000000", "--gram", "store", "-q",
                               "--no-progress"])
     assert "non-finite values" in err and "'degree': 1000000" in err
     with pytest.raises(ValueError, match="non-finite values"):

@@ -36,7 +36,7 @@ import dask
 import numpy as np
 import zarr
 
-from .chunks import ChunkWriter
+from .chunks import ChunkWriter, create_array
 from .fitstore import FitStore, json_safe, remove_member
 
 __all__ = ["SolverCheckpoint", "CheckpointState"]
@@ -182,7 +182,7 @@ class SolverCheckpoint:
             if z is None or z.shape != arr.shape or z.dtype != arr.dtype or tuple(z.chunks) != chunks:
                 if z is not None:
                     remove_member(sg, name)
-                z = sg.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks, compressors=None)
+                z = create_array(sg, name, shape=arr.shape, dtype=arr.dtype, chunks=chunks)
             if arr.ndim:
                 writer = ChunkWriter.of(self.path, z)
                 for i, r0 in enumerate(range(0, arr.shape[0], chunks[0])):

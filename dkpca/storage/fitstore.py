@@ -13,6 +13,11 @@ knows the store's layout::
       sparse_model.<hex>/   a saved :class:`~dkpca.sparse.SparseKernelPCA`; root attribute
                             ``sparse_model`` names the current one
 
+Every array is created by :func:`dkpca.storage.chunks.create_array`: each
+chunk carries a CRC-32C, verified on every read, and a chunk that is missing,
+truncated or corrupt raises :class:`~dkpca.storage.chunks.CorruptChunkError`
+naming the array and the chunk.
+
 Nothing is ever pickled.  A store that lacks the ``format`` attribute was not
 written by dkpca and is refused.  Local paths are made absolute when a
 :class:`FitStore` is made, so tasks running in another working directory (a
@@ -77,6 +82,7 @@ import zarr
 
 from ..execution import compute
 from ..version import __version__
+from .chunks import check_chunks, create_array, read_verified, read_whole
 from .lock import LOCK_NAME, exclusive
 
 __all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member", "is_url", "absolute", "relation",
@@ -151,6 +157,28 @@ def free_bytes(path: str) -> int | None:
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
     return shutil.disk_usage(probe).free
+
+
+@dataclass(frozen=True)
+class VerifiedArray:
+    """A zarr array whose reads name the chunk that fails its checksum (for ``dask.array.from_array``)."""
+
+    array: zarr.Array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.array.ndim
+
+    def __getitem__(self, selection: Any) -> np.ndarray:
+        return read_verified(self.array, selection)
 
 
 @dataclass(frozen=True)
@@ -276,19 +304,23 @@ class FitStore:
                 remove_member(root, member)
         g = root.create_group(DATA)
         g.attrs.update({"fingerprint": fingerprint, "complete": False})
-        arr = g.create_array("X", shape=X.shape, chunks=(X.chunks[0][0], X.shape[1]), dtype=X.dtype,
-                             compressors=None)
+        arr = create_array(g, "X", shape=X.shape, chunks=(X.chunks[0][0], X.shape[1]), dtype=X.dtype)
         compute(da.store(X, arr, lock=False, compute=False), label="copying X into the store", progress=progress)
         g.attrs.update({"complete": True})
         return self.training_data()
 
-    def training_array(self) -> zarr.Array:
-        """The stored training data as a zarr array (for tasks reading rows)."""
-        return zarr.open_array(self.path, path=f"{DATA}/X", mode="r")
+    def training_array(self) -> VerifiedArray:
+        """The stored training data for tasks reading rows: every read verified, damage names its chunk."""
+        return VerifiedArray(zarr.open_array(self.path, path=f"{DATA}/X", mode="r"))
 
     def training_data(self) -> da.Array:
-        """The stored training data, lazily."""
-        return da.from_zarr(self.training_array())
+        """The stored training data, lazily; every chunk checked present now and verified when read."""
+        arr = self.training_array().array
+        check_chunks(arr)
+        # named by store and content, so graphs reading the same data share their keys
+        digest = dict(self.open()[DATA].attrs).get("fingerprint", {}).get("checksum", uuid.uuid4().hex)
+        return da.from_array(VerifiedArray(arr), chunks=arr.chunks, asarray=True, lock=False,
+                             name=f"dkpca-data-{uuid.uuid5(uuid.NAMESPACE_URL, self.path).hex}-{digest}")
 
     # -- models (see "Models" in the module docstring) -----------------------
     def _members(self, root: zarr.Group) -> list[str]:
@@ -333,7 +365,9 @@ class FitStore:
         name = f"{kind}.{uuid.uuid4().hex}"
         g = root.create_group(name)
         for key, (data, chunks) in arrays.items():
-            g.create_array(key, data=data, **({"chunks": chunks} if chunks else {}))
+            data = np.asarray(data)
+            chunks = chunks or tuple(max(1, e) for e in data.shape)  # zarr wants chunk edges >= 1
+            create_array(g, key, shape=data.shape, chunks=chunks, dtype=data.dtype)[...] = data
         g.update_attributes(json_safe({**attrs, "complete": True}))
         self._switch(kind, name)
 
@@ -349,7 +383,7 @@ class FitStore:
             try:
                 attrs = dict(root[name].attrs)
                 if attrs.get("complete"):
-                    arrays = {key: arr[...] for key, arr in root[name].arrays()}
+                    arrays = {key: read_whole(arr) for key, arr in root[name].arrays()}
                     extra = also(attrs) if also is not None else None
             except Exception as exc:  # judged once we know whether a refit switched meanwhile
                 error = exc

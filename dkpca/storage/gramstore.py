@@ -6,15 +6,19 @@ Layout, inside a :class:`~dkpca.storage.fitstore.FitStore`::
       K                 n x n, square chunks, blocks I <= J only
       partial_sums      nb x n: [J, rows of I] = sums over the columns of block (I, J) or its mirror
       diag              n: k(x_i, x_i) as stored
-      done              nb x nb uint8 completion markers, one chunk per block
+      done              nb x nb uint64 completion markers, one chunk per block: DONE | CRC-32C of K's chunk
       row_sums          n, float64 (written once every block is done)
 
 A block task writes K's chunk, its sums, then its marker (:class:`GramWriters`);
-a rerun trusts the markers and nothing else.
+a rerun trusts the markers and nothing else.  The marker records the CRC-32C
+of the K chunk it vouches for, so a chunk file that is intact but not the one
+written there (another block's, a stale copy) is refused on read like a
+corrupt one.  Version-1 markers (uint8, value 1) record no checksum.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from dataclasses import dataclass
@@ -25,14 +29,32 @@ import zarr
 
 from ..kernels import Kernel, from_dict
 from ..linalg.grid import block_bounds, n_blocks
-from .chunks import ChunkReader, ChunkWriter, remove_partials
+from .chunks import (
+    ChunkReader,
+    ChunkWriter,
+    CorruptChunkError,
+    check_chunks,
+    create_array,
+    read_verified,
+    read_whole,
+    remove_partials,
+)
 from .fitstore import FitStore, json_safe, remove_member
 
 __all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "fit_footprint", "InsufficientDiskSpace",
            "check_disk_space",
-           "probe_array", "read_done_markers"]
+           "probe_array", "read_done_markers", "recorded_crc", "DONE"]
 
 GROUP = "gram"
+
+#: a done marker's flag bit; the low 32 bits hold the CRC-32C of K's chunk
+DONE = 1 << 32
+
+
+def recorded_crc(marker: int) -> int | None:
+    """The CRC-32C of K's chunk that a done marker records (None: not done, or an old marker without one)."""
+    marker = int(marker)
+    return marker & 0xFFFFFFFF if marker & DONE else None
 
 
 class InsufficientDiskSpace(OSError):
@@ -90,7 +112,7 @@ def check_disk_space(store: FitStore, needed: int) -> None:
 
 def _create_K(group: zarr.Group, shape: tuple[int, int], block: int, dtype: Any) -> zarr.Array:
     """K's array: square chunks, uncompressed (the raw chunk path reads and writes it directly)."""
-    return group.create_array("K", shape=shape, chunks=(block, block), dtype=dtype, compressors=None, fill_value=0.0)
+    return create_array(group, "K", shape=shape, chunks=(block, block), dtype=dtype, fill_value=0.0)
 
 
 def probe_array(directory: str, edge: int, dtype: Any) -> tuple[str, zarr.Array]:
@@ -135,6 +157,11 @@ class GramInfo:
     computed_blocks: int = 0
     build_seconds: float = 0.0
     probe_product: np.ndarray | None = None
+    markers: np.ndarray | None = None
+
+    def expected_crc(self, I: int, J: int) -> int | None:
+        """The CRC-32C recorded for K's chunk ``(I, J)`` when it was built (None if unrecorded)."""
+        return None if self.markers is None else recorded_crc(self.markers[I, J])
 
     @property
     def n_blocks(self) -> int:
@@ -166,7 +193,7 @@ class GramWriters:
         the block then gets no sums and no marker.  The marker goes last: only
         a block whose data and sums are all on disk is ever trusted by a rerun.
         """
-        self.K.write((I, J), blk, visit=visit)
+        crc = self.K.write((I, J), blk, visit=visit)
         if check is not None:
             check()
         self.partial_sums.write((J, I), row_sums[None])
@@ -174,11 +201,14 @@ class GramWriters:
             self.partial_sums.write((I, J), col_sums[None])
         else:
             self.diag.write((I,), np.ascontiguousarray(np.diagonal(blk)))
-        self.done.write((I, J), np.ones((1, 1), np.uint8))
+        if self.done.dtype == "uint8":  # a store built before markers recorded checksums
+            self.done.write((I, J), np.ones((1, 1), np.uint8))
+        else:
+            self.done.write((I, J), np.full((1, 1), DONE | crc, np.uint64))
 
 
 def read_done_markers(done: zarr.Array) -> np.ndarray:
-    """The done markers, with every unreadable one counted as not done.
+    """The done markers (uint64, 0: not done), with every unreadable one counted as not done.
 
     Nothing is fsynced, so a node crash can leave a renamed marker file
     empty: zarr then fails to decode it, and one such chunk would make the
@@ -186,15 +216,13 @@ def read_done_markers(done: zarr.Array) -> np.ndarray:
     cannot be read is 0 (its block is recomputed and the marker rewritten).
     """
     try:
-        return (done[...] == 1).astype(np.uint8)
+        return done[...].astype(np.uint64)
     except Exception:  # a damaged chunk: fall back to reading each one
-        out = np.zeros(done.shape, dtype=np.uint8)
+        out = np.zeros(done.shape, dtype=np.uint64)
         for I in range(done.shape[0]):
             for J in range(I, done.shape[1]):
-                try:
-                    out[I, J] = done[I, J] == 1
-                except Exception:
-                    out[I, J] = 0
+                with contextlib.suppress(Exception):
+                    out[I, J] = done[I, J]
         return out
 
 
@@ -243,12 +271,11 @@ class GramStore:
         # Attributes first: an interrupted build is then recognisable as ours.
         g.attrs.update(json_safe({**want, "complete": False}))
         _create_K(g, (n, n), block, dtype)
-        g.create_array("partial_sums", shape=(nb, n), chunks=(1, block), dtype="float64", compressors=None,
-                       fill_value=0.0)
-        g.create_array("diag", shape=(n,), chunks=(block,), dtype=dtype, compressors=None, fill_value=0.0)
-        g.create_array("done", shape=(nb, nb), chunks=(1, 1), dtype="uint8", compressors=None, fill_value=0)
-        g.create_array("row_sums", shape=(n,), chunks=(block,), dtype="float64", compressors=None, fill_value=0.0)
-        return np.zeros((nb, nb), dtype=np.uint8)
+        create_array(g, "partial_sums", shape=(nb, n), chunks=(1, block), dtype="float64", fill_value=0.0)
+        create_array(g, "diag", shape=(n,), chunks=(block,), dtype=dtype, fill_value=0.0)
+        create_array(g, "done", shape=(nb, nb), chunks=(1, 1), dtype="uint64", fill_value=0)
+        create_array(g, "row_sums", shape=(n,), chunks=(block,), dtype="float64", fill_value=0.0)
+        return np.zeros((nb, nb), dtype=np.uint64)
 
     def writers(self, direct: bool) -> GramWriters:
         g = self.store.open(mode="r+")[GROUP]
@@ -262,14 +289,67 @@ class GramStore:
         g = self.store.open(mode="r+")[GROUP]
         if g.attrs.get("complete"):
             return
+        # every sum is verified as read: a damaged one raises CorruptChunkError, which
+        # names the chunk, and the caller clears its block's marker (invalidate)
         n, block = int(g.attrs["n"]), int(g.attrs["block"])
-        row_sums = np.empty(n, dtype=np.float64)
         ps = g["partial_sums"]
-        for s in range(0, n, block):
-            row_sums[s:s + block] = ps[:, s:s + block].sum(axis=0)
+        check_chunks(ps)
+        row_sums = np.empty(n, dtype=np.float64)
+        for s in range(0, n, block):  # a column of chunks at a time: memory O(n), not O(n x blocks)
+            row_sums[s:s + block] = read_verified(ps, (slice(None), slice(s, s + block))).sum(axis=0)
         g["row_sums"][:] = row_sums
-        diag_sum = float(np.sum(g["diag"][:], dtype=np.float64))
+        diag_sum = float(np.sum(read_whole(g["diag"]), dtype=np.float64))
         g.attrs.update({"complete": True, "diag_sum": diag_sum})
+
+    def damaged_blocks(self) -> list[tuple[int, int, CorruptChunkError]]:
+        """Every built block whose K chunk, sums or diagonal is missing, truncated, corrupt or not its own.
+
+        One read of the built part of K (each chunk verified against its
+        marker's checksum), one chunk in memory at a time.
+        """
+        g = self.store.open()[GROUP]
+        bounds = block_bounds(int(g.attrs["n"]), int(g.attrs["block"]))
+        markers = read_done_markers(g["done"])
+        reader = ChunkReader.of(self.store.path, g["K"])
+        sums, diag = g["partial_sums"], g["diag"]
+        bad = []
+        for I, (i0, i1) in enumerate(bounds):
+            for J in range(I, len(bounds)):
+                if not markers[I, J]:
+                    continue
+                j0, j1 = bounds[J]
+                try:
+                    reader.read(I, J, (i1 - i0, j1 - j0), purpose="verify", expect=recorded_crc(markers[I, J]))
+                    for a, b in {(J, I), (I, J)}:
+                        check_chunks(sums, [(a, b)])
+                        read_verified(sums, (slice(a, a + 1), slice(*bounds[b])))
+                    if I == J:
+                        check_chunks(diag, [(I,)])
+                        read_verified(diag, (slice(i0, i1),))
+                except CorruptChunkError as exc:
+                    bad.append((I, J, exc))
+        return bad
+
+    def repair(self, error: CorruptChunkError) -> int:
+        """Clear the done markers of every damaged block, ``error``'s first; how many (0: not a Gram chunk).
+
+        ``error`` is what a read of the Gram store raised; the others are
+        found by :meth:`damaged_blocks`, so one rebuild mends them all.  The
+        next build recomputes those blocks (K's chunk, its sums, its marker)
+        and the row sums; nothing else in the store changes.
+        """
+        name = error.array.rsplit("/", 1)[-1]
+        if error.array != f"{GROUP}/{name}" or name not in ("K", "partial_sums", "diag", "done", "row_sums"):
+            return 0
+        g = self.store.open_for_write()[GROUP]
+        c = error.chunk
+        blocks = {(min(c), max(c))} if name in ("K", "partial_sums", "done") else {(c[0], c[0])} if name == "diag" \
+            else set()
+        blocks |= {(I, J) for I, J, _ in self.damaged_blocks()}
+        g.attrs.update({"complete": False})  # the row sums are reduced again
+        for block in blocks:
+            g["done"][block] = 0
+        return max(1, len(blocks))
 
     def recorded_kernel(self) -> dict | None:
         """The kernel spec K was built with, or None when the store holds no Gram matrix."""
@@ -283,4 +363,5 @@ class GramStore:
         if not a.get("complete"):
             raise ValueError(f"the Gram matrix in {self.store.path!r} is incomplete; rerun the fit to finish it.")
         return GramInfo(store=self.store, n=a["n"], block=a["block"], dtype=np.dtype(a["dtype"]),
-                        kernel=from_dict(a["kernel"]), row_sums=g["row_sums"][:], diag_sum=float(a["diag_sum"]))
+                        kernel=from_dict(a["kernel"]), row_sums=read_whole(g["row_sums"]),
+                        diag_sum=float(a["diag_sum"]), markers=read_done_markers(g["done"]))

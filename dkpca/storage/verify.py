@@ -1,0 +1,139 @@
+"""``dkpca verify``: check every chunk of a store and say what a rerun would recompute.
+
+Read-only: it changes nothing in the store.  Each part of the layout gets one
+:class:`Finding`; ``ok`` is False only for damage that a plain rerun would
+not silently absorb or that needs the user (a damaged data copy), or that
+the rerun will repair (damaged Gram blocks are recomputed) -- the text says
+which.  Incomplete parts (a build or solve that was killed) are not damage.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import zarr
+
+from .checkpoint import GROUP as CHECKPOINT
+from .chunks import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified, read_whole
+from .fitstore import DATA, FitStore
+from .gramstore import GROUP as GRAM
+from .gramstore import GramStore, read_done_markers
+
+__all__ = ["Finding", "verify_store"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One part of a store: ``part`` (data, gram, model, ...), whether it is intact, one line saying so."""
+
+    part: str
+    ok: bool
+    text: str
+
+
+def _unchecked(arrays: list[zarr.Array]) -> str:
+    old = [a.path for a in arrays if not has_checksum(a)]
+    return f" ({', '.join(old)} written without checksums: presence and size checked only)" if old else ""
+
+
+def _verify_array(arr: zarr.Array) -> None:
+    """Every chunk present and verified, one chunk in memory at a time."""
+    check_chunks(arr)
+    for c in chunk_coords(arr):
+        read_verified(arr, tuple(slice(i * e, (i + 1) * e) for i, e in zip(c, arr.chunks, strict=True)))
+
+
+def _data(root: zarr.Group) -> Finding:
+    if DATA not in root or "X" not in root[DATA]:
+        return Finding("data", True, "data/X: no data copy yet; a rerun of the fit copies the data")
+    arr = root[DATA]["X"]
+    if not root[DATA].attrs.get("complete"):
+        return Finding("data", True, "data/X: the copy was interrupted; a rerun of the fit copies the data again")
+    try:
+        _verify_array(arr)
+    except CorruptChunkError as exc:
+        return Finding("data", False, f"data/X: {exc}; the store cannot recompute it: rerun the fit with "
+                                      "--overwrite to copy the data again")
+    return Finding("data", True, f"data/X: {arr.shape[0]} x {arr.shape[1]}, all {arr.nchunks} chunks verified"
+                                 f"{_unchecked([arr])}")
+
+
+def _gram(store: FitStore, root: zarr.Group) -> Finding:
+    if GRAM not in root or "done" not in root[GRAM]:
+        return Finding("gram", True, "gram: no Gram matrix yet; a rerun of the fit builds it")
+    g = root[GRAM]
+    n = int(g.attrs["n"])
+    nb = g["done"].shape[0]
+    total = nb * (nb + 1) // 2
+    todo = total - int(np.count_nonzero(np.triu(read_done_markers(g["done"]))))
+    bad = [f"block ({I}, {J}): {exc.array} chunk {exc.chunk} {exc.problem}"
+           for I, J, exc in GramStore(store).damaged_blocks()]
+    if g.attrs.get("complete") and not bad:
+        try:
+            read_whole(g["row_sums"])
+        except CorruptChunkError as exc:
+            bad.append(f"row sums: {exc}")
+    old = _unchecked([g["K"], g["partial_sums"], g["diag"]])
+    if bad:
+        return Finding("gram", False, f"gram: {len(bad)} of {total} blocks damaged ({'; '.join(bad[:5])}"
+                                      f"{'; ...' if len(bad) > 5 else ''}); a rerun of the same fit recomputes "
+                                      f"them{f' and builds the {todo} not yet built' if todo else ''}{old}")
+    if todo:
+        return Finding("gram", True, f"gram: {total - todo} of {total} blocks built and verified; a rerun of the "
+                                     f"fit builds the other {todo}{old}")
+    return Finding("gram", True, f"gram: all {total} blocks of K ({n} x {n}) and their sums verified{old}")
+
+
+def _model(store: FitStore, kind: str) -> Finding | None:
+    name = store.model_group(kind)
+    if name is None:
+        return None if kind != "model" else Finding(kind, True, "model: none yet; a rerun of the fit solves")
+    group = store.open()[name]
+    try:
+        for arr in group.array_values():
+            _verify_array(arr)
+    except CorruptChunkError as exc:
+        fix = ("a rerun of the fit solves again from the stored Gram matrix" if kind == "model" else
+               "fit the sparse model again and save it")
+        return Finding(kind, False, f"{kind}: {exc}; {fix}")
+    return Finding(kind, True, f"{kind}: all arrays verified{_unchecked(list(group.array_values()))}")
+
+
+def _checkpoint(root: zarr.Group) -> Finding | None:
+    if CHECKPOINT not in root:
+        return None
+    g = root[CHECKPOINT]
+    slot = g.attrs.get("slot")
+    if slot not in g:
+        return Finding("checkpoint", True, "solver checkpoint: none complete; a rerun starts the solver afresh")
+    try:
+        for arr in g[slot].array_values():
+            _verify_array(arr)
+    except CorruptChunkError as exc:
+        return Finding("checkpoint", True, f"solver checkpoint: {exc}; harmless: a rerun starts the solver afresh")
+    return Finding("checkpoint", True, f"solver checkpoint: pass {g.attrs.get('passes')} verified; a rerun "
+                                       "resumes from it")
+
+
+def _temporaries(store: FitStore) -> Finding | None:
+    if store.is_url:
+        return None
+    count = sum(name.endswith(".partial") for _, _, files in os.walk(store.path) for name in files)
+    if not count:
+        return None
+    return Finding("temporaries", True, f"{count} temporary chunk files left by a killed writer; a rerun removes "
+                                        "them")
+
+
+def verify_store(path: str | os.PathLike | FitStore) -> list[Finding]:
+    """Check every chunk of the store at ``path``; one :class:`Finding` per part present.
+
+    Raises ``FileNotFoundError``/``ValueError`` if ``path`` is not a dkpca store.
+    """
+    store = FitStore.at(path)
+    root = store.open()
+    found = [_data(root), _gram(store, root), _model(store, "model"), _model(store, "sparse_model"),
+             _checkpoint(root), _temporaries(store)]
+    return [f for f in found if f is not None]

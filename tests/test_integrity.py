@@ -1,0 +1,190 @@
+"""Trust nothing read back: every chunk dkpca wrote is checked on every read.
+
+A damaged Gram chunk (missing, truncated, a flipped bit, another block's
+file) is recomputed and the answer is the reference's (the dense centred
+kernel's eigenvalues, ``reference_eigh``, to 1e-8 relative: float64 K, a
+dense solve); damage anything else cannot recompute is an error naming the
+array and the chunk; ``dkpca verify`` says what a rerun would do.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+from sklearn.metrics.pairwise import rbf_kernel
+
+import dkpca
+from dkpca.cli import main
+from dkpca.storage import ChunkReader, ChunkWriter, CorruptChunkError, FitStore, create_array
+
+from .conftest import cli_error, make_data, reference_eigh, write_data
+
+
+def _flip_bit(path, offset: int = 8 * 57 + 7, bit: int = 6) -> None:
+    """Flip one bit in an exponent byte (element 57 of a float64 chunk): a huge or tiny value."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 1 << bit
+    path.write_bytes(bytes(data))
+
+
+def _agrees_with_reference(X, model) -> None:
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 3)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
+
+
+def _K(store, I, J):
+    return store / "gram" / "K" / "c" / str(I) / str(J)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda store: _K(store, 0, 2).unlink(),
+    lambda store: _K(store, 0, 2).write_bytes(_K(store, 0, 2).read_bytes()[:1000]),
+    lambda store: _flip_bit(_K(store, 0, 2)),
+    lambda store: shutil.copyfile(_K(store, 0, 1), _K(store, 0, 2)),  # intact, but another block's
+], ids=["missing", "truncated", "flipped-bit", "another-blocks-file"])
+def test_a_damaged_K_chunk_is_recomputed(stored_fit, damage, caplog):
+    X, store, refit = stored_fit
+    damage(store)
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert "chunk (0, 2) of array 'gram/K'" in caplog.text
+    assert main(["verify", str(store)]) == 0  # mended: every chunk verifies again
+
+
+def test_every_damaged_block_is_mended_in_one_rebuild(stored_fit):
+    X, store, refit = stored_fit
+    for I, J in [(0, 0), (0, 1), (1, 2), (2, 2)]:
+        _flip_bit(_K(store, I, J))
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 4
+
+
+@pytest.mark.parametrize("array,chunk", [("partial_sums", "1/2"), ("diag", "1")])
+def test_damaged_sums_of_an_unfinished_build_are_recomputed(stored_fit, array, chunk):
+    """A build killed before its row sums were reduced: a damaged sum's block is rebuilt, not trusted."""
+    X, store, refit = stored_fit
+    g = zarr.open_group(str(store / "gram"), mode="r+")
+    g.attrs["complete"] = False
+    (store / "gram" / array / "c" / chunk).unlink()
+    _agrees_with_reference(X, refit())
+
+
+def test_missing_row_sums_are_reduced_again(stored_fit):
+    X, store, refit = stored_fit
+    (store / "gram" / "row_sums" / "c" / "1").unlink()
+    _agrees_with_reference(X, refit())
+
+
+def test_a_damaged_data_copy_is_an_error_naming_the_chunk(stored_fit):
+    X, store, refit = stored_fit
+    _flip_bit(store / "data" / "X" / "c" / "1" / "0", offset=8 * 3 + 7)
+    model = dkpca.load(store)
+    with pytest.raises(CorruptChunkError, match=r"chunk \(1, 0\) of array 'data/X'.*checksum"):
+        model.transform(X[:5])
+
+
+def test_a_missing_data_chunk_is_refused_before_the_fit(stored_fit):
+    X, store, refit = stored_fit
+    (store / "data" / "X" / "c" / "2" / "0").unlink()
+    with pytest.raises(CorruptChunkError, match=r"chunk \(2, 0\) of array 'data/X'.* missing.*--overwrite"):
+        refit()
+
+
+def test_a_damaged_model_array_is_refused_by_load_naming_it(stored_fit):
+    X, store, refit = stored_fit
+    group = FitStore.at(store).model_group()
+    _flip_bit(store / group / "eigenvectors" / "c" / "0" / "0", offset=8 * 5 + 7)
+    with pytest.raises(CorruptChunkError, match=rf"array .{group}/eigenvectors."):
+        dkpca.load(store)
+
+
+def test_cli_reports_damage_it_cannot_mend_in_one_line(fitted, tmp_path, capsys):
+    X, data, store = fitted
+    (tmp_path / "s.dkpca.zarr" / "data" / "X" / "c" / "0" / "0").unlink()
+    err = cli_error(capsys, ["fit", data, "-k", "3", "--gamma", "0.2", "--store", store, "--dtype", "float64", "-q",
+                             "--no-progress"])
+    assert "of array 'data/X'" in err and "missing" in err
+
+
+def test_raw_chunks_are_zarrs_own_format(tmp_path):
+    """Chunks written by the raw path (edge chunks included) carry the CRC zarr's codec checks, and back."""
+    g = zarr.open_group(str(tmp_path / "a.zarr"), mode="w")
+    arr = create_array(g, "K", shape=(250, 250), chunks=(100, 100), dtype="float64")
+    writer = ChunkWriter.of(str(tmp_path / "a.zarr"), arr)
+    assert writer.raw_dir is not None
+    M = np.random.default_rng(0).standard_normal((250, 250))
+    for I in range(3):
+        for J in range(3):
+            writer.write((I, J), M[100 * I:100 * I + 100, 100 * J:100 * J + 100].copy())
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.zarr"), path="K")[...], M)
+    arr[200:, 200:] = M[200:, 200:] * 2  # written by zarr: read back raw, verified
+    np.testing.assert_array_equal(ChunkReader.of(str(tmp_path / "a.zarr"), arr).read(2, 2, (50, 50)),
+                                  M[200:, 200:] * 2)
+
+
+def test_stores_written_before_checksums_still_read(tmp_path):
+    """An array without the crc32c codec: size and presence are still checked, content cannot be."""
+    g = zarr.open_group(str(tmp_path / "a.zarr"), mode="w")
+    arr = g.create_array("K", shape=(200, 200), chunks=(100, 100), dtype="float32", compressors=None)
+    M = np.arange(40000, dtype=np.float32).reshape(200, 200)
+    arr[...] = M
+    reader = ChunkReader.of(str(tmp_path / "a.zarr"), arr)
+    np.testing.assert_array_equal(reader.read(1, 0, (100, 100)), M[100:, :100])
+    (tmp_path / "a.zarr" / "K" / "c" / "1" / "1").write_bytes(b"\0" * 100)
+    with pytest.raises(CorruptChunkError, match="truncated"):
+        reader.read(1, 1, (100, 100))
+
+
+def test_enospc_mid_build_is_one_line_and_the_store_resumes(tmp_path, capsys, monkeypatch):
+    X = make_data(300, d=4)
+    data = write_data(tmp_path / "d.zarr", X)
+    store = str(tmp_path / "s.dkpca.zarr")
+    argv = ["fit", data, "-k", "3", "--gamma", "0.2", "--store", store, "--dtype", "float64", "--chunk-size", "100",
+            "--solver", "dense", "--gram", "store", "-q", "--no-progress"]
+    real_write, calls = ChunkWriter.write, []
+
+    def full_disk(self, coords, data, **kw):
+        if self.path == "gram/K":
+            calls.append(coords)
+            if len(calls) > 3:  # the disk fills up after three blocks
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, coords, data, **kw)
+
+    monkeypatch.setattr(ChunkWriter, "write", full_disk)
+    err = cli_error(capsys, argv)
+    assert "No space left on device" in err
+    assert not list((tmp_path / "s.dkpca.zarr").rglob("*.partial"))
+    monkeypatch.setattr(ChunkWriter, "write", real_write)
+    assert main(argv) == 0
+    model = dkpca.load(store)
+    assert model.report["gram"]["reused_blocks"] == 3 and model.report["gram"]["computed_blocks"] == 3
+    _agrees_with_reference(X, model)
+
+
+def test_verify_says_what_a_rerun_recomputes(stored_fit, capsys):
+    X, store, refit = stored_fit
+    assert main(["verify", str(store)]) == 0
+    assert "intact" in capsys.readouterr().out
+    shutil.copyfile(_K(store, 0, 1), _K(store, 1, 1))
+    (store / "gram" / "K" / "c" / "1" / "1.99-1.partial").write_bytes(b"x")
+    assert main(["verify", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert "block (1, 1): gram/K chunk (1, 1) not the chunk written there" in out
+    assert "a rerun of the same fit recomputes them" in out and "1 temporary chunk files" in out
+    assert _K(store, 1, 1).read_bytes() == _K(store, 0, 1).read_bytes()  # verify changes nothing
+
+
+def test_verify_of_a_damaged_data_copy_names_the_fix(stored_fit, capsys):
+    X, store, refit = stored_fit
+    (store / "data" / "X" / "c" / "0" / "0").unlink()
+    assert main(["verify", str(store)]) == 1
+    assert "data/X: chunk (0, 0) of array 'data/X'" in capsys.readouterr().out
+
+
+def test_verify_of_something_else_is_one_line(tmp_path, capsys):
+    cli_error(capsys, ["verify", str(tmp_path / "nothing.zarr")])
