@@ -180,3 +180,13 @@ def checkpoint_passes(store: str) -> int:
         return int(zarr.open_group(store, path="solver", mode="r").attrs.get("passes", 0))
     except Exception:  # not created yet, or being replaced: not there yet
         return 0
+
+
+def cli_subparsers() -> dict:
+    """The ``dkpca`` command's subcommand parsers by name (``fit``, ``plan``, ...), walked from ``build_parser``."""
+    import argparse
+
+    from dkpca.cli import build_parser
+
+    (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
