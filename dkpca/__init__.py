@@ -7,15 +7,46 @@ Public API::
     Z = model.transform(X_new)
 
 The layers, bottom to top, are described in ``docs/architecture.md``.
+
+The public names are loaded on first access (module ``__getattr__``, PEP 562):
+``import dkpca`` and ``dkpca --help`` then cost milliseconds, and scikit-learn,
+Dask and Zarr are imported only by the code that uses them.
 """
 
-from . import cluster, kernels
-from .estimator import KernelPCA
-from .model import KPCAModel, load
-from .pipeline import fit
-from .planning import plan
-from .sparse import SparseKernelPCA, fit_sparse
+from __future__ import annotations
+
+import importlib
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
 from .version import __version__
+
+if TYPE_CHECKING:  # what static analysers and IDEs see; at run time ``__getattr__`` loads the same names
+    from . import cluster, kernels
+    from .estimator import KernelPCA
+    from .model import KPCAModel, load
+    from .pipeline import fit
+    from .planning import plan
+    from .sparse import SparseKernelPCA, fit_sparse
 
 __all__ = ["fit", "load", "plan", "cluster", "KPCAModel", "KernelPCA", "SparseKernelPCA", "fit_sparse", "kernels",
            "__version__"]
+
+#: public name -> the module defining it (``None``: the name is a subpackage)
+_HOME = MappingProxyType({
+    "fit": ".pipeline", "load": ".model", "plan": ".planning", "KPCAModel": ".model", "KernelPCA": ".estimator",
+    "SparseKernelPCA": ".sparse", "fit_sparse": ".sparse", "cluster": None, "kernels": None,
+})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'dkpca' has no attribute {name!r}")
+    home = _HOME[name]
+    if home is None:
+        return importlib.import_module(f".{name}", __name__)
+    return getattr(importlib.import_module(home, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

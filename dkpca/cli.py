@@ -4,6 +4,13 @@ Errors caused by the user's input exit with status 2 and one line on stderr
 (``dkpca: error: ...``), never a traceback.  Log messages of the ``dkpca``
 logger (the plan, the dashboard link) go to stderr at INFO level unless
 ``--quiet``; results and progress go to stdout.
+
+``dkpca --help`` must answer at once, so this module imports only the
+standard library, numpy and the kernel and solver registries (for the
+``choices`` of ``--kernel`` and ``--solver``) at import time; each command
+imports the layers it runs (scikit-learn, Dask, distributed, Zarr) when it
+runs, and the exception types of user errors are imported when an error is
+being explained.  ``tests/test_cli.py`` checks this in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -11,94 +18,134 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import logging
+import math
 import os
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, NoReturn
 
-import dask.array as da
 import numpy as np
-import zarr
-from distributed.scheduler import KilledWorker
 
-from .cluster import connected, start_local
-from .execution import compute
-from .io import as_dask
-from .model import load
-from .pipeline import fit
-from .planning import plan
-from .storage import InsufficientDiskSpace, StoreLockedError, check_output, checksum_codecs, verify_store
+from .kernels import KERNEL_NAMES
+from .solvers import SOLVERS
+from .version import __version__
 
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
-               NotADirectoryError, ImportError)
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, except where there is nothing to show.
+
+    A flag's default is off, and an option whose default is computed
+    (``None`` in the parser) says in its own help what it defaults to.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with dkpca's one error line (``dkpca: error: ...``, exit status 2) and defaults in ``--help``.
+
+    argparse itself would print the usage and ``dkpca fit: error: ...``; every
+    dkpca error, a usage error included, is one line with one prefix.
+    Subcommand parsers are made by this class too (``add_subparsers`` uses
+    the parent's class), so they inherit both.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, _error_line(f"{message} (see '{self.prog} --help')"))
 
 
 def _kernel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernel", default="rbf", help="rbf, laplacian, poly, linear, sigmoid, cosine (default rbf)")
-    p.add_argument("--gamma", type=float, default=None, help="kernel width; default 1/n_features")
-    p.add_argument("--degree", type=int, default=3, help="poly degree (default 3)")
-    p.add_argument("--coef0", type=float, default=1.0, help="poly/sigmoid offset (default 1)")
+    p.add_argument("--kernel", default="rbf", choices=KERNEL_NAMES, help="kernel function (poly = polynomial)")
+    p.add_argument("--gamma", type=float, default=None, help="kernel width (default: 1/n_features)")
+    p.add_argument("--degree", type=int, default=3, help="degree of the poly kernel")
+    p.add_argument("--coef0", type=float, default=1.0, help="offset of the poly and sigmoid kernels")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dkpca", description="Distributed, out-of-core kernel PCA.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="dkpca", description="Distributed, out-of-core kernel PCA.",
+                    epilog="'dkpca COMMAND --help' shows a command's options and their defaults.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    f = sub.add_parser("fit", help="fit kernel PCA on a Zarr array and store the model")
-    f.add_argument("input", help="Zarr array (or group with array 'X'), path or URL")
-    f.add_argument("--n-components", "-k", type=int, default=2)
+    f = sub.add_parser("fit", help="fit kernel PCA on a Zarr array and store the model",
+                       description="Fit kernel PCA on INPUT; the Gram matrix and the model go to a Zarr store. "
+                                   "Rerunning an interrupted fit resumes from the store.")
+    f.add_argument("input", metavar="INPUT", help="Zarr array (or group with array 'X'), path or URL")
+    f.add_argument("--n-components", "-k", type=int, default=2, metavar="K", help="number of components")
     _kernel_args(f)
-    f.add_argument("--solver", default="auto", help="auto, dense, randomized, lanczos, nystrom")
-    f.add_argument("--store", default=None, help="store path (default <input>.dkpca.zarr)")
-    f.add_argument("--chunk-size", type=int, default=None, help="Gram block edge (default ~4096)")
-    f.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    f.add_argument("--solver", default="auto", choices=SOLVERS,
+                   help="eigensolver; auto: dense for small n, else block Lanczos (randomized when its basis "
+                        "would not fit in memory); nystrom (approximate) only on request")
+    f.add_argument("--store", default=None, help="store path (default: INPUT.dkpca.zarr beside the input)")
+    f.add_argument("--chunk-size", type=int, default=None, help="Gram block edge (default: about 4096, balanced)")
+    f.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="precision of the stored K")
     f.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"],
-                   help="store K in Zarr, recompute blocks every pass, or auto (default: as dkpca.fit, "
-                        "store unless K does not fit on disk or recomputing is measured faster)")
-    f.add_argument("--tol", type=float, default=1e-6)
-    f.add_argument("--max-passes", type=int, default=None)
-    f.add_argument("--random-state", type=int, default=0)
+                   help="store K in Zarr, recompute its blocks every pass, or auto: store unless K does not fit "
+                        "on disk or recomputing is measured faster")
+    f.add_argument("--tol", type=float, default=1e-6, help="stop when every residual is below tol x the largest "
+                                                            "eigenvalue")
+    f.add_argument("--max-passes", type=int, default=None, help="most passes over K (default: 60)")
+    f.add_argument("--random-state", type=int, default=0, help="seed of the solver's starting block")
     _cluster_args(f)
     f.add_argument("--overwrite", action="store_true", help="replace a store holding another fit")
-    f.add_argument("--no-progress", action="store_true")
+    f.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    pl = sub.add_parser("plan", help="print sizes, memory, passes and a time estimate without computing K")
-    pl.add_argument("input", help="Zarr array (or group with array 'X'), path or URL")
-    pl.add_argument("--n-components", "-k", type=int, default=2)
+    pl = sub.add_parser("plan", help="print sizes, memory, passes and a time estimate without computing K",
+                        description="Print what 'dkpca fit' with the same options would do: the solver and Gram "
+                                    "mode auto picks and why, sizes, memory, passes and a time estimate from a "
+                                    "short measured sample. Nothing is written.")
+    pl.add_argument("input", metavar="INPUT", help="Zarr array (or group with array 'X'), path or URL")
+    pl.add_argument("--n-components", "-k", type=int, default=2, metavar="K", help="number of components")
     _kernel_args(pl)
-    pl.add_argument("--solver", default="auto")
-    pl.add_argument("--store", default=None)
-    pl.add_argument("--chunk-size", type=int, default=None)
-    pl.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    pl.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"],
-                    help="as for fit (default auto)")
-    pl.add_argument("--tol", type=float, default=1e-6)
-    pl.add_argument("--max-passes", type=int, default=None)
+    pl.add_argument("--solver", default="auto", choices=SOLVERS, help="eigensolver, as for fit")
+    pl.add_argument("--store", default=None, help="store path, as for fit (default: INPUT.dkpca.zarr)")
+    pl.add_argument("--chunk-size", type=int, default=None, help="Gram block edge (default: about 4096, balanced)")
+    pl.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="precision of the stored K")
+    pl.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"], help="Gram mode, as for fit")
+    pl.add_argument("--tol", type=float, default=1e-6, help="solver tolerance, as for fit")
+    pl.add_argument("--max-passes", type=int, default=None, help="most passes over K (default: 60)")
     pl.add_argument("--cluster", default=None, metavar="FILE",
-                    help="size workers from a cluster config (nothing is started)")
+                    help="size the workers from a cluster config, starting nothing (default: none, this "
+                         "machine)")
     pl.add_argument("--no-measure", action="store_true", help="sizes only, no timing sample")
 
-    i = sub.add_parser("info", help="print a fitted model's spectrum and solver report")
-    i.add_argument("store")
+    i = sub.add_parser("info", help="print a fitted model's spectrum and solver report",
+                       description="Print a fitted model's spectrum, explained variance, kernel and solver report.")
+    i.add_argument("store", metavar="STORE", help="store written by 'dkpca fit'")
+    i.add_argument("--json", action="store_true", help="print the summary as one JSON object, for scripts")
 
-    t = sub.add_parser("transform", help="project a Zarr array with a fitted model into a new Zarr array")
-    t.add_argument("store")
-    t.add_argument("input")
-    t.add_argument("output", help="new Zarr array for the projections (never the input, the store, or inside them)")
+    t = sub.add_parser("transform", help="project a Zarr array with a fitted model into a new Zarr array",
+                       description="Project INPUT with the model in STORE and write the projections to OUTPUT.")
+    t.add_argument("store", metavar="STORE", help="store written by 'dkpca fit'")
+    t.add_argument("input", metavar="INPUT", help="Zarr array with the model's number of features")
+    t.add_argument("output", metavar="OUTPUT",
+                   help="new Zarr array for the projections (never the input, the store, or inside them)")
     t.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it is an earlier Zarr output")
     _cluster_args(t)
 
-    v = sub.add_parser("verify", help="check every chunk of a store and say what a rerun would recompute "
-                                      "(exit 1 if anything is damaged)")
-    v.add_argument("store")
+    v = sub.add_parser("verify", help="check every chunk of a store and say what a rerun would recompute",
+                       description="Read every chunk of a store, verify its CRC-32C, and say per part (data, "
+                                   "Gram matrix, model, checkpoint) what a rerun of the fit would recompute. "
+                                   "Changes nothing. Exit status 0: intact; 1: damaged.")
+    v.add_argument("store", metavar="STORE", help="the store to check")
 
-    d = sub.add_parser("demo", help="write sample data to Zarr and fit it on a local Dask cluster")
-    d.add_argument("--dir", default=None, help="where to write the sample data (default: a temp dir)")
-    d.add_argument("--n-samples", type=int, default=12000)
-    d.add_argument("--n-components", type=int, default=8)
-    d.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
+    d = sub.add_parser("demo", help="write sample data to Zarr and fit it on a local Dask cluster",
+                       description="Write three noisy shells in 10-D to Zarr, start a local Dask cluster, fit an "
+                                   "rbf kernel PCA and print the spectrum.")
+    d.add_argument("--dir", default=None, help="where to write the sample data (default: a new temporary directory)")
+    d.add_argument("--n-samples", type=int, default=12000, help="number of sample points")
+    d.add_argument("--n-components", type=int, default=8, help="number of components")
+    d.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
     for p in (f, pl, i, t, d):
         p.add_argument("--quiet", "-q", action="store_true", help="no log messages (plan, dashboard link)")
     return parser
@@ -107,19 +154,23 @@ def build_parser() -> argparse.ArgumentParser:
 def _cluster_args(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--scheduler", default=None, metavar="ADDR",
-                   help="address of a running Dask scheduler (tcp://host:port)")
+                   help="address of a running Dask scheduler, tcp://host:port (default: none, local threads)")
     g.add_argument("--cluster", default=None, metavar="FILE",
-                   help="cluster config YAML (see cluster_configs/): start it, fit, shut it down")
+                   help="cluster config YAML (see cluster_configs/): start it, run, shut it down (default: none)")
 
 
 @contextlib.contextmanager
 def _client(a: argparse.Namespace):
+    from .cluster import connected
+
     target = getattr(a, "cluster", None) or getattr(a, "scheduler", None)
     with connected(target) as client:
         yield client
 
 
 def cmd_fit(a: argparse.Namespace) -> int:
+    from .pipeline import fit
+
     with _client(a):
         model = fit(
             a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
@@ -139,6 +190,8 @@ def cmd_fit(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
+    from .planning import plan
+
     p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
              coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
              tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=not a.no_measure)
@@ -147,11 +200,56 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
-    print(load(a.store).summary())
+    from .model import load
+
+    model = load(a.store)
+    print(json.dumps(model_facts(model), indent=2, allow_nan=False) if a.json else model.summary())
     return 0
 
 
+def model_facts(model: Any) -> dict[str, Any]:
+    """What ``dkpca info`` prints, as JSON-safe data (``dkpca info --json``).
+
+    Non-finite numbers in the report become ``null``: JSON has no NaN, and
+    strict parsers reject Python's ``NaN`` extension.
+    """
+    ratio = np.asarray(model.explained_variance_ratio_, dtype=float)
+    facts = {
+        "dkpca_version": __version__,
+        "store": model.store,
+        "n_samples": model.n_samples,
+        "n_features": model.n_features,
+        "n_components": model.n_components,
+        "kernel": model.kernel.to_dict(),
+        "eigenvalues": np.asarray(model.eigenvalues_, dtype=float).tolist(),
+        "explained_variance_ratio": ratio.tolist(),
+        "cumulative_explained_variance_ratio": np.cumsum(ratio).tolist(),
+        "trace": float(model.trace_),
+        "report": model.report,
+    }
+    return _json_safe(facts)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
+
+
 def cmd_verify(a: argparse.Namespace) -> int:
+    from .model import load
+    from .storage import verify_store
+
     findings = verify_store(a.store)
     model = next((f for f in findings if f.part == "model"), None)
     if model is not None and model.ok and "verified" in model.text:
@@ -167,6 +265,13 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_transform(a: argparse.Namespace) -> int:
+    import dask.array as da
+
+    from .execution import compute
+    from .io import as_dask
+    from .model import load
+    from .storage import check_output, checksum_codecs
+
     # Refused before anything is read or written: an output that is, contains
     # or lies inside the input or the store; an existing output without --overwrite.
     output = check_output(a.output, {"input": a.input, "store": a.store}, a.overwrite)
@@ -189,6 +294,12 @@ def make_demo_data(n: int, seed: int = 0) -> np.ndarray:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
+    import zarr
+
+    from .cluster import start_local
+    from .pipeline import fit
+    from .storage import checksum_codecs
+
     workdir = a.dir or tempfile.mkdtemp(prefix="dkpca-demo-")
     os.makedirs(workdir, exist_ok=True)
     data = os.path.join(workdir, "shells.zarr")
@@ -218,10 +329,34 @@ _USER_ERRNOS = {
 }
 
 
+def _error_line(message: str) -> str:
+    """The one ``dkpca: error:`` line (a message never spans lines)."""
+    return "dkpca: error: " + " ".join(message.split()) + "\n"
+
+
 def _error(message: str) -> int:
-    """The one ``dkpca: error:`` line (a message never spans lines), exit status 2."""
-    print("dkpca: error: " + " ".join(message.split()), file=sys.stderr)
+    """Print the one error line; exit status 2."""
+    sys.stderr.write(_error_line(message))
     return 2
+
+
+def explain(exc: BaseException) -> str | None:
+    """The one-line message for an error the user caused and can fix; None for a bug (keep the traceback)."""
+    # imported only once an error happened: importing them costs ``dkpca --help`` seconds
+    from distributed.scheduler import KilledWorker
+
+    from .storage import InsufficientDiskSpace, StoreLockedError
+
+    if isinstance(exc, (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
+                        NotADirectoryError, ImportError)):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno in _USER_ERRNOS:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}: {_USER_ERRNOS[exc.errno]}"
+    if isinstance(exc, KilledWorker):
+        return (f"a task kept killing its worker ({exc}); it probably ran out of memory: use a smaller "
+                "--chunk-size or give the workers more memory, then rerun (finished blocks are kept)")
+    return None
 
 
 COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd_transform, "verify": cmd_verify,
@@ -250,25 +385,16 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(getattr(a, "quiet", False))
     try:
         return COMMANDS[a.command](a)
-    except USER_ERRORS as exc:
-        return _error(str(exc))
-    except OSError as exc:
-        if exc.errno not in _USER_ERRNOS:
+    except Exception as exc:
+        message = explain(exc)
+        if message is None:
             raise  # a genuine bug or an unexpected system failure: keep the traceback
-        where = f" ({exc.filename})" if exc.filename else ""
-        return _error(f"{exc.strerror or exc}{where}: {_USER_ERRNOS[exc.errno]}")
-    except KilledWorker as exc:
-        return _error(f"a task kept killing its worker ({exc}); it probably ran out of memory: use a smaller "
-                      "--chunk-size or give the workers more memory, then rerun (finished blocks are kept)")
+        return _error(message)
     except KeyboardInterrupt:
         print("dkpca: interrupted; rerun the same command to resume from the store", file=sys.stderr)
         return 130
     finally:
         log.setLevel(old_level)
-
-
-def _entry() -> Any:  # pragma: no cover
-    sys.exit(main())
 
 
 if __name__ == "__main__":  # pragma: no cover

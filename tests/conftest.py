@@ -212,3 +212,13 @@ def stored_fit(tmp_path):
     kw = dict(n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense", gram="store")
     dkpca.fit(X, **kw)
     return X, store, lambda: dkpca.fit(X, **kw)
+
+
+def cli_subparsers() -> dict:
+    """The ``dkpca`` command's subcommand parsers by name (``fit``, ``plan``, ...), walked from ``build_parser``."""
+    import argparse
+
+    from dkpca.cli import build_parser
+
+    (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)

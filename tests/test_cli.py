@@ -1,5 +1,7 @@
-"""The ``dkpca`` command end to end, as a user runs it (real subprocesses)."""
+"""The ``dkpca`` command end to end, as a user runs it (real subprocesses, ``python -m dkpca``)."""
 
+import argparse
+import json
 import subprocess
 import sys
 
@@ -9,12 +11,15 @@ import zarr
 from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
+from dkpca.cli import model_facts
+from dkpca.kernels import KERNEL_NAMES
+from dkpca.solvers import SOLVERS
 
-from .conftest import reference_eigh
+from .conftest import cli_subparsers, reference_eigh
 
 
 def run(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "dkpca.cli", *args], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "dkpca", *args], capture_output=True, text=True, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"dkpca {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -53,8 +58,15 @@ def test_fit_info_transform(tmp_path, data_path, blobs):
         (["fit", "/no/such/input.zarr"], "does not exist"),
         (["fit", "{data}", "--n-components", "100000"], "n_components=100000"),
         (["fit", "{data}", "--gamma", "-1"], "gamma=-1.0"),
-        (["fit", "{data}", "--kernel", "gauss"], "unknown kernel 'gauss'"),
         (["info", "/no/such/store.zarr"], "does not exist"),
+        # usage errors, found by argparse: the same one line and prefix, never argparse's "dkpca fit: error:"
+        (["fit"], "the following arguments are required: INPUT"),
+        (["fit", "{data}", "--kernel", "gauss"], "argument --kernel: invalid choice: 'gauss'"),
+        (["plan", "{data}", "--solver", "arpack"], "argument --solver: invalid choice: 'arpack'"),
+        (["fit", "{data}", "-k", "two"], "argument --n-components/-k: invalid int value: 'two'"),
+        (["info", "{data}", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["bogus"], "invalid choice: 'bogus'"),
+        ([], "the following arguments are required: COMMAND"),
     ],
 )
 def test_bad_input_is_one_line_error(data_path, args, message):
@@ -80,3 +92,66 @@ def test_demo_runs_on_local_cluster(tmp_path):
     assert "eigenvalue" in out.stdout and "explained" in out.stdout
     model = dkpca.load(tmp_path / "shells.dkpca.zarr")
     assert model.n_samples == 3000 and model.report["converged"]
+
+
+def test_version_is_the_package_version():
+    out = run("--version")
+    assert out.stdout.strip() == f"dkpca {dkpca.__version__}"
+
+
+def test_help_imports_no_heavy_library():
+    """``dkpca --help`` and every ``dkpca COMMAND --help`` in a fresh interpreter load no scikit-learn, Dask
+    arrays, distributed or Zarr: those imports take seconds, and the CLI imports them only in the command that
+    runs (``python -X importtime -m dkpca --help`` shows what is left)."""
+    code = """
+import contextlib, json, sys
+from dkpca.cli import main
+for argv in [["--help"], ["--version"]] + [[command, "--help"] for command in sys.argv[1:]]:
+    with contextlib.redirect_stdout(None), contextlib.suppress(SystemExit):
+        main(argv)
+heavy = [m for m in sys.modules if m.split(".")[0] in ("sklearn", "distributed", "zarr")
+         or m.startswith(("dask.array", "dask.dataframe"))]
+print(json.dumps(sorted(heavy)))
+"""
+    proc = subprocess.run([sys.executable, "-c", code, *cli_subparsers()], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+
+
+def test_kernel_and_solver_choices_are_the_registries():
+    for name in ("fit", "plan"):
+        options = {o: a for a in cli_subparsers()[name]._actions for o in a.option_strings}
+        assert tuple(options["--kernel"].choices) == KERNEL_NAMES
+        assert tuple(options["--solver"].choices) == SOLVERS
+
+
+def test_every_option_help_states_its_default():
+    """A literal default is appended by the formatter; a computed one (None) is described in the help itself."""
+    for name, parser in cli_subparsers().items():
+        text = " ".join(parser.format_help().split())
+        for a in parser._actions:
+            if not a.option_strings or any(a.default is v for v in (None, False, argparse.SUPPRESS)):
+                continue
+            assert f"(default: {a.default})" in text, (name, a.option_strings)
+        for a in parser._actions:
+            if a.option_strings and a.default is None:
+                assert "(default: " in (a.help or ""), (name, a.option_strings)
+
+
+def test_info_json(tmp_path, blobs):
+    model = dkpca.fit(blobs, n_components=3, gamma=0.1, store=str(tmp_path / "s.dkpca.zarr"))
+    facts = json.loads(run("info", model.store, "--json").stdout)
+    assert facts["n_samples"] == 600 and facts["n_components"] == 3 and facts["kernel"] == model.kernel.to_dict()
+    assert facts["dkpca_version"] == dkpca.__version__
+    np.testing.assert_array_equal(facts["eigenvalues"], model.eigenvalues_)  # floats survive JSON exactly
+    np.testing.assert_array_equal(facts["explained_variance_ratio"], model.explained_variance_ratio_)
+    assert facts["report"]["solver"] == model.report["solver"]
+
+
+def test_info_json_has_no_nan(tmp_path, blobs):
+    """JSON has no NaN: a non-finite number in the report is null, so strict parsers read the output."""
+    model = dkpca.fit(blobs, n_components=2, store=str(tmp_path / "s.dkpca.zarr"))
+    model.report["max_relative_residual"] = float("nan")
+    text = json.dumps(model_facts(model), allow_nan=False)
+    assert json.loads(text)["report"]["max_relative_residual"] is None

@@ -13,18 +13,25 @@ written once, in :func:`postprocess` (:mod:`dkpca.solvers.spectrum`), and
 used by every path.  An iterative solver that stops at ``max_passes`` before
 ``tol`` returns ``converged=False``; callers warn with
 :class:`ConvergenceWarning`, which is scikit-learn's own class.
+
+The solver modules (Nystroem's uses Dask, ARPACK's scikit-learn) and
+scikit-learn's warning class load on first use -- :func:`get_solver`, module
+``__getattr__`` -- so that the command line reads :data:`SOLVERS` without
+importing them.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-from sklearn.exceptions import ConvergenceWarning
-
-from . import arpack, dense, lanczos, nystrom, randomized
 from .result import Callback, EigResult, PassReport
 from .spectrum import check_eigenvalues, flip_signs, postprocess
+
+if TYPE_CHECKING:
+    from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postprocess", "check_eigenvalues",
            "flip_signs", "get_solver", "SOLVERS", "SOLVER_NAMES"]
@@ -33,12 +40,13 @@ __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postpro
 #: ARPACK is not among them: out of core each of its single-vector steps would be a pass over K.
 SOLVERS = ("auto", "dense", "randomized", "lanczos", "nystrom")
 
-_TABLE: Mapping[str, Callable[..., EigResult]] = MappingProxyType({
-    "dense": dense.solve,
-    "randomized": randomized.solve,
-    "lanczos": lanczos.solve,
-    "nystrom": nystrom.solve,
-    "arpack": arpack.solve,
+#: solver name -> the module whose ``solve`` it is
+_TABLE: Mapping[str, str] = MappingProxyType({
+    "dense": ".dense",
+    "randomized": ".randomized",
+    "lanczos": ".lanczos",
+    "nystrom": ".nystrom",
+    "arpack": ".arpack",
 })
 
 #: every solver :func:`get_solver` knows
@@ -54,6 +62,13 @@ def get_solver(name: str) -> Callable[..., EigResult]:
         Unknown name; the message lists the known ones.
     """
     try:
-        return _TABLE[name]
+        module = _TABLE[name]
     except KeyError:
         raise ValueError(f"solver={name!r} is unknown; choose one of {', '.join(_TABLE)}.") from None
+    return importlib.import_module(module, __name__).solve
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ConvergenceWarning":
+        return importlib.import_module("sklearn.exceptions").ConvergenceWarning
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
