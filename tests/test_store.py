@@ -37,13 +37,16 @@ def test_chunk_file_only_for_plain_layout(tmp_path):
     assert chunk_file(packed, (1, 0)) is None
 
 
+@pytest.mark.parametrize("checksum", [True, False], ids=["crc32c", "no-checksum"])
 @pytest.mark.parametrize("edge", [256, 250])  # 256^2*4 bytes is a multiple of 4 KiB, 250^2*4 is not
-def test_direct_io_writer_round_trips(tmp_path, rng, edge):
+def test_direct_io_writer_round_trips(tmp_path, rng, edge, checksum):
+    """O_DIRECT chunks (with the CRC trailer after the aligned part) read back through zarr, which checks it."""
     from dkpca.linalg import scratch
+    from dkpca.storage import checksum_codecs
 
     path = str(tmp_path / "d.zarr")
     arr = zarr.create_array(path, shape=(2 * edge, edge), chunks=(edge, edge), dtype="float32", fill_value=0.0,
-                            compressors=None)
+                            compressors=checksum_codecs() if checksum else None)
     w = ChunkWriter.of(path, arr, direct=True)
     want = rng.standard_normal((2 * edge, edge)).astype(np.float32)
     rows = []
