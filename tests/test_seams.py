@@ -6,6 +6,7 @@ dense centred kernel's eigenvalues (``reference_eigh``).
 
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
@@ -18,7 +19,7 @@ import dkpca
 from dkpca.cli import main
 from dkpca.io import as_dask
 from dkpca.planning import choose
-from dkpca.storage import fit_footprint, gram_bytes
+from dkpca.storage import FitStore, fit_footprint, gram_bytes
 
 from .conftest import cli_error, make_data, reference_eigh, write_data
 
@@ -176,3 +177,28 @@ def test_a_rerun_removes_temporaries_a_killed_writer_left(stored_fit):
     debris.write_bytes(b"half a chunk")
     refit()
     assert not debris.exists()
+
+
+@pytest.mark.parametrize("code,text", [(errno.EROFS, "read-only"), (errno.EACCES, "Permission denied"),
+                                       (errno.EDQUOT, "quota")])
+def test_unwritable_store_is_one_line(tmp_path, capsys, monkeypatch, code, text):
+    """A read-only, forbidden or over-quota filesystem (simulated: the tests may run as root) is one line, exit 2."""
+    data = write_data(tmp_path / "d.zarr", make_data(200, d=4))
+
+    def refuse(self):
+        raise OSError(code, os.strerror(code), self.path)
+
+    monkeypatch.setattr(FitStore, "open_for_write", refuse)
+    err = cli_error(capsys, ["fit", data, "--store", str(tmp_path / "s.zarr"), "-q", "--no-progress"])
+    assert text in err and str(tmp_path / "s.zarr") in err
+
+
+@pytest.mark.parametrize("param,value,match", [
+    ("random_state", "abc", "random_state"),
+    ("chunk_size", True, "chunk_size"),
+    ("kernel", {"name": "rbf", "gama": 0.1}, "gama"),
+])
+def test_bad_parameters_are_named_before_any_work(tmp_path, param, value, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        dkpca.fit(make_data(200, d=4), store=tmp_path / "s.zarr", **{param: value})
+    assert not (tmp_path / "s.zarr").exists()
