@@ -35,6 +35,11 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskS
                NotADirectoryError, ImportError)
 
 
+#: what the input argument reads (the formats of dkpca.io.formats)
+INPUT_HELP = ("data: a Zarr array or group (path or URL), a .npy file, an HDF5 dataset 'file.h5:/dataset', a netCDF "
+              "or other xarray-readable variable 'file.nc:variable', or a Parquet or CSV file of numeric columns")
+
+
 def _kernel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="rbf", help="rbf, laplacian, poly, linear, sigmoid, cosine (default rbf)")
     p.add_argument("--gamma", type=float, default=None, help="kernel width; default 1/n_features")
@@ -47,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     f = sub.add_parser("fit", help="fit kernel PCA on a Zarr array and store the model")
-    f.add_argument("input", help="Zarr array (or group with array 'X'), path or URL")
+    f.add_argument("input", help=INPUT_HELP)
     f.add_argument("--n-components", "-k", type=int, default=2)
     _kernel_args(f)
     f.add_argument("--solver", default="auto", help="auto, dense, randomized, lanczos, nystrom")
@@ -65,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--no-progress", action="store_true")
 
     pl = sub.add_parser("plan", help="print sizes, memory, passes and a time estimate without computing K")
-    pl.add_argument("input", help="Zarr array (or group with array 'X'), path or URL")
+    pl.add_argument("input", help=INPUT_HELP)
     pl.add_argument("--n-components", "-k", type=int, default=2)
     _kernel_args(pl)
     pl.add_argument("--solver", default="auto")
@@ -85,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("transform", help="project a Zarr array with a fitted model into a new Zarr array")
     t.add_argument("store")
-    t.add_argument("input")
+    t.add_argument("input", help=INPUT_HELP)
     t.add_argument("output", help="new Zarr array for the projections (never the input, the store, or inside them)")
     t.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it is an earlier Zarr output")
     _cluster_args(t)

@@ -31,7 +31,7 @@ from dkpca import KernelPCA
 from dkpca.kernels import RBF, Linear
 from dkpca.solvers import get_solver
 
-from .conftest import centered, reference_eigh
+from .conftest import centered, reference_eigh, write_data
 
 
 @pytest.fixture(scope="module")
@@ -245,16 +245,18 @@ def test_bad_params(gen, params, match):
         KernelPCA(**params).fit(gen)
 
 
-def test_bad_input(gen):
+def test_bad_input(tmp_path, gen):
     with pytest.raises(ValueError, match="square"):
         KernelPCA(kernel="precomputed").fit(gen)
     est = KernelPCA(2).fit(gen)
     with pytest.raises(ValueError, match="features"):
         est.transform(gen[:, :3])
+    with pytest.raises(ValueError, match="features"):
+        est.transform(da.from_array(gen[:, :3]))
     with pytest.raises(ValueError, match="NaN|infinity"):
         KernelPCA(2).fit(np.where(gen > 2, np.nan, gen))
     with pytest.raises(ValueError, match="fitted in memory"):
-        est.transform(da.from_array(gen))
+        est.transform(write_data(tmp_path / "x.zarr", gen))
 
 
 def test_lanczos_available_or_clear_error(gen):
