@@ -43,7 +43,7 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import preimage
-from .io import open_input
+from .io import as_dask, open_input
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
 from .linalg import rows_per_block
 from .pipeline import fit as pipeline_fit
@@ -77,7 +77,7 @@ def _kernel_diag(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
     return kernel.diag(Xb, np.float64)
 
 
-def _project_rows(X: Any, evaluator: Kernel | None, X_fit: Any, weights: Any, centering: Any,
+def _project_rows(X: Any, X_fit: Any, weights: Any, centering: Any, evaluator: Kernel | None,
                   kernel_dtype: Any) -> np.ndarray:
     """In-memory projections of the rows of X, a kernel block of bounded size at a time.
 
@@ -460,36 +460,27 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                 return self.model_.transform(X)
             X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
             return self.model_.transform(X).astype(X.dtype, copy=False)
-        if isinstance(X, da.Array):
-            return self._transform_lazily(X)
-        if _is_out_of_core(X):
+        if _is_out_of_core(X) and not isinstance(X, da.Array):
             raise ValueError(
                 "this KernelPCA was fitted in memory; transform an array (numpy or dask; e.g. zarr.open(path)[:]), "
                 "or fit on a dask array or a file path to work out of core."
             )
+        weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
+        project = partial(_project_rows, evaluator=None if self._is_precomputed() else self._evaluator(),
+                          kernel_dtype=np.float64 if self.kernel_ is None else self._compute_dtype)
+        if isinstance(X, da.Array):  # lazily, blockwise, with X's row chunks
+            dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+            X = as_dask(X, min_samples=1, purpose="transform", keep_row_chunks=True)
+            if X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[1]} features, but KernelPCA is expecting {self.n_features_in_} "
+                                 "features as input.")
+            # fitted arrays enter the graph once, as snapshots: a refit does not change a lazy result
+            fitted = [dask.delayed(a, pure=True) for a in (self.X_fit_, weights, self._centering)]
+            return X.map_blocks(project, *fitted, dtype=np.float64, chunks=(X.chunks[0], (weights.W.shape[1],)),
+                                meta=np.empty((0, 0))).astype(dtype)
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
-        weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
-        evaluator = None if self._is_precomputed() else self._evaluator()
-        kernel_dtype = np.float64 if self.kernel_ is None else self._compute_dtype
-        out = _project_rows(X, evaluator, self.X_fit_, weights, self._centering, kernel_dtype)
+        out = project(X, self.X_fit_, weights, self._centering)
         return out.astype(X.dtype if X.dtype in (np.float32, np.float64) else np.float64, copy=False)
-
-    def _transform_lazily(self, X: da.Array) -> da.Array:
-        """``transform`` of a dask array by an in-memory fit: blockwise, X's row chunks kept, nothing computed."""
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has shape {X.shape}, but KernelPCA is expecting {self.n_features_in_} features "
-                             "as input.")
-        if X.dtype.kind not in "biuf":
-            raise ValueError(f"X has dtype {X.dtype}; it must be real numeric (float, int or bool).")
-        weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
-        evaluator = None if self._is_precomputed() else self._evaluator()
-        kernel_dtype = np.float64 if self.kernel_ is None else self._compute_dtype
-        # the fitted arrays go into the graph once (not once per block) and are snapshots: a refit of
-        # this estimator does not change a lazy result made before it
-        fitted = [dask.delayed(a, pure=True) for a in (self.X_fit_, weights, self._centering)]
-        out = X.rechunk({1: -1}).map_blocks(_project_rows, evaluator, *fitted, kernel_dtype, dtype=np.float64,
-                                            chunks=(X.chunks[0], (weights.W.shape[1],)), meta=np.empty((0, 0)))
-        return out.astype(X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
 
     # -- pre-images ---------------------------------------------------------------------
     def inverse_transform(self, X: Any, method: str | None = None, *, n_neighbors: int = 10, tol: float = 1e-6,

@@ -140,7 +140,8 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
     try:
         node = zarr.open(path, mode="r")
     except Exception:  # zarr's own message names its internals (store paths, classes): not for the user
-        raise ValueError(f"input {source!r} is neither a Zarr array or group nor another format dkpca reads; "
+        reach = " (for a URL: check that it is reachable and the credentials)" if is_url(path) else ""
+        raise ValueError(f"input {source!r} is neither a Zarr array or group nor another format dkpca reads{reach}; "
                          f"dkpca reads {READABLE}.") from None
     if isinstance(node, zarr.Group):
         arrays = sorted(name for name, _ in node.arrays())
