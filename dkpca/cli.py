@@ -64,6 +64,11 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, _error_line(f"{message} (see '{self.prog} --help')"))
 
 
+#: what the input argument reads (the formats of dkpca.io.formats)
+INPUT_HELP = ("data: a Zarr array or group (path or URL), a .npy file, an HDF5 dataset 'file.h5:/dataset', a netCDF "
+              "or other xarray-readable variable 'file.nc:variable', or a Parquet or CSV file of numeric columns")
+
+
 def _kernel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="rbf", choices=KERNEL_NAMES, help="kernel function (poly = polynomial)")
     p.add_argument("--gamma", type=float, default=None, help="kernel width (default: 1/n_features)")
@@ -77,10 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    f = sub.add_parser("fit", help="fit kernel PCA on a Zarr array and store the model",
+    f = sub.add_parser("fit", help="fit kernel PCA on data (Zarr, .npy, HDF5, netCDF, Parquet, CSV); store the model",
                        description="Fit kernel PCA on INPUT; the Gram matrix and the model go to a Zarr store. "
                                    "Rerunning an interrupted fit resumes from the store.")
-    f.add_argument("input", metavar="INPUT", help="Zarr array (or group with array 'X'), path or URL")
+    f.add_argument("input", metavar="INPUT", help=INPUT_HELP)
     f.add_argument("--n-components", "-k", type=int, default=2, metavar="K", help="number of components")
     _kernel_args(f)
     f.add_argument("--solver", default="auto", choices=SOLVERS,
@@ -104,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Print what 'dkpca fit' with the same options would do: the solver and Gram "
                                     "mode auto picks and why, sizes, memory, passes and a time estimate from a "
                                     "short measured sample. Nothing is written.")
-    pl.add_argument("input", metavar="INPUT", help="Zarr array (or group with array 'X'), path or URL")
+    pl.add_argument("input", metavar="INPUT", help=INPUT_HELP)
     pl.add_argument("--n-components", "-k", type=int, default=2, metavar="K", help="number of components")
     _kernel_args(pl)
     pl.add_argument("--solver", default="auto", choices=SOLVERS, help="eigensolver, as for fit")
@@ -124,10 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("store", metavar="STORE", help="store written by 'dkpca fit'")
     i.add_argument("--json", action="store_true", help="print the summary as one JSON object, for scripts")
 
-    t = sub.add_parser("transform", help="project a Zarr array with a fitted model into a new Zarr array",
+    t = sub.add_parser("transform", help="project data with a fitted model into a new Zarr array",
                        description="Project INPUT with the model in STORE and write the projections to OUTPUT.")
     t.add_argument("store", metavar="STORE", help="store written by 'dkpca fit'")
-    t.add_argument("input", metavar="INPUT", help="Zarr array with the model's number of features")
+    t.add_argument("input", metavar="INPUT", help=INPUT_HELP)
     t.add_argument("output", metavar="OUTPUT",
                    help="new Zarr array for the projections (never the input, the store, or inside them)")
     t.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it is an earlier Zarr output")
@@ -268,13 +273,14 @@ def cmd_transform(a: argparse.Namespace) -> int:
     import dask.array as da
 
     from .execution import compute
-    from .io import as_dask
+    from .io import as_dask, input_path
     from .model import load
     from .storage import check_output, checksum_codecs
 
     # Refused before anything is read or written: an output that is, contains
-    # or lies inside the input or the store; an existing output without --overwrite.
-    output = check_output(a.output, {"input": a.input, "store": a.store}, a.overwrite)
+    # or lies inside the input (its file, for 'file.h5:/X') or the store; an
+    # existing output without --overwrite.
+    output = check_output(a.output, {"input": input_path(a.input), "store": a.store}, a.overwrite)
     model = load(a.store)
     with _client(a):
         Z = model.transform(as_dask(a.input, min_samples=1, purpose="transform"))

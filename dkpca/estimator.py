@@ -11,10 +11,15 @@ policy, centring -- and differ only in where K lives.
   Results are scikit-learn's: same eigenvalues, same projections with the
   same deterministic signs, same number of components for
   ``n_components=None``, same errors for kernels that are not PSD on the data.
-* **out of core** (a Zarr path or URL, a ``zarr.Array``, a dask array): the
-  fit runs through :func:`dkpca.fit` (Gram store, passes over K) and the
-  resulting :class:`~dkpca.model.KPCAModel` is kept as ``model_``;
-  ``transform`` of a dask array stays lazy.  Nothing n x n is held in memory.
+* **out of core** (a path or URL of any format :func:`dkpca.fit` reads, a
+  ``zarr.Array``, a dask array): the fit runs through :func:`dkpca.fit`
+  (Gram store, passes over K) and the resulting
+  :class:`~dkpca.model.KPCAModel` is kept as ``model_``.  Nothing n x n is
+  held in memory.
+
+Dask in, dask out: ``fit_transform`` and ``transform`` of a dask array return
+dask arrays with its row chunks (``transform`` lazily, for either kind of fit);
+numpy in, numpy out.
 
 Pre-images (:meth:`KernelPCA.inverse_transform`) are in :mod:`dkpca.preimage`.
 """
@@ -23,9 +28,11 @@ from __future__ import annotations
 
 import numbers
 import os
+import pickle
 from functools import partial
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
@@ -36,7 +43,7 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import preimage
-from .io import open_input
+from .io import as_dask, open_input
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
 from .linalg import rows_per_block
 from .pipeline import fit as pipeline_fit
@@ -68,6 +75,26 @@ def _is_out_of_core(X: Any) -> bool:
 
 def _kernel_diag(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
     return kernel.diag(Xb, np.float64)
+
+
+def _project_rows(X: Any, X_fit: Any, weights: Any, centering: Any, evaluator: Kernel | None,
+                  kernel_dtype: Any) -> np.ndarray:
+    """In-memory projections of the rows of X, a kernel block of bounded size at a time.
+
+    ``evaluator=None``: X already holds the kernel rows ``K(X, X_fit)``
+    (``kernel="precomputed"``).  Used as is for numpy input and blockwise
+    (``map_blocks``) for dask input.
+    """
+    out = np.empty((X.shape[0], weights.W.shape[1]), dtype=np.float64)
+    step = rows_per_block(weights.W.shape[0])
+    for s in range(0, X.shape[0], step):
+        Xb = X[s:s + step]
+        if evaluator is None:
+            Kx = np.asarray(Xb.toarray() if sp.issparse(Xb) else Xb, dtype=np.float64)
+        else:
+            Kx = evaluator.block(Xb, X_fit, kernel_dtype)
+        out[s:s + step] = centering.center_scores(Kx @ weights.W, Kx.mean(axis=1), weights)
+    return out
 
 
 class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -138,8 +165,12 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         Passed to ``pairwise_kernels`` for callable kernels and sparse input.
         dkpca's own kernels use BLAS threads in memory and dask out of core.
     store : str, default=None
-        Out of core: store root of the Gram matrix and model (default: beside a
-        path input, a temporary directory for a dask array).
+        Out of core: store root of the Gram matrix and model, always kept
+        (default: beside a path input; for a dask array a temporary directory
+        that lives as long as the fitted model: removed with the estimator, by
+        a refit, or at interpreter exit).  An estimator fitted out of core
+        pickles only with a store given here (the pickle refers to it); with a
+        temporary store pickling raises ``pickle.PicklingError``.
     chunk_size : int, default=None
         Out of core: Gram block edge (default about 4096).
     dtype : {"float32", "float64"}, default=None
@@ -389,21 +420,25 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.inverse_landmarks_ = landmarks
         self.dual_coef_ = dual
 
-    def fit_transform(self, X: Any, y: Any = None, **params: Any) -> np.ndarray:
+    def fit_transform(self, X: Any, y: Any = None, **params: Any) -> Any:
         """Fit the model from data in X and transform X.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features), dask array or Zarr path
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), dask array or path
         y : Ignored
 
         Returns
         -------
-        X_new : ndarray of shape (n_samples, n_components)
-            ``eigenvectors_ * sqrt(eigenvalues_)`` (exactly the projections of the training points).
+        X_new : ndarray of shape (n_samples, n_components), or a dask array for a dask array X
+            ``eigenvectors_ * sqrt(eigenvalues_)`` (exactly the projections of the training points);
+            for dask input a dask array with X's row chunks.
         """
         self.fit(X, **params)
-        return (self.eigenvectors_ * np.sqrt(self.eigenvalues_)).astype(self._out_dtype, copy=False)
+        Z = (self.eigenvectors_ * np.sqrt(self.eigenvalues_)).astype(self._out_dtype, copy=False)
+        if isinstance(X, da.Array):
+            return da.from_array(Z, chunks=(X.chunks[0], Z.shape[1]))
+        return Z
 
     # -- transform ----------------------------------------------------------------------
     def transform(self, X: Any) -> Any:
@@ -417,7 +452,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_components)
-            A lazy dask array for dask input to an out-of-core model.
+            For a dask array X, a lazy dask array with X's row chunks.
         """
         check_is_fitted(self)
         if hasattr(self, "model_"):
@@ -425,22 +460,26 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                 return self.model_.transform(X)
             X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
             return self.model_.transform(X).astype(X.dtype, copy=False)
-        if _is_out_of_core(X):
+        if _is_out_of_core(X) and not isinstance(X, da.Array):
             raise ValueError(
-                "this KernelPCA was fitted in memory; transform a numpy array (e.g. np.asarray(X) or X.compute()), "
-                "or fit on a dask array / Zarr store to work out of core."
+                "this KernelPCA was fitted in memory; transform an array (numpy or dask; e.g. zarr.open(path)[:]), "
+                "or fit on a dask array or a file path to work out of core."
             )
-        X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
-        out = np.empty((X.shape[0], weights.W.shape[1]), dtype=np.float64)
-        step = rows_per_block(weights.W.shape[0])
-        for s in range(0, X.shape[0], step):
-            Xb = X[s:s + step]
-            if self._is_precomputed():
-                Kx = np.asarray(Xb.toarray() if sp.issparse(Xb) else Xb, dtype=np.float64)
-            else:
-                Kx = self._pairwise(Xb, self.X_fit_)
-            out[s:s + step] = self._centering.center_scores(Kx @ weights.W, Kx.mean(axis=1), weights)
+        project = partial(_project_rows, evaluator=None if self._is_precomputed() else self._evaluator(),
+                          kernel_dtype=np.float64 if self.kernel_ is None else self._compute_dtype)
+        if isinstance(X, da.Array):  # lazily, blockwise, with X's row chunks
+            dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+            X = as_dask(X, min_samples=1, purpose="transform", keep_row_chunks=True)
+            if X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[1]} features, but KernelPCA is expecting {self.n_features_in_} "
+                                 "features as input.")
+            # fitted arrays enter the graph once, as snapshots: a refit does not change a lazy result
+            fitted = [dask.delayed(a, pure=True) for a in (self.X_fit_, weights, self._centering)]
+            return X.map_blocks(project, *fitted, dtype=np.float64, chunks=(X.chunks[0], (weights.W.shape[1],)),
+                                meta=np.empty((0, 0))).astype(dtype)
+        X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
+        out = project(X, self.X_fit_, weights, self._centering)
         return out.astype(X.dtype if X.dtype in (np.float32, np.float64) else np.float64, copy=False)
 
     # -- pre-images ---------------------------------------------------------------------
@@ -499,6 +538,17 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             kdiag_centered=self._kdiag_centered, ridge=ridge, n_neighbors=n_neighbors, tol=tol, max_iter=max_iter)
 
     # -- scikit-learn plumbing -------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        # An out-of-core fit without store= lives in a temporary store removed with the estimator; a pickle
+        # would carry a path to nothing (and the training data it needs can be as large as the input).
+        model = getattr(self, "model_", None)
+        if model is not None and model.temporary is not None:
+            raise pickle.PicklingError(
+                "this KernelPCA was fitted out of core into a temporary store, which is removed with the estimator, "
+                "so a pickle could not use it; fit with KernelPCA(..., store='path.dkpca.zarr') to keep the store "
+                "(the pickle then refers to it), or fit a numpy array in memory.")
+        return super().__getstate__()
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import html
 import os
+import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +30,9 @@ import numpy as np
 from .execution import compute
 from .io import as_dask, open_input
 from .kernels import Kernel, from_dict
-from .linalg import Centering, ProjectionWeights, kernel_product
+from .linalg import Centering, ProjectionWeights, block_bounds, kernel_product, rows_per_block
 from .plot import plot_embedding, plot_spectrum
+from .request import TemporaryStore
 from .storage import FitStore, GramStore
 from .version import __version__
 
@@ -43,12 +45,16 @@ def _printable(value: Any) -> str:
 
 
 def _project_block(Xb: np.ndarray, store: FitStore, block: int, n: int, kernel: Kernel, weights: ProjectionWeights,
-                   centering: Centering, block_info: dict | None = None) -> np.ndarray:
+                   centering: Centering, temporary: Any = None, block_info: dict | None = None) -> np.ndarray:
     """Rows ``[z(x) | mean(k(x)) | k(x, x)]`` for a block of new points.
 
     The projection weights (``W``, ``r^T W``, ``1^T W``) are precomputed so
     the centring costs O(k) per point.  A non-finite row is an error naming
     it: a kernel block with one NaN row would make every score of the block NaN.
+    A user's dask chunk may be of any height: it is projected a few rows at
+    a time, so a task never holds more than one kernel block of the budget
+    :func:`~dkpca.linalg.rows_per_block` sizes.  ``temporary`` is unused here: being in the graph, it keeps a
+    temporary store alive as long as the lazy result that reads it.
     """
     Xb = np.ascontiguousarray(Xb, dtype=np.float64)
     bad = ~np.isfinite(Xb).all(axis=1)
@@ -56,10 +62,14 @@ def _project_block(Xb: np.ndarray, store: FitStore, block: int, n: int, kernel: 
         offset = block_info[0]["array-location"][0][0] if block_info else 0
         raise ValueError(f"X contains NaN or infinity (first in row {offset + int(np.argmax(bad))}); remove or "
                          "impute non-finite values before transform.")
-    KW, ksum = kernel_product(kernel, Xb, store.training_array(), weights.W, rows=block)
-    mean_k = ksum / n
-    Z = centering.center_scores(KW, mean_k, weights)
-    return np.column_stack([Z, mean_k, kernel.diag(Xb)])
+    training = store.training_array()
+    out = []
+    for s0, s1 in block_bounds(len(Xb), rows_per_block(block)):
+        KW, ksum = kernel_product(kernel, Xb[s0:s1], training, weights.W, rows=block)
+        mean_k = ksum / n
+        Z = centering.center_scores(KW, mean_k, weights)
+        out.append(np.column_stack([Z, mean_k, kernel.diag(Xb[s0:s1])]))
+    return np.concatenate(out) if out else np.empty((0, weights.W.shape[1] + 2))
 
 
 @dataclass
@@ -86,6 +96,12 @@ class KPCAModel:
         Store root holding the training data and this model.
     report : dict
         Solver, passes, residuals, timings, Gram build statistics.
+    temporary : TemporaryStore or None
+        Set when ``store`` is a temporary directory dkpca made (in-memory
+        input fitted without ``store=``): the model owns it, and it is removed
+        by :meth:`close`, when the model (and every lazy result of its
+        ``transform``) is garbage-collected, or at interpreter exit.  Such a
+        model cannot be pickled: fit with ``store=`` to keep a model.
     """
 
     eigenvalues_: np.ndarray
@@ -98,6 +114,7 @@ class KPCAModel:
     block: int
     n_features: int
     report: dict[str, Any] = field(default_factory=dict)
+    temporary: TemporaryStore | None = field(default=None, repr=False, compare=False)
 
     # -- derived ----------------------------------------------------------
     @property
@@ -120,7 +137,38 @@ class KPCAModel:
     @property
     def X_fit(self) -> da.Array:
         """The training data as stored (lazy)."""
-        return FitStore.at(self.store).training_data()
+        return self._open_store().training_data()
+
+    # -- lifetime of a temporary store --------------------------------------
+    def _open_store(self) -> FitStore:
+        if self.temporary is not None and self.temporary.removed:
+            raise ValueError("this model's temporary store was removed by close(); refit it, or fit with "
+                             "store='path.dkpca.zarr' to keep a model.")
+        return FitStore.at(self.store)
+
+    def close(self) -> None:
+        """Remove the model's temporary store now (a fit of in-memory data without ``store=``).
+
+        A store that was named (``store=``) or derived from a path input is
+        always kept; closing such a model does nothing.  The model's arrays
+        stay usable; ``transform`` of a closed temporary model is an error.
+        """
+        if self.temporary is not None:
+            self.temporary.remove()
+
+    def __enter__(self) -> KPCAModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.temporary is not None:
+            raise pickle.PicklingError(
+                "this model lives in a temporary store that is removed with it, so a pickle could not use it; "
+                "fit with store='path.dkpca.zarr' to keep the model (then pickle it, or reload it with "
+                "dkpca.load(path)).")
+        return self.__dict__.copy()
 
     @property
     def centering(self) -> Centering:
@@ -133,9 +181,12 @@ class KPCAModel:
 
     # -- out of sample ----------------------------------------------------
     def _scores(self, X: Any) -> tuple[Any, bool]:
+        store = self._open_store()
         raw = open_input(X)
-        lazy = isinstance(raw, da.Array)
-        Xd = as_dask(raw, block_rows=min(self.block, 4096), min_samples=1, purpose="transform")
+        # dask in, dask out, with the caller's row chunks; paths and arrays give numpy
+        lazy = isinstance(raw, da.Array) and not isinstance(X, (str, os.PathLike))
+        Xd = as_dask(raw, block_rows=min(self.block, 4096), min_samples=1, purpose="transform",
+                     keep_row_chunks=lazy)
         if Xd.shape[1] != self.n_features:
             raise ValueError(
                 f"X has {Xd.shape[1]} features but the model was fitted with {self.n_features}."
@@ -144,8 +195,8 @@ class KPCAModel:
         weights, centering = (dask.delayed(a, pure=True) for a in (self.projection_weights(), self.centering))
         k = self.n_components
         out = Xd.map_blocks(
-            _project_block, FitStore.at(self.store), self.block, self.n_samples, self.kernel, weights, centering,
-            dtype=np.float64, chunks=(Xd.chunks[0], (k + 2,)), meta=np.empty((0, 0)),
+            _project_block, store, self.block, self.n_samples, self.kernel, weights, centering,
+            self.temporary, dtype=np.float64, chunks=(Xd.chunks[0], (k + 2,)), meta=np.empty((0, 0)),
         )
         return out, lazy
 

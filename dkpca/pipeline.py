@@ -18,7 +18,7 @@ import dask.array as da
 import numpy as np
 
 from .gram import build_gram
-from .io import Fingerprint, scan
+from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
 from .linalg import Centering
 from .model import KPCAModel
@@ -64,8 +64,11 @@ def fit(
     Parameters
     ----------
     source : str, zarr.Array, numpy.ndarray, dask.array.Array or xarray.DataArray
-        Training data of shape (n_samples, n_features): a Zarr path or fsspec
-        URL, or an array.
+        Training data of shape (n_samples, n_features): a path or fsspec URL
+        of a Zarr array or group, a ``.npy`` file (memory-mapped), an HDF5
+        dataset ``"file.h5:/dataset"``, a netCDF (or other xarray-readable)
+        variable ``"file.nc:variable"``, a Parquet or CSV file of numeric
+        columns; or an array.  Files are read block by block, never whole.
     n_components : int, default=2
         Number of components k (1 <= k <= n_samples).
     kernel : str, Kernel or dict, default="rbf"
@@ -80,8 +83,10 @@ def fit(
         memory); ``nystrom`` is approximate and only on request.  The choice
         and its reason are in ``model.report``.
     store : str, optional
-        Store root.  Default: ``<input>.dkpca.zarr`` beside a path input, a
-        new temporary directory for in-memory input.
+        Store root, always kept.  Default: ``<input>.dkpca.zarr`` beside a path
+        input; for in-memory input a new temporary directory that lives as long
+        as the model: removed by ``model.close()`` (or leaving ``with model:``),
+        when the model is garbage-collected, or at interpreter exit.
     chunk_size : int, optional
         Square Gram block edge (default: about 4096, balanced).
     dtype : {"float32", "float64"}, default="float32"
@@ -124,6 +129,16 @@ def fit(
     t_start = time.perf_counter()
     req = make_request(source, n_components, kernel, gamma, degree, coef0, kernel_params, solver, store, chunk_size,
                        dtype, tol, max_passes, random_state, overwrite, gram, progress)
+    try:
+        return _fit_request(req, source, t_start)
+    except BaseException:
+        if req.temporary is not None:  # a failed fit leaves no temporary store behind
+            req.temporary.remove()
+        raise
+
+
+def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
+    """:func:`fit` from its validated request; the model owns ``req.temporary`` (if any)."""
     choice = choose(req.n, req.n_components, req.solver, req.gram, X=req.X, kernel=req.kernel, dtype=req.dtype,
                     block=req.block, store=req.store.path, tol=req.tol, max_passes=req.max_passes)
     # The plan logged is made from the sizes alone: logging never changes the work done.
@@ -138,7 +153,8 @@ def fit(
     req.store.check_target()
     with req.store.lock():
         t = time.perf_counter()
-        source = absolute(source) if isinstance(source, (str, os.PathLike)) else None
+        path = input_path(source)
+        source = absolute(path) if path is not None else None
         Xs = req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source)
         timings["copy_data"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -172,7 +188,7 @@ def fit(
         model = KPCAModel(
             eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
             grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.block,
-            n_features=req.d, report=json_safe(report),
+            n_features=req.d, report=json_safe(report), temporary=req.temporary,
         )
         model.save()
         ckpt.clear()

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import numbers
 import os
+import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
 import numpy as np
 
-from .io import as_dask, open_input
+from .io import as_dask, input_path, open_input, split_member
 from .kernels import KERNEL_NAMES, Kernel, make_kernel
 from .linalg import default_block_size
 from .solvers import SOLVERS
@@ -27,7 +29,7 @@ from .storage import FitStore, is_url, relation
 
 __all__ = ["FitRequest", "make_request", "default_store_path", "GRAM_MODES", "check_n_components", "check_int",
            "check_real", "check_bool", "check_dtype", "check_random_state", "as_generator", "check_choice",
-           "check_kernel_pca_params", "check_out_of_core_params"]
+           "check_kernel_pca_params", "check_out_of_core_params", "TemporaryStore"]
 
 GRAM_MODES = ("auto", "store", "recompute")
 
@@ -177,16 +179,61 @@ def check_n_components(n_components: Any, n_samples: int) -> int:
     return int(n_components)
 
 
-def default_store_path(source: Any) -> str:
-    """``data.zarr`` -> ``data.dkpca.zarr``; in-memory input -> a new temp dir."""
-    if isinstance(source, (str, os.PathLike)) and not is_url(os.fspath(source)):
-        base = os.fspath(source).rstrip("/")
-        if base.endswith(".zarr"):
-            base = base[: -len(".zarr")]
-        return base + ".dkpca.zarr"
-    if isinstance(source, str):
-        raise ValueError(f"input {source!r} is a URL; pass store=... (a path or URL to write the model to).")
-    return os.path.join(tempfile.mkdtemp(prefix="dkpca-"), "store.dkpca.zarr")
+def default_store_path(source: Any) -> str | None:
+    """The store beside a path input; None for in-memory input (a fit makes a :class:`TemporaryStore`).
+
+    ``data.zarr`` -> ``data.dkpca.zarr``; other files keep their name:
+    ``x.npy`` -> ``x.npy.dkpca.zarr``, ``f.h5:/g/X`` -> ``f.h5.g.X.dkpca.zarr``.
+
+    Raises
+    ------
+    ValueError
+        A URL input: dkpca writes nothing beside it unasked.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    path, member = split_member(os.fspath(source))
+    if is_url(path):
+        raise ValueError(f"input {os.fspath(source)!r} is a URL; pass store=... (a path or URL to write the model to).")
+    base = path.rstrip("/")
+    if base.endswith(".zarr"):
+        base = base[: -len(".zarr")]
+    if member:
+        base += "." + member.strip("/").replace("/", ".")
+    return base + ".dkpca.zarr"
+
+
+class TemporaryStore:
+    """A store in a new temporary directory, for in-memory input fitted without ``store=``.
+
+    The directory lives exactly as long as this object: it is removed by
+    :meth:`remove`, when the object is garbage-collected, or at interpreter
+    exit (``weakref.finalize`` does the last two), whichever comes first.
+    The model fitted into it holds it, and so do the lazy results of that
+    model's ``transform``, so the store outlives neither nor is removed under them.
+    """
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="dkpca-")
+        self.store = FitStore.at(os.path.join(self.directory, "store.dkpca.zarr"))
+        self._remove = weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
+
+    def remove(self) -> None:
+        """Remove the directory now (at most once)."""
+        self._remove()
+
+    @property
+    def removed(self) -> bool:
+        return not self._remove.alive
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # In a dask graph sent to distributed workers it travels as its path:
+        # a worker's copy must never own (and so remove) the directory; the
+        # client's object keeps it alive.  Models refuse to be pickled with one.
+        return str, (self.directory,)
+
+    def __dask_tokenize__(self) -> str:
+        return self.directory
 
 
 @dataclass
@@ -214,6 +261,8 @@ class FitRequest:
         None when planning for in-memory input without ``store=`` (``fit``
         would make a temporary directory; a plan creates nothing).
     overwrite, progress : bool
+    temporary : TemporaryStore or None
+        The owner of ``store`` when it is a temporary directory dkpca made.
     """
 
     X: da.Array
@@ -229,6 +278,7 @@ class FitRequest:
     store: FitStore | None
     overwrite: bool = False
     progress: bool = False
+    temporary: TemporaryStore | None = None
 
     @property
     def n(self) -> int:
@@ -271,15 +321,20 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
     k = check_n_components(n_components, n)
     block = min(chunk or default_block_size(n), n)
     X = X.rechunk((block, d))
+    temporary = None
+    path = input_path(source)
     if store is not None:
         fit_store = FitStore.at(store)
-        if isinstance(source, (str, os.PathLike)) and relation(fit_store.path, source) in ("same", "inside"):
+        if path is not None and relation(fit_store.path, path) in ("same", "inside"):
             raise ValueError(f"store {os.fspath(store)!r} is or lies inside the input {os.fspath(source)!r}; "
                              "dkpca writes nothing into its input. Choose another store.")
-    elif isinstance(source, (str, os.PathLike)) or create_store:
+    elif path is not None:
         fit_store = FitStore.at(default_store_path(source))
+    elif create_store:
+        temporary = TemporaryStore()
+        fit_store = temporary.store
     else:
         fit_store = None
     return FitRequest(X=X, kernel=kern.resolve(d), n_components=k, solver=solver, gram=gram, dtype=dt,
                       block=block, tol=tol_f, max_passes=passes or 60, random_state=seed, store=fit_store,
-                      overwrite=overwrite, progress=progress)
+                      overwrite=overwrite, progress=progress, temporary=temporary)

@@ -31,7 +31,7 @@ from dkpca import KernelPCA
 from dkpca.kernels import RBF, Linear
 from dkpca.solvers import get_solver
 
-from .conftest import centered, reference_eigh
+from .conftest import centered, reference_eigh, write_data
 
 
 @pytest.fixture(scope="module")
@@ -245,16 +245,18 @@ def test_bad_params(gen, params, match):
         KernelPCA(**params).fit(gen)
 
 
-def test_bad_input(gen):
+def test_bad_input(tmp_path, gen):
     with pytest.raises(ValueError, match="square"):
         KernelPCA(kernel="precomputed").fit(gen)
     est = KernelPCA(2).fit(gen)
     with pytest.raises(ValueError, match="features"):
         est.transform(gen[:, :3])
+    with pytest.raises(ValueError, match="features"):
+        est.transform(da.from_array(gen[:, :3]))
     with pytest.raises(ValueError, match="NaN|infinity"):
         KernelPCA(2).fit(np.where(gen > 2, np.nan, gen))
     with pytest.raises(ValueError, match="fitted in memory"):
-        est.transform(da.from_array(gen))
+        est.transform(write_data(tmp_path / "x.zarr", gen))
 
 
 def test_lanczos_available_or_clear_error(gen):
@@ -322,6 +324,35 @@ def test_out_of_core_randomized(tmp_path, gen):
     assert ooc.eigen_solver_ == "randomized"
     np.testing.assert_allclose(ooc.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
     _assert_same_projection(ref.transform(gen[:20]), ooc.transform(gen[:20]), 1e-6)
+
+
+#: irregular row chunks and split columns, as a user's dask array may have
+DASK_CHUNKS = ((70, 80, 100), (2, 3))
+
+
+def test_dask_in_dask_out_out_of_core(tmp_path, gen):
+    """fit_transform and transform of dask arrays return dask arrays with their row chunks; same values as numpy."""
+    mem = KernelPCA(3, kernel="rbf", gamma=0.2)
+    ooc = KernelPCA(3, kernel="rbf", gamma=0.2, dtype="float64", store=str(tmp_path / "s.dkpca.zarr"))
+    Z = ooc.fit_transform(da.from_array(gen, chunks=DASK_CHUNKS))
+    assert isinstance(Z, da.Array) and Z.chunks == (DASK_CHUNKS[0], (3,))
+    np.testing.assert_allclose(Z.compute(), mem.fit_transform(gen), atol=1e-10)
+    new = da.from_array(gen[:50] + 0.1, chunks=((7, 13, 30), (5,)))
+    T = ooc.transform(new)
+    assert isinstance(T, da.Array) and T.chunks == ((7, 13, 30), (3,))
+    np.testing.assert_allclose(T.compute(), mem.transform(gen[:50] + 0.1), atol=1e-10)
+    assert isinstance(ooc.transform(gen[:50] + 0.1), np.ndarray)  # numpy in, numpy out
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_dask_transform_of_in_memory_fit_is_lazy_and_keeps_chunks(gen, dtype):
+    X = gen.astype(dtype)
+    est = KernelPCA(3, kernel="rbf", gamma=0.2).fit(X)
+    T = est.transform(da.from_array(X, chunks=DASK_CHUNKS))
+    assert isinstance(T, da.Array) and T.chunks == (DASK_CHUNKS[0], (3,)) and T.dtype == dtype
+    est.fit(X[:100] * 2)  # a refit does not change a lazy result made before it
+    np.testing.assert_allclose(T.compute(), KernelPCA(3, kernel="rbf", gamma=0.2).fit(X).transform(X),
+                               rtol=0, atol=1e-12 if dtype == np.float64 else 1e-5)
 
 
 @pytest.mark.parametrize("params, match", [

@@ -1,10 +1,10 @@
-"""Open and validate inputs: Zarr paths/URLs, zarr arrays, numpy, dask, xarray.
+"""Open and validate inputs: paths of every readable format, zarr arrays, numpy, dask, xarray.
 
 Everything downstream sees a 2-D floating dask array whose row chunks are the
 Gram block size.  Validation that needs to look at the values (finiteness) and
 the fingerprint of X (a checksum that identifies the data a Gram store was
 built from) are computed together in one blockwise pass, so X is read once and
-never held in memory as a whole.
+never held in memory as a whole -- whatever the format (:mod:`.formats`).
 """
 
 from __future__ import annotations
@@ -17,35 +17,12 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
-import zarr
 
-from .execution import compute
-from .linalg import default_block_size
-from .storage import absolute
+from ..execution import compute
+from ..linalg import default_block_size
+from .formats import open_path
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint"]
-
-
-def _open_zarr_path(path: str) -> Any:
-    is_url = "://" in path
-    if not is_url and not os.path.exists(path):
-        raise FileNotFoundError(f"input {path!r} does not exist; pass a Zarr store path or URL, or an array.")
-    try:
-        # absolute: tasks reading it may run in another working directory
-        node = zarr.open(absolute(path), mode="r")
-    except Exception as exc:  # zarr raises several types for "not a store"
-        raise FileNotFoundError(f"input {path!r} is not a readable Zarr array or group ({exc}).") from exc
-    if isinstance(node, zarr.Group):
-        arrays = [name for name, _ in node.arrays()]
-        if "X" in arrays:
-            return node["X"]
-        if len(arrays) == 1:
-            return node[arrays[0]]
-        raise ValueError(
-            f"Zarr group {path!r} holds arrays {sorted(arrays)}; name the data array 'X' "
-            f"or pass its path, e.g. '{path}/{sorted(arrays)[0] if arrays else 'X'}'."
-        )
-    return node
 
 
 def open_input(source: Any) -> Any:
@@ -54,24 +31,28 @@ def open_input(source: Any) -> Any:
     Parameters
     ----------
     source : str, os.PathLike, zarr.Array, numpy.ndarray, dask.array.Array or xarray.DataArray
-        Strings are Zarr paths or fsspec URLs; a group must hold an array ``X``
-        or exactly one array.
+        Strings are paths or fsspec URLs in any format of :mod:`dkpca.io.formats`
+        (Zarr, ``.npy``, ``file.h5:/dataset``, ``file.nc:variable``, Parquet,
+        CSV); a Zarr group must hold an array ``X`` or exactly one array.
     """
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     if isinstance(source, str):
-        return _open_zarr_path(source)
+        return open_path(source)
     if hasattr(source, "dims") and hasattr(source, "data") and not isinstance(source, np.ndarray):
         return source.data  # xarray.DataArray: its backing numpy or dask array
     return source
 
 
-def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, purpose: str = "kernel PCA") -> da.Array:
+def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, purpose: str = "kernel PCA",
+            keep_row_chunks: bool = False) -> da.Array:
     """Validate shape and dtype and wrap ``source`` as a dask array.
 
     Row chunks are set to ``block_rows`` (the Gram block edge) and columns to a
-    single chunk.  Integer and boolean data are converted to float64; other
-    dtypes keep their precision (float32 stays float32).
+    single chunk.  ``keep_row_chunks=True`` keeps a dask array's own row chunks
+    (results of ``transform`` then have the user's chunks).  Integer and
+    boolean data are converted to float64; other dtypes keep their precision
+    (float32 stays float32).
 
     Raises
     ------
@@ -103,7 +84,7 @@ def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, pu
     target = dtype if dtype.kind == "f" and dtype.itemsize >= 4 else np.dtype(np.float64)
     rows = block_rows or default_block_size(n)
     if isinstance(arr, da.Array):
-        X = arr.rechunk((rows, d))
+        X = arr.rechunk({1: -1} if keep_row_chunks else (rows, d))
     else:
         X = da.from_array(arr, chunks=(rows, d), asarray=True, name=False if isinstance(arr, np.ndarray) else None)
     if X.dtype != target:

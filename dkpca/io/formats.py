@@ -1,0 +1,301 @@
+"""Input files: which format a path is, and a lazy, row-sliceable array for each.
+
+dkpca reads
+
+* **Zarr** arrays and groups (a directory, or an fsspec URL);
+* **NumPy** ``.npy`` files, memory-mapped;
+* **HDF5** datasets, ``file.h5:/group/dataset`` (h5py, the ``h5`` extra);
+* **netCDF** and other files xarray reads, ``file.nc:variable`` (the ``netcdf`` extra);
+* **Parquet** and **CSV** of numeric columns, through dask.dataframe (the ``tables`` extra).
+
+None of them is loaded whole: every reader returns either a dask array or a
+small picklable object with ``shape``, ``dtype`` and ``__getitem__`` that
+opens the file and reads only the rows asked for, so dask tasks (also on
+another machine's workers) read one row block each.  Paths are made
+absolute when opened, for workers in another working directory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+import zarr
+
+from ..linalg import default_block_size
+from ..storage import absolute, is_url
+
+__all__ = ["READABLE", "open_path", "split_member", "input_path"]
+
+#: what dkpca reads, for messages about inputs it cannot read
+READABLE = ("Zarr (a directory or URL), NumPy .npy, HDF5 'file.h5:/dataset', netCDF and other xarray-readable "
+            "files 'file.nc:variable', Parquet, and CSV of numeric columns")
+
+H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
+NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+#: first bytes of the file formats recognised without a telling suffix
+MAGIC = {b"\x93NUMPY": "npy", b"\x89HDF\r\n\x1a\n": "h5", b"CDF\x01": "netcdf", b"CDF\x02": "netcdf",
+         b"PAR1": "parquet"}
+
+
+def _require(module: str, extra: str, what: str) -> Any:
+    """Import an optional reader, or say which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"reading {what} needs {module.split('.')[0]}, which is not installed: "
+                          f"pip install 'dkpca[{extra}]' (or 'dkpca[formats]' for every format).") from exc
+
+
+def split_member(source: str) -> tuple[str, str | None]:
+    """``'file.h5:/group/x'`` -> ``('file.h5', '/group/x')``; other paths and URLs -> ``(source, None)``.
+
+    The split is at the last colon whose left part is an existing file, so
+    paths that contain colons themselves still work.
+    """
+    if is_url(source) or os.path.exists(source) or ":" not in source:
+        return source, None
+    path, member = source.rsplit(":", 1)
+    if member and os.path.isfile(path):
+        return path, member
+    return source, None
+
+
+def input_path(source: Any) -> str | None:
+    """The file, directory or URL a path input reads (without ``:member``); None for in-memory input."""
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    return split_member(os.fspath(source))[0]
+
+
+def _suffix(path: str) -> str:
+    return os.path.splitext(path.rstrip("/"))[1].lower()
+
+
+def _sniff(path: str) -> str | None:
+    with open(path, "rb") as f:
+        head = f.read(8)
+    return next((kind for magic, kind in MAGIC.items() if head.startswith(magic)), None)
+
+
+def _kind(path: str, member: str | None, source: str) -> str:
+    """The format of a path: by suffix, else by its first bytes."""
+    suffix = _suffix(path)
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    if suffix == ".csv":
+        return "csv"
+    if is_url(path):
+        if suffix in (".npy", *H5_SUFFIXES, *NETCDF_SUFFIXES):
+            raise ValueError(f"input {source!r}: {suffix} files are read from local paths only; copy it to a local "
+                             "file, or convert it to Zarr.")
+        return "zarr"
+    if os.path.isdir(path):
+        return "zarr"
+    if suffix == ".npy":
+        return "npy"
+    if suffix in H5_SUFFIXES:
+        return "h5"
+    if suffix in NETCDF_SUFFIXES:
+        return "netcdf"
+    kind = _sniff(path)
+    if kind is None and member is not None:
+        return "netcdf"  # file:variable of any other format: xarray's backends decide
+    if kind is None:
+        raise ValueError(f"input {source!r} is not in a format dkpca reads; dkpca reads {READABLE}.")
+    return kind
+
+
+def open_path(source: str) -> Any:
+    """A lazy array for a path or URL (see the module docstring); nothing but metadata is read.
+
+    Raises
+    ------
+    FileNotFoundError
+        The path does not exist.
+    ValueError
+        Not a format dkpca reads, a member that is not there (the message
+        lists those that are), or non-numeric columns (named).
+    ImportError
+        The optional library for the format is missing (the message names the extra).
+    """
+    path, member = split_member(source)
+    if not is_url(path) and not os.path.exists(path):
+        raise FileNotFoundError(f"input {source!r} does not exist; dkpca reads {READABLE}.")
+    path = absolute(path)  # tasks reading it may run in another working directory
+    kind = _kind(path, member, source)
+    if member is not None and kind not in ("h5", "netcdf"):
+        raise ValueError(f"input {source!r}: only HDF5 and xarray-readable files take a ':member' name.")
+    return READERS[kind](path, member, source)
+
+
+# -- one reader per format --------------------------------------------------------------
+def _open_zarr(path: str, member: str | None, source: str) -> Any:
+    try:
+        node = zarr.open(path, mode="r")
+    except Exception:  # zarr's own message names its internals (store paths, classes): not for the user
+        reach = " (for a URL: check that it is reachable and the credentials)" if is_url(path) else ""
+        raise ValueError(f"input {source!r} is neither a Zarr array or group nor another format dkpca reads{reach}; "
+                         f"dkpca reads {READABLE}.") from None
+    if isinstance(node, zarr.Group):
+        arrays = sorted(name for name, _ in node.arrays())
+        if "X" in arrays:
+            return node["X"]
+        if len(arrays) == 1:
+            return node[arrays[0]]
+        raise ValueError(
+            f"Zarr group {source!r} holds arrays {arrays}; name the data array 'X' "
+            f"or pass its path, e.g. '{source}/{arrays[0] if arrays else 'X'}'."
+        )
+    return node
+
+
+def _pick(source: str, names: list[str], kind: str, example: str) -> str:
+    """The member to read when none is named: ``X``, or the only 2-D one."""
+    if "X" in names or "/X" in names:
+        return "X"
+    if len(names) == 1:
+        return names[0]
+    raise ValueError(f"{kind} file {source!r} holds {len(names)} 2-D {example}s {sorted(names)}; name one, e.g. "
+                     f"'{source}:{sorted(names)[0] if names else 'X'}'.")
+
+
+@dataclass(frozen=True)
+class NpyFile:
+    """A ``.npy`` file read by rows through a memory map (never loaded whole; no pickle: ``allow_pickle=False``)."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    stamp: tuple[int, int]  # (mtime_ns, size): part of dask's token, so a rewritten file is new data
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return np.array(np.load(self.path, mmap_mode="r")[key])
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size
+
+
+def _open_npy(path: str, member: str | None, source: str) -> NpyFile:
+    try:
+        m = np.load(path, mmap_mode="r")
+    except ValueError as exc:  # object arrays cannot be mapped (and would need pickle)
+        raise ValueError(f"input {source!r} cannot be memory-mapped ({exc}); save numeric data with np.save.") \
+            from None
+    if not isinstance(m, np.ndarray):
+        raise ValueError(f"input {source!r} is not a single .npy array.")
+    return NpyFile(path, tuple(m.shape), m.dtype, _stamp(path))
+
+
+@dataclass(frozen=True)
+class H5Dataset:
+    """An HDF5 dataset read by rows: each read opens the file (h5py objects do not travel to workers)."""
+
+    path: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    stamp: tuple[int, int]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        h5py = _require("h5py", "h5", "HDF5 files")
+        with h5py.File(self.path, "r") as f:
+            return f[self.name][key]
+
+
+def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
+    h5py = _require("h5py", "h5", "HDF5 files")
+    try:
+        f = h5py.File(path, "r")
+    except OSError:
+        raise ValueError(f"input {source!r} is not a readable HDF5 file; dkpca reads {READABLE}.") from None
+    with f:
+        if member is None:
+            found: list[str] = []
+            f.visititems(lambda name, obj: found.append("/" + name)
+                         if isinstance(obj, h5py.Dataset) and obj.ndim == 2 else None)
+            member = _pick(source, found, "HDF5", "dataset")
+        node = f.get(member)
+        if not isinstance(node, h5py.Dataset):
+            names: list[str] = []
+            f.visititems(lambda name, obj: names.append("/" + name) if isinstance(obj, h5py.Dataset) else None)
+            raise ValueError(f"input {source!r}: the HDF5 file has no dataset {member!r}; its datasets are "
+                             f"{sorted(names)}.")
+        return H5Dataset(path, node.name, tuple(node.shape), node.dtype, _stamp(path))
+
+
+def _open_xarray(path: str, member: str | None, source: str) -> Any:
+    xr = _require("xarray", "netcdf", "netCDF and other xarray-readable files")
+    try:
+        ds = xr.open_dataset(path, cache=False)  # lazy: nothing is read until a block is computed
+    except Exception as exc:  # xarray's message names the backends it tried: what to install
+        raise ValueError(f"input {source!r} cannot be read by xarray ({exc}); dkpca reads {READABLE}.") from None
+    if member is None:
+        member = _pick(source, [str(v) for v in ds.data_vars if ds[v].ndim == 2], "netCDF", "variable")
+    if member not in ds.variables:
+        raise ValueError(f"input {source!r}: the file has no variable {member!r}; its variables are "
+                         f"{sorted(str(v) for v in ds.variables)}.")
+    var = ds[member]
+    if var.ndim != 2:
+        return var.data  # as_dask names the shape it needs
+    # xarray reads each dask chunk by itself: row blocks of the Gram block's edge
+    return var.chunk({var.dims[0]: default_block_size(var.shape[0]), var.dims[1]: -1}).data
+
+
+def _has_header(path: str) -> bool:
+    """Whether a CSV's first line names its columns (a line of numbers is data)."""
+    with fsspec.open(path, "rt") as f:
+        first = f.readline().strip()
+    try:
+        [float(field) for field in first.split(",")]
+    except ValueError:
+        return True
+    return False
+
+
+def _open_table(path: str, member: str | None, source: str) -> Any:
+    kind = "CSV" if _suffix(path) == ".csv" else "Parquet"
+    dd = _require("dask.dataframe", "tables", f"{kind} files")
+    pd = _require("pandas", "tables", f"{kind} files")
+    try:
+        if kind == "CSV":
+            header = 0 if _has_header(path) else None
+            df = dd.read_csv(path, header=header)
+        else:
+            df = dd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"input {source!r} is not a readable {kind} file ({exc}).") from None
+    dtypes = df.dtypes.to_dict()
+    numeric = pd.api.types.is_numeric_dtype  # bools included
+    bad = [str(c) for c, t in dtypes.items() if not numeric(t)]
+    if bad:
+        raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. "
+                         "Drop or encode them first.")
+    if kind == "CSV":
+        # dtypes were inferred from the first rows; a later float in an int column must not fail the read
+        numbers = {c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)}
+        df = dd.read_csv(path, header=header, dtype=numbers)
+    plain = all(isinstance(t, np.dtype) for t in df.dtypes)
+    common = np.result_type(*df.dtypes) if plain else np.dtype(np.float64)  # nullable types: NA -> NaN
+    # lengths=True counts the rows of each partition (one read): the row chunks must be known
+    return df.astype(common).to_dask_array(lengths=True)
+
+
+READERS = {"zarr": _open_zarr, "npy": _open_npy, "h5": _open_h5, "netcdf": _open_xarray, "parquet": _open_table,
+           "csv": _open_table}

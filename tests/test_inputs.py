@@ -1,0 +1,216 @@
+"""Input formats: every file format dkpca reads gives the fit of the same data as a numpy array.
+
+Reference: ``dkpca.fit`` of the numpy array itself (float64 Gram matrix, the
+dense solver).  A reader changes nothing but where the values come from, so
+eigenvalues agree to 1e-10 relative (in practice exactly: the same float64
+values reach the same deterministic computation) and projections to 1e-10
+absolute.  CSV is written with 17 significant digits, which round-trips
+float64 exactly.
+"""
+
+import pickle
+import subprocess
+import sys
+
+import dask.array as da
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import dkpca
+from dkpca.io import READABLE, as_dask
+
+from .conftest import dkpca_cmd, make_data, write_data
+
+N, D, K, GAMMA = 240, 4, 3, 0.2
+
+
+def _npy(path, X):
+    np.save(path / "x.npy", X)
+    return str(path / "x.npy")
+
+
+def _h5(path, X):
+    with h5py.File(path / "x.h5", "w") as f:
+        f.create_dataset("group/X", data=X, chunks=(64, X.shape[1]))
+        f.create_dataset("other", data=np.ones(3))  # 1-D: not a candidate
+    return str(path / "x.h5") + ":/group/X"
+
+
+def _netcdf4(path, X):
+    xr.Dataset({"features": (("sample", "feature"), X)}).to_netcdf(path / "x.nc", engine="h5netcdf")
+    return str(path / "x.nc") + ":features"
+
+
+def _netcdf3(path, X):
+    # netCDF classic (scipy's backend): another of xarray's readers, chosen by the file's content
+    xr.Dataset({"features": (("sample", "feature"), X)}).to_netcdf(path / "x3.nc", engine="scipy")
+    return str(path / "x3.nc") + ":features"
+
+
+def _parquet(path, X):
+    pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).to_parquet(path / "x.parquet")
+    return str(path / "x.parquet")
+
+
+def _csv(path, X):
+    pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).to_csv(path / "x.csv", index=False,
+                                                                         float_format="%.17g")
+    return str(path / "x.csv")
+
+
+def _csv_no_header(path, X):
+    np.savetxt(path / "x.csv", X, delimiter=",", fmt="%.17g")
+    return str(path / "x.csv")
+
+
+def _zarr(path, X):
+    return write_data(path / "x.zarr", X)
+
+
+WRITERS = {"npy": _npy, "hdf5": _h5, "netcdf4": _netcdf4, "netcdf3": _netcdf3, "parquet": _parquet, "csv": _csv,
+           "csv-no-header": _csv_no_header, "zarr": _zarr}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_data(N, seed=3, d=D)
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    return dkpca.fit(data, n_components=K, gamma=GAMMA, dtype="float64",
+                     store=tmp_path_factory.mktemp("ref") / "ref.dkpca.zarr")
+
+
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_format_fits_like_numpy(tmp_path, data, reference, fmt):
+    source = WRITERS[fmt](tmp_path, data)
+    model = dkpca.fit(source, n_components=K, gamma=GAMMA, dtype="float64", store=tmp_path / "s.dkpca.zarr")
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+    Z = model.transform(source)
+    assert isinstance(Z, np.ndarray)  # a path in, numpy out
+    np.testing.assert_allclose(Z, reference.transform(data), atol=1e-10)
+
+
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_format_is_read_blockwise(tmp_path, fmt):
+    """The graph holds readers, not data: its pickle is far smaller than the array, and rows come in blocks."""
+    X = make_data(20000, seed=1, d=D)
+    Xd = as_dask(WRITERS[fmt](tmp_path, X), block_rows=5000)
+    assert Xd.chunks[0] == (5000,) * 4
+    graph = pickle.dumps(dict(Xd.__dask_graph__()))
+    assert len(graph) < X.nbytes / 20, f"{len(graph)} graph bytes for {X.nbytes} data bytes"
+    np.testing.assert_array_equal(Xd[5000:10000].compute(), X[5000:10000])
+
+
+@pytest.mark.parametrize("fmt", ["npy", "hdf5", "netcdf4", "parquet", "csv"])
+def test_changed_file_is_refused_by_the_store(tmp_path, data, fmt):
+    source = WRITERS[fmt](tmp_path, data)
+    store = tmp_path / "s.dkpca.zarr"
+    dkpca.fit(source, n_components=K, gamma=GAMMA, store=store)
+    changed = data.copy()
+    changed[17, 2] += 1.0
+    assert WRITERS[fmt](tmp_path, changed) == source
+    with pytest.raises(ValueError, match="fitted on different data"):
+        dkpca.fit(source, n_components=K, gamma=GAMMA, store=store)
+
+
+def test_default_store_lies_beside_the_file_and_names_the_member(tmp_path, data):
+    source = _h5(tmp_path, data)
+    model = dkpca.fit(source, n_components=K, gamma=GAMMA)
+    assert model.store == str(tmp_path / "x.h5.group.X.dkpca.zarr")
+    assert model.temporary is None
+
+
+def test_plan_reads_a_file_input(tmp_path, data):
+    p = dkpca.plan(_csv(tmp_path, data), n_components=K, measure=False)
+    assert (p.n_samples, p.n_features) == (N, D) and p.store == str(tmp_path / "x.csv.dkpca.zarr")
+
+
+def test_member_is_found_when_it_is_the_only_2d_one(tmp_path, data, reference):
+    path = _h5(tmp_path, data).split(":")[0]
+    model = dkpca.fit(path, n_components=K, gamma=GAMMA, dtype="float64", store=tmp_path / "s.dkpca.zarr")
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+
+
+# -- refusals -------------------------------------------------------------------------------------
+
+
+def _unknown_file(path):
+    (path / "notes.txt").write_text("not data")
+    return str(path / "notes.txt")
+
+
+def _empty_directory(path):
+    (path / "empty").mkdir()
+    return str(path / "empty")
+
+
+@pytest.mark.parametrize("make", [_unknown_file, _empty_directory])
+def test_unreadable_input_names_the_formats(tmp_path, make):
+    with pytest.raises(ValueError) as err:
+        dkpca.fit(make(tmp_path), store=tmp_path / "s.dkpca.zarr")
+    assert READABLE in str(err.value)
+    assert "StorePath" not in str(err.value) and err.value.__cause__ is None
+
+
+def test_cli_unreadable_input_is_one_line(tmp_path):
+    source = _empty_directory(tmp_path)
+    proc = subprocess.run(dkpca_cmd("fit", source, "--store", str(tmp_path / "s.dkpca.zarr")), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("dkpca: error: ") and READABLE in line and "StorePath" not in line
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_non_numeric_columns_are_refused_by_name(tmp_path, suffix):
+    df = pd.DataFrame({"a": [1.0, 2.0, 3.0], "label": ["x", "y", "z"], "b": [0.5, 0.1, 0.2]})
+    source = tmp_path / f"t{suffix}"
+    if suffix == ".csv":
+        df.to_csv(source, index=False)
+    else:
+        df.to_parquet(source)
+    with pytest.raises(ValueError, match=r"column\(s\) \['label'\] are not numeric"):
+        dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
+def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):
+    with h5py.File(tmp_path / "two.h5", "w") as f:
+        f["a"], f["b"] = data, data
+    with pytest.raises(ValueError, match=r"holds 2 2-D datasets \['/a', '/b'\]; name one"):
+        dkpca.fit(str(tmp_path / "two.h5"), store=tmp_path / "s.dkpca.zarr")
+    with pytest.raises(ValueError, match=r"no dataset '/c'; its datasets are \['/a', '/b'\]"):
+        dkpca.fit(str(tmp_path / "two.h5") + ":/c", store=tmp_path / "s.dkpca.zarr")
+
+
+@pytest.mark.parametrize("module, writer, extra", [
+    ("h5py", _h5, "h5"), ("xarray", _netcdf4, "netcdf"), ("dask.dataframe", _parquet, "tables"),
+    ("dask.dataframe", _csv, "tables"),
+])
+def test_missing_reader_names_its_extra(tmp_path, data, monkeypatch, module, writer, extra):
+    source = writer(tmp_path, data)
+    monkeypatch.setitem(sys.modules, module, None)  # what an environment without it gives: ImportError
+    with pytest.raises(ImportError, match=rf"pip install 'dkpca\[{extra}\]'"):
+        dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["npy", "csv"])
+def test_cli_fit_and_transform_files(tmp_path, data, reference, fmt):
+    source = WRITERS[fmt](tmp_path, data)
+    args = ["-k", str(K), "--gamma", str(GAMMA), "--dtype", "float64", "--no-progress", "--quiet"]
+    proc = subprocess.run(dkpca_cmd("fit", source, *args), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    store = source + ".dkpca.zarr"
+    np.testing.assert_allclose(dkpca.load(store).eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+    out = str(tmp_path / "z.zarr")
+    proc = subprocess.run(dkpca_cmd("transform", store, source, out, "--quiet"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(da.from_zarr(out).compute(), reference.transform(data), atol=1e-10)
