@@ -18,6 +18,18 @@ written by dkpca and is refused.  Local paths are made absolute when a
 :class:`FitStore` is made, so tasks running in another working directory (a
 batch job's workers) read and write the same files.
 
+A store may also be an fsspec URL that zarr opens (``s3://bucket/s.dkpca.zarr``):
+workers that share no disk with the client then reach it over the network.
+Credentials and endpoint come from fsspec's own configuration (for s3fs:
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, or
+``~/.config/fsspec``), which Dask workers inherit or read themselves.  What
+is local-only is skipped for URLs: the free-space check (no such thing), the
+removal of a killed writer's temporary chunk files (objects are written in
+one request, so there are none), raw chunk files and O_DIRECT
+(:mod:`dkpca.storage.chunks` takes zarr's path).  The writer's lock is the
+same lease as on disk (:mod:`dkpca.storage.lock`), on the server's
+conditional write.
+
 Models: readers never see half a model
 --------------------------------------
 Deleting the old model before writing the new one let readers loading the
@@ -78,9 +90,10 @@ import zarr
 from ..execution import compute
 from ..version import __version__
 from .lock import LOCK_NAME, exclusive
+from .lockfiles import url_fs
 
 __all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member", "is_url", "absolute", "relation",
-           "free_bytes"]
+           "free_bytes", "exists"]
 
 FORMAT = "dkpca-store"
 FORMAT_VERSION = 2
@@ -102,6 +115,16 @@ def absolute(path: str | os.PathLike) -> str:
     """A local path made absolute (symlinks resolved); URLs unchanged."""
     p = os.fspath(path)
     return p if is_url(p) else os.path.realpath(os.path.abspath(p))
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Whether anything is at ``path`` (a local path, or an fsspec URL: an object or a key prefix)."""
+    p = os.fspath(path)
+    if not is_url(p):
+        return os.path.exists(p)
+    fs, where = url_fs(p)
+    fs.invalidate_cache(where)  # what other processes wrote since this instance last listed
+    return bool(fs.exists(where))
 
 
 def relation(a: str | os.PathLike, b: str | os.PathLike) -> str | None:
@@ -172,13 +195,29 @@ class FitStore:
         return is_url(self.path)
 
     # -- open / create -------------------------------------------------------
+    def _listing(self) -> list[str] | None:
+        """Names directly under the store (None if nothing is there): files and directories alike."""
+        if not self.is_url:
+            if not os.path.exists(self.path):
+                return None
+            return os.listdir(self.path) if os.path.isdir(self.path) else [""]
+        fs, where = url_fs(self.path)
+        # Another process (or zarr's own filesystem instance) may have written
+        # since this instance cached a listing: ask the server.
+        fs.invalidate_cache(where)
+        try:
+            entries = fs.ls(where, detail=True)
+        except FileNotFoundError:
+            return None
+        if not entries or (len(entries) == 1 and entries[0].get("type") == "file"
+                           and entries[0]["name"].rstrip("/") == where.rstrip("/")):
+            return None if not entries else [""]  # nothing there / a single object at that key
+        return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries]
+
     def is_new(self) -> bool:
-        """Absent, or a directory holding nothing but our lock (and its temporary file)."""
-        if self.is_url:
-            return False
-        if not os.path.exists(self.path):
-            return True
-        return os.path.isdir(self.path) and all(name.startswith(LOCK_NAME) for name in os.listdir(self.path))
+        """Absent, or a directory (key prefix) holding nothing but our lock (and its temporary files)."""
+        names = self._listing()
+        return names is None or all(name.startswith(LOCK_NAME) for name in names)
 
     def check_target(self) -> None:
         """Raise ``ValueError`` now, writing nothing, if the path exists and is not a dkpca store."""
@@ -210,7 +249,7 @@ class FitStore:
 
     def open(self, mode: str = "r") -> zarr.Group:
         """Open a store that dkpca wrote (``FileNotFoundError`` / ``ValueError`` otherwise)."""
-        if not self.is_url and not os.path.exists(self.path):
+        if self._listing() is None:
             raise FileNotFoundError(
                 f"store {self.path!r} does not exist; fit a model first (dkpca fit ... --store {self.path}).")
         try:
@@ -231,10 +270,7 @@ class FitStore:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's writer lock (object-store URLs are not locked: no atomic create there)."""
-        if self.is_url:
-            yield
-            return
+        """Hold the store's writer lock (:mod:`dkpca.storage.lock`; on an object store too)."""
         with exclusive(self.path):
             yield
 
@@ -294,7 +330,10 @@ class FitStore:
     def _members(self, root: zarr.Group) -> list[str]:
         """Names of the root's members, including directories of groups whose metadata a crash left unwritten."""
         if self.is_url:
-            return [name for name, _ in root.members()]
+            fs, where = url_fs(self.path)
+            fs.invalidate_cache(where)
+            return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(where, detail=True)
+                    if e.get("type") == "directory"]
         return [e.name for e in os.scandir(self.path) if e.is_dir()]
 
     @staticmethod

@@ -12,7 +12,7 @@ import os
 
 import zarr
 
-from .fitstore import absolute, is_url, relation
+from .fitstore import absolute, exists, relation
 
 __all__ = ["absolute", "relation", "check_output", "check_apart"]
 
@@ -42,7 +42,7 @@ def check_output(output: str | os.PathLike, others: dict[str, str | os.PathLike 
     """
     out = absolute(output)
     check_apart("output", out, others)
-    if is_url(out) or not os.path.exists(out):
+    if not exists(out):  # local or URL: an object store's output is refused the same way
         return out
     if not overwrite:
         raise FileExistsError(f"output {os.fspath(output)!r} already exists; choose another path, or pass "
