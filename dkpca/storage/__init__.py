@@ -9,7 +9,7 @@
 
 from .checkpoint import CheckpointState, SolverCheckpoint
 from .chunks import ChunkReader, ChunkWriter, chunk_file, use_direct_io, write_direct
-from .fitstore import FORMAT, FORMAT_VERSION, FitStore, free_bytes, is_url, json_safe, remove_member
+from .fitstore import FORMAT, FORMAT_VERSION, FitStore, json_safe, remove_member
 from .gramstore import (
     GramInfo,
     GramStore,
@@ -21,10 +21,10 @@ from .gramstore import (
     probe_array,
 )
 from .lock import LOCK_NAME, StoreLockedError
-from .paths import absolute, check_apart, check_output, relation
+from .paths import absolute, check_apart, check_output, exists, free_bytes, is_url, relation
 
 __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", "chunk_file", "use_direct_io",
            "write_direct", "FORMAT", "FORMAT_VERSION", "FitStore", "free_bytes", "is_url", "json_safe",
            "remove_member", "GramInfo", "GramStore", "GramWriters", "InsufficientDiskSpace", "check_disk_space",
            "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "absolute", "check_apart",
-           "check_output", "relation"]
+           "check_output", "relation", "exists"]

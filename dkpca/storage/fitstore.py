@@ -18,17 +18,15 @@ written by dkpca and is refused.  Local paths are made absolute when a
 :class:`FitStore` is made, so tasks running in another working directory (a
 batch job's workers) read and write the same files.
 
-A store may also be an fsspec URL that zarr opens (``s3://bucket/s.dkpca.zarr``):
-workers that share no disk with the client then reach it over the network.
-Credentials and endpoint come from fsspec's own configuration (for s3fs:
-``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, or
-``~/.config/fsspec``), which Dask workers inherit or read themselves.  What
-is local-only is skipped for URLs: the free-space check (no such thing), the
-removal of a killed writer's temporary chunk files (objects are written in
-one request, so there are none), raw chunk files and O_DIRECT
-(:mod:`dkpca.storage.chunks` takes zarr's path).  The writer's lock is the
-same lease as on disk (:mod:`dkpca.storage.lock`), on the server's
-conditional write.
+A store may also be an fsspec URL that zarr opens (``s3://bucket/s.dkpca.zarr``),
+which workers sharing no disk with the client reach over the network, with
+fsspec's own credentials and endpoint (s3fs: ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``~/.config/fsspec``).  The
+local-only steps are skipped for URLs: the free-space check, the removal of
+a killed writer's temporary chunk files (an object is written in one
+request: there are none), raw chunk files and O_DIRECT (zarr's path is
+taken).  The lock is the same lease as on disk, on the server's conditional
+write (:mod:`dkpca.storage.lock`).
 
 Models: readers never see half a model
 --------------------------------------
@@ -90,10 +88,9 @@ import zarr
 from ..execution import compute
 from ..version import __version__
 from .lock import LOCK_NAME, exclusive
-from .lockfiles import url_fs
+from .paths import free_bytes, is_url, relation, url_fs
 
-__all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member", "is_url", "absolute", "relation",
-           "free_bytes", "exists"]
+__all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member"]
 
 FORMAT = "dkpca-store"
 FORMAT_VERSION = 2
@@ -105,38 +102,6 @@ READ_ATTEMPTS = 20
 DATA = "data"
 MODEL = "model"
 SPARSE_MODEL = "sparse_model"
-
-
-def is_url(path: str) -> bool:
-    return "://" in str(path)
-
-
-def absolute(path: str | os.PathLike) -> str:
-    """A local path made absolute (symlinks resolved); URLs unchanged."""
-    p = os.fspath(path)
-    return p if is_url(p) else os.path.realpath(os.path.abspath(p))
-
-
-def exists(path: str | os.PathLike) -> bool:
-    """Whether anything is at ``path`` (a local path, or an fsspec URL: an object or a key prefix)."""
-    p = os.fspath(path)
-    if not is_url(p):
-        return os.path.exists(p)
-    fs, where = url_fs(p)
-    fs.invalidate_cache(where)  # what other processes wrote since this instance last listed
-    return bool(fs.exists(where))
-
-
-def relation(a: str | os.PathLike, b: str | os.PathLike) -> str | None:
-    """``"same"``, ``"inside"`` (a lies inside b), ``"contains"`` (b lies inside a) or None."""
-    pa, pb = absolute(a).rstrip("/"), absolute(b).rstrip("/")
-    if pa == pb:
-        return "same"
-    if pa.startswith(pb + "/"):
-        return "inside"
-    if pb.startswith(pa + "/"):
-        return "contains"
-    return None
 
 
 def json_safe(obj: Any) -> Any:
@@ -166,16 +131,6 @@ def remove_member(group: zarr.Group, name: str) -> None:
         shutil.rmtree(os.path.join(str(store_path), group.path, name), ignore_errors=True)
 
 
-def free_bytes(path: str) -> int | None:
-    """Free bytes on the filesystem that holds (or will hold) ``path``; None for URLs."""
-    if is_url(path):
-        return None
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    return shutil.disk_usage(probe).free
-
-
 @dataclass(frozen=True)
 class FitStore:
     """A dkpca store at ``path`` (absolute local path or URL); small, so tasks carry it."""
@@ -196,23 +151,19 @@ class FitStore:
 
     # -- open / create -------------------------------------------------------
     def _listing(self) -> list[str] | None:
-        """Names directly under the store (None if nothing is there): files and directories alike."""
+        """Names directly under the store, files and directories alike (None: nothing there)."""
         if not self.is_url:
             if not os.path.exists(self.path):
                 return None
             return os.listdir(self.path) if os.path.isdir(self.path) else [""]
         fs, where = url_fs(self.path)
-        # Another process (or zarr's own filesystem instance) may have written
-        # since this instance cached a listing: ask the server.
-        fs.invalidate_cache(where)
+        fs.invalidate_cache(where)  # zarr's own fs instance, or other processes, may have written since
         try:
-            entries = fs.ls(where, detail=True)
+            names = [e["name"].rstrip("/") for e in fs.ls(where, detail=True)]
         except FileNotFoundError:
             return None
-        if not entries or (len(entries) == 1 and entries[0].get("type") == "file"
-                           and entries[0]["name"].rstrip("/") == where.rstrip("/")):
-            return None if not entries else [""]  # nothing there / a single object at that key
-        return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries]
+        # an object at the store's key itself (not a prefix) lists as itself: a foreign file
+        return [name.rsplit("/", 1)[-1] if name != where.rstrip("/") else "" for name in names] or None
 
     def is_new(self) -> bool:
         """Absent, or a directory (key prefix) holding nothing but our lock (and its temporary files)."""

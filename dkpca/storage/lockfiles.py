@@ -31,32 +31,17 @@ import time
 import uuid
 from typing import Any
 
-import fsspec
+from .paths import S3_PROTOCOLS, url_fs
 
-__all__ = ["Seen", "LockFiles", "LocalFiles", "ObjectFiles", "lock_files", "url_fs", "ATOMIC_CREATE",
+__all__ = ["Seen", "LockFiles", "LocalFiles", "ObjectFiles", "lock_files", "ATOMIC_CREATE",
            "UnlockableStoreError"]
 
 #: fsspec protocols whose ``pipe_file(mode="create")`` is a conditional write decided by the server
-ATOMIC_CREATE = ("s3", "s3a")
+ATOMIC_CREATE = S3_PROTOCOLS
 
 
 class UnlockableStoreError(ValueError):
     """The store's location offers no race-free create-if-absent, so concurrent fits cannot be refused."""
-
-
-def url_fs(url: str) -> tuple[Any, str]:
-    """``(fsspec filesystem, path within it)`` for ``url``; credentials and endpoint from fsspec's own config.
-
-    Raises
-    ------
-    ImportError
-        The URL's fsspec back end is not installed (for ``s3://``: ``pip install 'dkpca[s3]'``).
-    """
-    try:
-        return fsspec.core.url_to_fs(url)
-    except ImportError as exc:
-        extra = " (pip install 'dkpca[s3]')" if url.split("://", 1)[0] in ATOMIC_CREATE else ""
-        raise ImportError(f"{url!r} needs an fsspec back end that is not installed: {exc}{extra}") from exc
 
 
 @dataclasses.dataclass(frozen=True)
