@@ -84,6 +84,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import zarr
+from zarr.core.sync import sync
 
 from ..execution import compute
 from ..version import __version__
@@ -122,13 +123,16 @@ def json_safe(obj: Any) -> Any:
 
 
 def remove_member(group: zarr.Group, name: str) -> None:
-    """Delete a subgroup or array of ``group``."""
+    """Delete a subgroup or array of ``group``, also one whose metadata a killed writer left unwritten."""
     with contextlib.suppress(KeyError):
         del group[name]
-    # LocalStore deletes keys but may leave empty directories behind.
+    # LocalStore deletes keys but may leave empty directories behind; and a
+    # member without metadata is no node to zarr: its keys go as a prefix.
     store_path = getattr(group.store, "root", None)
     if store_path is not None:
         shutil.rmtree(os.path.join(str(store_path), group.path, name), ignore_errors=True)
+    else:
+        sync(group.store.delete_dir(f"{group.path}/{name}" if group.path else name))
 
 
 @dataclass(frozen=True)
@@ -278,14 +282,9 @@ class FitStore:
         return da.from_zarr(self.training_array())
 
     # -- models (see "Models" in the module docstring) -----------------------
-    def _members(self, root: zarr.Group) -> list[str]:
-        """Names of the root's members, including directories of groups whose metadata a crash left unwritten."""
-        if self.is_url:
-            fs, where = url_fs(self.path)
-            fs.invalidate_cache(where)
-            return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(where, detail=True)
-                    if e.get("type") == "directory"]
-        return [e.name for e in os.scandir(self.path) if e.is_dir()]
+    def _members(self) -> list[str]:
+        """Names under the root: members, groups whose metadata a crash left unwritten, files (never a model's)."""
+        return self._listing() or []
 
     @staticmethod
     def _current(root: zarr.Group, kind: str) -> tuple[tuple[Any, Any], str | None]:
@@ -307,14 +306,14 @@ class FitStore:
         attrs = root.attrs.asdict()
         if kind not in attrs or attrs.get(kind) != name or attrs.get("format_version") != FORMAT_VERSION:
             root.update_attributes({kind: name, "format_version": FORMAT_VERSION})  # one write, not one per key
-        for member in self._members(root):
+        for member in self._members():
             if member != name and (member == kind or member.startswith(f"{kind}.")):
                 remove_member(root, member)
 
     def _withdraw(self, kind: str) -> None:
         root = self.open_for_write()
         if root.attrs.get(kind) is not None or root.attrs.get("format_version") != FORMAT_VERSION or any(
-                m == kind or m.startswith(f"{kind}.") for m in self._members(root)):
+                m == kind or m.startswith(f"{kind}.") for m in self._members()):
             self._switch(kind, None)
 
     def _write_group(self, kind: str, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]],
