@@ -38,8 +38,7 @@ from dkpca.kernels import RBF
 from dkpca.linalg import default_block_size
 from dkpca.linalg.workspace import scratch
 from dkpca.operator import StoredKernelOperator
-from dkpca.storage import ChunkReader, FitStore, chunks, gram_bytes
-from dkpca.storage.chunks import CorruptChunkError
+from dkpca.storage import ChunkReader, CorruptChunkError, FitStore, chunks, gram_bytes
 
 NOW = ChunkReader.read
 
@@ -55,14 +54,14 @@ def before(self, I, J, shape, purpose="op-block", expect=None):
 @contextlib.contextmanager
 def arm(name: str):
     """Readers under test; ``now, no CRC`` stubs the checksum out (set once: tasks run on several threads)."""
-    crc, verify = chunks.google_crc32c, chunks._verify
+    crc, verify = chunks.google_crc32c, chunks.verify_crc
     ChunkReader.read = before if name == "before" else NOW
     if name == "now, no CRC":
-        chunks.google_crc32c, chunks._verify = types.SimpleNamespace(value=lambda data: 0), lambda *args: None
+        chunks.google_crc32c, chunks.verify_crc = types.SimpleNamespace(value=lambda data: 0), lambda *args: None
     try:
         yield
     finally:
-        ChunkReader.read, chunks.google_crc32c, chunks._verify = NOW, crc, verify
+        ChunkReader.read, chunks.google_crc32c, chunks.verify_crc = NOW, crc, verify
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -222,3 +223,57 @@ def cli_subparsers() -> dict:
 
     (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return dict(action.choices)
+
+
+# -- object storage ------------------------------------------------------------------
+#: what s3fs (botocore) needs to reach the loopback server; subprocesses and Dask workers inherit it
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3 API on 127.0.0.1 (moto's server, in a thread), reached through the AWS_* environment.
+
+    Credentials and endpoint go where s3fs users put them (``AWS_ENDPOINT_URL``
+    and the key variables), so dkpca is tested with no configuration of its
+    own; worker and CLI subprocesses inherit them.
+    """
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+                mp.setenv(key, value)
+            for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+                mp.delenv(key, raising=False)
+            yield endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint, request):
+    """A new, empty bucket on the loopback S3 server: its ``s3://`` URL."""
+    import s3fs
+
+    name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-") \
+        + f"-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(name)
+    return f"s3://{name}"
+
+
+def s3_keys(url: str) -> list[str]:
+    """Every object key under ``url`` (fresh from the server), relative to it."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    root = url.split("://", 1)[1].rstrip("/")
+    try:
+        return sorted(k[len(root) + 1:] for k in fs.find(root))
+    except FileNotFoundError:
+        return []

@@ -2,25 +2,16 @@
 
 * :mod:`.fitstore` -- a fit's store (create, open, check, training data, model);
 * :mod:`.lock` -- one writer at a time;
-* :mod:`.chunks` -- whole-chunk reads and writes, the raw fast path and O_DIRECT, checksums;
+* :mod:`.integrity` -- a CRC-32C on every chunk, checked on every read; :class:`CorruptChunkError`;
+* :mod:`.chunks` -- whole-chunk reads and writes, the raw fast path and O_DIRECT;
 * :mod:`.gramstore` -- K's blocks, sums and done markers;
 * :mod:`.checkpoint` -- solver state for resuming a killed fit;
 * :mod:`.verify` -- check a whole store, say what a rerun would recompute.
 """
 
 from .checkpoint import CheckpointState, SolverCheckpoint
-from .chunks import (
-    ChunkReader,
-    ChunkWriter,
-    CorruptChunkError,
-    checksum_codecs,
-    chunk_file,
-    create_array,
-    has_checksum,
-    use_direct_io,
-    write_direct,
-)
-from .fitstore import FORMAT, FORMAT_VERSION, FitStore, free_bytes, is_url, json_safe, remove_member
+from .chunks import ChunkReader, ChunkWriter, chunk_file, use_direct_io, write_direct
+from .fitstore import FORMAT, FORMAT_VERSION, FitStore, json_safe, remove_member
 from .gramstore import (
     GramInfo,
     GramStore,
@@ -31,8 +22,9 @@ from .gramstore import (
     gram_bytes,
     probe_array,
 )
+from .integrity import CorruptChunkError, checksum_codecs, create_array, has_checksum
 from .lock import LOCK_NAME, StoreLockedError
-from .paths import absolute, check_apart, check_output, relation
+from .paths import absolute, check_apart, check_output, exists, free_bytes, is_url, relation
 from .verify import Finding, verify_store
 
 __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", "CorruptChunkError", "create_array",
@@ -40,4 +32,4 @@ __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", 
            "write_direct", "FORMAT", "FORMAT_VERSION", "FitStore", "free_bytes", "is_url", "json_safe",
            "remove_member", "GramInfo", "GramStore", "GramWriters", "InsufficientDiskSpace", "check_disk_space",
            "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "absolute", "check_apart",
-           "check_output", "relation", "Finding", "verify_store"]
+           "check_output", "relation", "exists", "Finding", "verify_store"]

@@ -36,8 +36,9 @@ import dask
 import numpy as np
 import zarr
 
-from .chunks import ChunkWriter, create_array
+from .chunks import ChunkWriter
 from .fitstore import FitStore, json_safe, remove_member
+from .integrity import create_array
 
 __all__ = ["SolverCheckpoint", "CheckpointState"]
 

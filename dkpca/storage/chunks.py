@@ -1,8 +1,7 @@
-"""Whole-chunk reads and writes of one Zarr array, with a raw fast path; chunk integrity.
+"""Whole-chunk reads and writes of one Zarr array, with a raw fast path.
 
-Every array dkpca writes is created by :func:`create_array`: uncompressed,
-each chunk followed by its CRC-32C (zarr v3's ``crc32c`` codec), so zarr
-verifies every chunk it reads and so does this module's raw path.
+Every array dkpca writes carries a CRC-32C per chunk (:mod:`.integrity`);
+this module's raw path writes and checks that trailer itself.
 
 Gram tasks write and every solver pass reads all of K, chunk by chunk.  zarr's
 own read and write paths cost about twice a plain ``readinto``/``write`` of a
@@ -20,8 +19,6 @@ the chunk (zarr alone would return its fill value for a missing chunk).
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
 import mmap
 import os
 import sys
@@ -34,153 +31,20 @@ import google_crc32c
 import numpy as np
 import psutil
 import zarr
-from zarr.codecs import Crc32cCodec
 from zarr.core.buffer.cpu import NDBuffer
-from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from ..linalg.workspace import ALIGN, scratch
+from .integrity import CHECKSUM_BYTES, CorruptChunkError, chunk_exists, has_checksum, padded_crc, verify_crc
 
 __all__ = ["chunk_file", "ChunkWriter", "ChunkReader", "write_direct", "use_direct_io", "DIRECT_IO_FRACTION",
-           "remove_partials", "create_array", "has_checksum", "CorruptChunkError", "chunk_key", "check_chunks",
-           "read_whole", "read_verified", "chunk_coords", "CHECKSUM_BYTES", "checksum_codecs"]
+           "remove_partials"]
 
 #: K larger than this fraction of the machine's memory is written with O_DIRECT
 DIRECT_IO_FRACTION = 0.5
 
-#: bytes the crc32c codec appends to each chunk (little-endian CRC-32C of the chunk's bytes)
-CHECKSUM_BYTES = 4
-
 #: ``MAP_POPULATE`` maps a cached file's pages in one call; without it reads go through ``readinto``
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
-
-
-class CorruptChunkError(ValueError):
-    """A chunk dkpca wrote is missing, of the wrong size, or fails its checksum.
-
-    ``array`` is the array's path in the store (``gram/K``), ``chunk`` the
-    chunk's grid coordinates.  Picklable with its fields, so it crosses from a
-    distributed worker to the client unchanged.
-    """
-
-    def __init__(self, store: str, array: str, chunk: tuple[int, ...], problem: str) -> None:
-        self.store, self.array, self.chunk, self.problem = store, array, tuple(chunk), problem
-        where = ", ".join(map(str, self.chunk))
-        top = array.split("/", 1)[0].split(".", 1)[0]
-        fix = {"data": "; the store's copy of the data is damaged: rerun the fit with overwrite=True (CLI: "
-                       "--overwrite) to copy it again",
-               "model": "; the model is damaged: rerun the fit to solve again",
-               "gram": "; a rerun of the fit recomputes that block"}.get(top, "")
-        super().__init__(f"chunk ({where}) of array {array!r} in {store!r} is {problem}{fix}")
-
-    def __reduce__(self) -> tuple:
-        return type(self), (self.store, self.array, self.chunk, self.problem)
-
-
-def checksum_codecs() -> list:
-    """The ``compressors`` of every array dkpca writes: none but a CRC-32C per chunk (zarr's ``crc32c``)."""
-    return [Crc32cCodec()]
-
-
-def create_array(group: zarr.Group, name: str, *, shape: tuple[int, ...], chunks: tuple[int, ...], dtype: Any,
-                 fill_value: Any = 0) -> zarr.Array:
-    """Create array ``name`` in ``group`` the way dkpca stores every array: raw bytes plus a CRC-32C per chunk.
-
-    No compression: K is incompressible noise to a compressor and is read
-    every pass; the checksum costs ~4 bytes a chunk and a hardware CRC.
-    """
-    return group.create_array(name, shape=shape, chunks=chunks, dtype=dtype, compressors=checksum_codecs(),
-                              fill_value=fill_value)
-
-
-def has_checksum(arr: zarr.Array) -> bool:
-    """Whether ``arr``'s chunks carry a CRC-32C (stores written before checksums do not)."""
-    return any(c.get("name") == "crc32c" for c in arr.metadata.to_dict().get("codecs", ()))
-
-
-def chunk_key(arr: zarr.Array, coords: tuple[int, ...]) -> str:
-    """The store key of chunk ``coords`` (dkpca's arrays use zarr's default ``c/i/j`` encoding)."""
-    return "/".join([arr.path, "c", *map(str, coords)]) if arr.path else "/".join(["c", *map(str, coords)])
-
-
-def _chunk_exists(arr: zarr.Array, coords: tuple[int, ...]) -> bool:
-    return bool(sync(arr.store.exists(chunk_key(arr, coords))))
-
-
-def _store_name(arr: zarr.Array) -> str:
-    return str(arr.store.root) if isinstance(arr.store, LocalStore) else str(arr.store)
-
-
-def _padded_crc(data: np.ndarray, chunks: tuple[int, ...]) -> int:
-    """CRC-32C of ``data`` as stored in a chunk of shape ``chunks`` (zero-padded at the edges, C order)."""
-    if tuple(data.shape) != tuple(chunks):
-        padded = np.zeros(chunks, dtype=data.dtype)
-        padded[tuple(slice(0, e) for e in data.shape)] = data
-        data = padded
-    return google_crc32c.value(np.ascontiguousarray(data))
-
-
-def _verify(store: str, array: str, coords: tuple[int, ...], crc: int, trailer: Any, expect: int | None) -> None:
-    """Raise :class:`CorruptChunkError` unless ``crc`` (the content's) equals ``trailer`` and ``expect``."""
-    if crc != int.from_bytes(bytes(trailer), "little"):
-        raise CorruptChunkError(store, array, coords, "corrupt (its CRC-32C checksum does not match)")
-    if expect is not None and crc != expect:
-        raise CorruptChunkError(store, array, coords, "not the chunk written there (its checksum differs from the "
-                                                      "one recorded when it was built: another chunk's data)")
-
-
-def check_chunks(arr: zarr.Array, coords: Any = None) -> None:
-    """Raise :class:`CorruptChunkError` for the first chunk of ``arr`` (or of ``coords``) that is missing.
-
-    zarr reads a missing chunk as the fill value; an array dkpca wrote whole
-    has every chunk, so one missing means a damaged store.  One listing when
-    all are there.
-    """
-    if coords is None:
-        if arr.nchunks_initialized == arr.nchunks:
-            return
-        coords = chunk_coords(arr)
-    for c in coords:
-        if not _chunk_exists(arr, tuple(c)):
-            raise CorruptChunkError(_store_name(arr), arr.path, tuple(c), "missing")
-
-
-def chunk_coords(arr: zarr.Array, selection: Any = Ellipsis) -> Any:
-    """Coordinates of the chunks of ``arr`` that ``selection`` (Ellipsis or a tuple of slices) touches."""
-    sel = () if selection is Ellipsis else selection if isinstance(selection, tuple) else (selection,)
-    sel = tuple(sel) + (slice(None),) * (arr.ndim - len(sel))
-    ranges = []
-    for sl, c, size in zip(sel, arr.chunks, arr.shape, strict=True):
-        start, stop, _ = sl.indices(size)
-        ranges.append(range(start // c, max(start // c, math.ceil(stop / c))))
-    return itertools.product(*ranges)
-
-
-def _region(arr: zarr.Array, coords: tuple[int, ...]) -> tuple[slice, ...]:
-    return tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(coords, arr.chunks, arr.shape, strict=True))
-
-
-def read_verified(arr: zarr.Array, selection: Any = Ellipsis) -> np.ndarray:
-    """``arr[selection]``; a chunk failing its checksum or size raises :class:`CorruptChunkError` naming it.
-
-    Presence is :func:`check_chunks`' job (zarr reads a missing chunk as its
-    fill value without a word).
-    """
-    try:
-        return arr[selection]
-    except Exception as error:  # the codec's error names no chunk: find it
-        for c in chunk_coords(arr, selection):
-            try:
-                arr[_region(arr, c)]
-            except Exception as exc:
-                raise CorruptChunkError(_store_name(arr), arr.path, c, f"unreadable ({exc})") from None
-        raise error
-
-
-def read_whole(arr: zarr.Array) -> np.ndarray:
-    """All of ``arr``, every chunk present and verified; :class:`CorruptChunkError` names the first bad one."""
-    check_chunks(arr)
-    return read_verified(arr)
 
 
 def chunk_file(arr: zarr.Array, coords: tuple[int, ...]) -> str | None:
@@ -284,7 +148,7 @@ class ChunkWriter:
                     visit(s, e)
             arr = zarr.open_array(self.store, path=self.path, mode="r+")
             arr[tuple(slice(c * s, c * s + e) for c, s, e in zip(coords, self.chunks, data.shape, strict=True))] = data
-            return _padded_crc(data, self.chunks)
+            return padded_crc(data, self.chunks)
         path = os.path.join(self.raw_dir, *map(str, coords))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.partial"
@@ -363,7 +227,7 @@ class ChunkReader:
             return self._read_file(I, J, expect)[: shape[0], : shape[1]]
         buf = scratch(purpose, shape, self.dtype)
         arr = zarr.open_array(self.store, path=self.path, mode="r")
-        if not _chunk_exists(arr, (I, J)):
+        if not chunk_exists(arr, (I, J)):
             raise CorruptChunkError(self.store, self.path, (I, J), "missing")
         r0, c0 = I * self.chunks[0], J * self.chunks[1]
         try:
@@ -372,8 +236,8 @@ class ChunkReader:
         except ValueError as exc:  # the crc32c codec's mismatch, or the bytes codec's wrong size
             raise CorruptChunkError(self.store, self.path, (I, J), f"unreadable ({exc})") from None
         if expect is not None:
-            crc = _padded_crc(buf, self.chunks)
-            _verify(self.store, self.path, (I, J), crc, crc.to_bytes(CHECKSUM_BYTES, "little"), expect)
+            crc = padded_crc(buf, self.chunks)
+            verify_crc(self.store, self.path, (I, J), crc, crc.to_bytes(CHECKSUM_BYTES, "little"), expect)
         return buf
 
     def _read_file(self, I: int, J: int, expect: int | None) -> np.ndarray:
@@ -401,7 +265,7 @@ class ChunkReader:
         finally:
             os.close(fd)
         if self.crc:
-            _verify(self.store, self.path, (I, J), google_crc32c.value(full), trailer, expect)
+            verify_crc(self.store, self.path, (I, J), google_crc32c.value(full), trailer, expect)
         return full.reshape(self.chunks)
 
 

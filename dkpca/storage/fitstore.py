@@ -23,6 +23,16 @@ written by dkpca and is refused.  Local paths are made absolute when a
 :class:`FitStore` is made, so tasks running in another working directory (a
 batch job's workers) read and write the same files.
 
+A store may also be an fsspec URL that zarr opens (``s3://bucket/s.dkpca.zarr``),
+which workers sharing no disk with the client reach over the network, with
+fsspec's own credentials and endpoint (s3fs: ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``~/.config/fsspec``).  The
+local-only steps are skipped for URLs: the free-space check, the removal of
+a killed writer's temporary chunk files (an object is written in one
+request: there are none), raw chunk files and O_DIRECT (zarr's path is
+taken).  The lock is the same lease as on disk, on the server's conditional
+write (:mod:`dkpca.storage.lock`).
+
 Models: readers never see half a model
 --------------------------------------
 Deleting the old model before writing the new one let readers loading the
@@ -79,14 +89,15 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import zarr
+from zarr.core.sync import sync
 
 from ..execution import compute
 from ..version import __version__
-from .chunks import check_chunks, create_array, read_verified, read_whole
+from .integrity import VerifiedArray, check_chunks, create_array, read_whole
 from .lock import LOCK_NAME, exclusive
+from .paths import free_bytes, is_url, relation, url_fs
 
-__all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member", "is_url", "absolute", "relation",
-           "free_bytes"]
+__all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member"]
 
 FORMAT = "dkpca-store"
 FORMAT_VERSION = 2
@@ -98,28 +109,6 @@ READ_ATTEMPTS = 20
 DATA = "data"
 MODEL = "model"
 SPARSE_MODEL = "sparse_model"
-
-
-def is_url(path: str) -> bool:
-    return "://" in str(path)
-
-
-def absolute(path: str | os.PathLike) -> str:
-    """A local path made absolute (symlinks resolved); URLs unchanged."""
-    p = os.fspath(path)
-    return p if is_url(p) else os.path.realpath(os.path.abspath(p))
-
-
-def relation(a: str | os.PathLike, b: str | os.PathLike) -> str | None:
-    """``"same"``, ``"inside"`` (a lies inside b), ``"contains"`` (b lies inside a) or None."""
-    pa, pb = absolute(a).rstrip("/"), absolute(b).rstrip("/")
-    if pa == pb:
-        return "same"
-    if pa.startswith(pb + "/"):
-        return "inside"
-    if pb.startswith(pa + "/"):
-        return "contains"
-    return None
 
 
 def json_safe(obj: Any) -> Any:
@@ -140,45 +129,16 @@ def json_safe(obj: Any) -> Any:
 
 
 def remove_member(group: zarr.Group, name: str) -> None:
-    """Delete a subgroup or array of ``group``."""
+    """Delete a subgroup or array of ``group``, also one whose metadata a killed writer left unwritten."""
     with contextlib.suppress(KeyError):
         del group[name]
-    # LocalStore deletes keys but may leave empty directories behind.
+    # LocalStore deletes keys but may leave empty directories behind; and a
+    # member without metadata is no node to zarr: its keys go as a prefix.
     store_path = getattr(group.store, "root", None)
     if store_path is not None:
         shutil.rmtree(os.path.join(str(store_path), group.path, name), ignore_errors=True)
-
-
-def free_bytes(path: str) -> int | None:
-    """Free bytes on the filesystem that holds (or will hold) ``path``; None for URLs."""
-    if is_url(path):
-        return None
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    return shutil.disk_usage(probe).free
-
-
-@dataclass(frozen=True)
-class VerifiedArray:
-    """A zarr array whose reads name the chunk that fails its checksum (for ``dask.array.from_array``)."""
-
-    array: zarr.Array
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.array.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.array.ndim
-
-    def __getitem__(self, selection: Any) -> np.ndarray:
-        return read_verified(self.array, selection)
+    else:
+        sync(group.store.delete_dir(f"{group.path}/{name}" if group.path else name))
 
 
 @dataclass(frozen=True)
@@ -200,13 +160,25 @@ class FitStore:
         return is_url(self.path)
 
     # -- open / create -------------------------------------------------------
+    def _listing(self) -> list[str] | None:
+        """Names directly under the store, files and directories alike (None: nothing there)."""
+        if not self.is_url:
+            if not os.path.exists(self.path):
+                return None
+            return os.listdir(self.path) if os.path.isdir(self.path) else [""]
+        fs, where = url_fs(self.path)
+        fs.invalidate_cache(where)  # zarr's own fs instance, or other processes, may have written since
+        try:
+            names = [e["name"].rstrip("/") for e in fs.ls(where, detail=True)]
+        except FileNotFoundError:
+            return None
+        # an object at the store's key itself (not a prefix) lists as itself: a foreign file
+        return [name.rsplit("/", 1)[-1] if name != where.rstrip("/") else "" for name in names] or None
+
     def is_new(self) -> bool:
-        """Absent, or a directory holding nothing but our lock (and its temporary file)."""
-        if self.is_url:
-            return False
-        if not os.path.exists(self.path):
-            return True
-        return os.path.isdir(self.path) and all(name.startswith(LOCK_NAME) for name in os.listdir(self.path))
+        """Absent, or a directory (key prefix) holding nothing but our lock (and its temporary files)."""
+        names = self._listing()
+        return names is None or all(name.startswith(LOCK_NAME) for name in names)
 
     def check_target(self) -> None:
         """Raise ``ValueError`` now, writing nothing, if the path exists and is not a dkpca store."""
@@ -238,7 +210,7 @@ class FitStore:
 
     def open(self, mode: str = "r") -> zarr.Group:
         """Open a store that dkpca wrote (``FileNotFoundError`` / ``ValueError`` otherwise)."""
-        if not self.is_url and not os.path.exists(self.path):
+        if self._listing() is None:
             raise FileNotFoundError(
                 f"store {self.path!r} does not exist; fit a model first (dkpca fit ... --store {self.path}).")
         try:
@@ -259,10 +231,7 @@ class FitStore:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's writer lock (object-store URLs are not locked: no atomic create there)."""
-        if self.is_url:
-            yield
-            return
+        """Hold the store's writer lock (:mod:`dkpca.storage.lock`; on an object store too)."""
         with exclusive(self.path):
             yield
 
@@ -323,11 +292,9 @@ class FitStore:
                              name=f"dkpca-data-{uuid.uuid5(uuid.NAMESPACE_URL, self.path).hex}-{digest}")
 
     # -- models (see "Models" in the module docstring) -----------------------
-    def _members(self, root: zarr.Group) -> list[str]:
-        """Names of the root's members, including directories of groups whose metadata a crash left unwritten."""
-        if self.is_url:
-            return [name for name, _ in root.members()]
-        return [e.name for e in os.scandir(self.path) if e.is_dir()]
+    def _members(self) -> list[str]:
+        """Names under the root: members, groups whose metadata a crash left unwritten, files (never a model's)."""
+        return self._listing() or []
 
     @staticmethod
     def _current(root: zarr.Group, kind: str) -> tuple[tuple[Any, Any], str | None]:
@@ -349,14 +316,14 @@ class FitStore:
         attrs = root.attrs.asdict()
         if kind not in attrs or attrs.get(kind) != name or attrs.get("format_version") != FORMAT_VERSION:
             root.update_attributes({kind: name, "format_version": FORMAT_VERSION})  # one write, not one per key
-        for member in self._members(root):
+        for member in self._members():
             if member != name and (member == kind or member.startswith(f"{kind}.")):
                 remove_member(root, member)
 
     def _withdraw(self, kind: str) -> None:
         root = self.open_for_write()
         if root.attrs.get(kind) is not None or root.attrs.get("format_version") != FORMAT_VERSION or any(
-                m == kind or m.startswith(f"{kind}.") for m in self._members(root)):
+                m == kind or m.startswith(f"{kind}.") for m in self._members()):
             self._switch(kind, None)
 
     def _write_group(self, kind: str, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]],

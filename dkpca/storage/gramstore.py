@@ -29,17 +29,9 @@ import zarr
 
 from ..kernels import Kernel, from_dict
 from ..linalg.grid import block_bounds, n_blocks
-from .chunks import (
-    ChunkReader,
-    ChunkWriter,
-    CorruptChunkError,
-    check_chunks,
-    create_array,
-    read_verified,
-    read_whole,
-    remove_partials,
-)
+from .chunks import ChunkReader, ChunkWriter, remove_partials
 from .fitstore import FitStore, json_safe, remove_member
+from .integrity import CorruptChunkError, check_chunks, create_array, read_verified, read_whole
 
 __all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "fit_footprint", "InsufficientDiskSpace",
            "check_disk_space",

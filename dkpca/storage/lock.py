@@ -26,6 +26,15 @@ seconds while the fit runs.  A rerun, on any host, takes the lock over when
 The lease length is the Dask config key ``dkpca.lease`` (seconds, default
 300; environment ``DASK_DKPCA__LEASE``).
 
+The same lease guards a store on an object store (``s3://...``): the lock
+is the object ``<store>/.dkpca.lock``, and every operation below is one of
+four file operations (:mod:`dkpca.storage.lockfiles`): create-if-absent,
+read, replace whole, remove.  On a local filesystem they are POSIX calls; on
+an object store, requests through fsspec, where create-if-absent is a
+conditional write (``If-None-Match: *``) that the server decides.  A
+version of the lock (below: "inode") is, on an object store, a digest of its
+bytes.
+
 Who may change the lock file (the race-free argument)
 -----------------------------------------------------
 Creating a lock where there is none is atomic (hard link, create-if-absent),
@@ -81,7 +90,9 @@ from collections.abc import Iterator
 
 import dask
 
-__all__ = ["LOCK_NAME", "StoreLockedError", "exclusive", "lease_seconds"]
+from .lockfiles import LockFiles, Seen, UnlockableStoreError, lock_files
+
+__all__ = ["LOCK_NAME", "StoreLockedError", "UnlockableStoreError", "exclusive", "lease_seconds"]
 
 LOCK_NAME = ".dkpca.lock"
 DEFAULT_LEASE = 300.0
@@ -107,72 +118,73 @@ def lease_seconds() -> float:
     return lease
 
 
-@dataclasses.dataclass(frozen=True)
-class _Seen:
-    """One version of the lock file as read through one descriptor."""
-
-    ino: int
-    raw: bytes
-    mtime: float
-
-    def holder(self) -> dict | None:
-        """The parsed lock, or None if it is empty, unparsable or incomplete."""
-        try:
-            doc = json.loads(self.raw.decode())
-            if not isinstance(doc, dict):
-                return None
-            doc["pid"], doc["heartbeat"], doc["lease"] = int(doc["pid"]), float(doc["heartbeat"]), float(doc["lease"])
-            doc["host"], doc["token"] = str(doc["host"]), str(doc["token"])
-        except (UnicodeDecodeError, ValueError, TypeError, KeyError):
-            return self._legacy()
-        # A lease that never runs out (NaN, negative, infinite) would be a lock for ever: treat as debris.
-        ok = math.isfinite(doc["heartbeat"]) and math.isfinite(doc["lease"]) and doc["lease"] > 0
-        return doc if ok else None
-
-    def _legacy(self) -> dict | None:
-        # dkpca before leases wrote "host pid" and never refreshed it: its
-        # heartbeat is the file's mtime, so a live old-version fit on this host
-        # is still refused (pid check), and one elsewhere until a lease passes.
-        parts = self.raw.decode(errors="replace").split()
-        if len(parts) != 2 or not parts[1].isdigit():
+def _holder(seen: Seen) -> dict | None:
+    """The parsed lock, or None if it is empty, unparsable or incomplete."""
+    try:
+        doc = json.loads(seen.raw.decode())
+        if not isinstance(doc, dict):
             return None
-        return {"host": parts[0], "pid": int(parts[1]), "token": "", "heartbeat": self.mtime, "lease": lease_seconds()}
+        doc["pid"], doc["heartbeat"], doc["lease"] = int(doc["pid"]), float(doc["heartbeat"]), float(doc["lease"])
+        doc["host"], doc["token"] = str(doc["host"]), str(doc["token"])
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+        return _legacy(seen)
+    # A lease that never runs out (NaN, negative, infinite) would be a lock for ever: treat as debris.
+    ok = math.isfinite(doc["heartbeat"]) and math.isfinite(doc["lease"]) and doc["lease"] > 0
+    return doc if ok else None
+
+
+def _legacy(seen: Seen) -> dict | None:
+    # dkpca before leases wrote "host pid" and never refreshed it: its
+    # heartbeat is the file's mtime, so a live old-version fit on this host
+    # is still refused (pid check), and one elsewhere until a lease passes.
+    parts = seen.raw.decode(errors="replace").split()
+    if len(parts) != 2 or not parts[1].isdigit():
+        return None
+    return {"host": parts[0], "pid": int(parts[1]), "token": "", "heartbeat": seen.mtime, "lease": lease_seconds()}
 
 
 @dataclasses.dataclass
 class _Holding:
     """Our side of a held lock (the heartbeat thread's state)."""
 
-    lock: str
+    files: LockFiles
     token: str
     lease: float
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    @property
+    def lock(self) -> str:
+        """The lock's location, for messages."""
+        return f"{self.files.where.rstrip('/')}/{LOCK_NAME}"
 
     def document(self) -> bytes:
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
                            "heartbeat": time.time(), "lease": self.lease}).encode()
 
-    def is_mine(self, seen: _Seen | None) -> bool:
-        doc = seen.holder() if seen is not None else None
+    def is_mine(self, seen: Seen | None) -> bool:
+        doc = _holder(seen) if seen is not None else None
         return doc is not None and doc["token"] == self.token
 
 
 @contextlib.contextmanager
 def exclusive(path: str) -> Iterator[None]:
-    """Hold ``<path>/.dkpca.lock`` for the duration of the block (``path`` is a local directory).
+    """Hold ``<path>/.dkpca.lock`` for the duration of the block (``path``: a local directory or a URL).
 
     Raises
     ------
     StoreLockedError
         Another fit holds a live lease on the store.
+    UnlockableStoreError
+        ``path`` is a URL whose store cannot create a file race-free (see :mod:`dkpca.storage.lockfiles`).
     ValueError
         The Dask config ``dkpca.lease`` is not a positive number.
     """
     lease = lease_seconds()
+    files = lock_files(path)
     # Two fits may create the same new store at once: the directory is made
     # first (idempotent) so that the lock decides between them.
-    os.makedirs(path, exist_ok=True)
-    me = _Holding(os.path.join(path, LOCK_NAME), uuid.uuid4().hex, lease)
+    files.prepare()
+    me = _Holding(files, uuid.uuid4().hex, lease)
     _acquire(path, me)
     beat = threading.Thread(target=_heartbeat, args=(me,), name="dkpca-lease", daemon=True)
     beat.start()
@@ -186,22 +198,28 @@ def exclusive(path: str) -> Iterator[None]:
 
 def _acquire(path: str, me: _Holding) -> None:
     for attempt in range(_ATTEMPTS):
-        if _create(me.lock, me.document()):
+        doc = me.document()
+        if me.files.create(LOCK_NAME, doc):
+            try:
+                me.files.check_conditional(LOCK_NAME, doc)
+            except UnlockableStoreError:
+                me.files.remove(LOCK_NAME)
+                raise
             return
-        seen = _read(me.lock)
+        seen = me.files.read(LOCK_NAME)
         if seen is None:
             continue  # released meanwhile: try to create it again
-        doc = seen.holder()
-        why = _stale_reason(doc)
+        holder = _holder(seen)
+        why = _stale_reason(holder)
         if why is None:
-            assert doc is not None
-            age = time.time() - doc["heartbeat"]
+            assert holder is not None
+            age = time.time() - holder["heartbeat"]
             raise StoreLockedError(
-                f"store {path!r} is in use by another fit (process {doc['pid']} on {doc['host']}, heartbeat "
-                f"{age:.0f} s ago, lease {doc['lease']:g} s); wait for it to finish, or for its lease to run out "
-                f"if it was killed."
+                f"store {path!r} is in use by another fit (process {holder['pid']} on {holder['host']}, heartbeat "
+                f"{age:.0f} s ago, lease {holder['lease']:g} s); wait for it to finish, or for its lease to run "
+                f"out if it was killed."
             )
-        if _change(me.lock, seen, me.lease, me.document()):
+        if _change(me.files, seen, me.lease, me.document()):
             logger.warning("took over the lock %s: %s", me.lock, why)
             return
         # Another process is changing this lock (taking it over too): look again shortly.
@@ -227,14 +245,14 @@ def _heartbeat(me: _Holding) -> None:
     """Refresh our lock's heartbeat every lease/3 s, until told to stop or the lock is no longer ours."""
     while not me.stop.wait(me.lease / 3):
         try:
-            seen = _read(me.lock)
+            seen = me.files.read(LOCK_NAME)
             if not me.is_mine(seen):
                 break
             assert seen is not None
             # A failed change is not proof of loss (a rerun may be claiming an
             # older lock whose inode number ours reuses): the next beat's read decides.
-            _change(me.lock, seen, me.lease, me.document())
-        except OSError as exc:  # a transient filesystem error: keep the fit going, try again
+            _change(me.files, seen, me.lease, me.document())
+        except Exception as exc:  # a transient filesystem or network error: keep the fit going, try again
             logger.warning("could not refresh the lock %s: %s", me.lock, exc)
     else:
         return
@@ -245,111 +263,58 @@ def _heartbeat(me: _Holding) -> None:
 def _release(me: _Holding) -> None:
     """Remove the lock only if it is still ours (compare, under a claim, before delete)."""
     for attempt in range(_ATTEMPTS):
-        seen = _read(me.lock)
+        seen = me.files.read(LOCK_NAME)
         if not me.is_mine(seen):
             return  # taken over after our lease ran out: it is someone else's now
         assert seen is not None
-        if _change(me.lock, seen, me.lease, None):
+        if _change(me.files, seen, me.lease, None):
             return
         time.sleep(min(0.01 * (attempt + 1), 0.2))  # a claim is in flight: look again
     logger.warning("could not remove the lock %s; it expires with its lease", me.lock)
 
 
-def _change(lock: str, seen: _Seen, lease: float, new: bytes | None) -> bool:
+def _claim_name(seen: Seen, rnd: int) -> str:
+    return f"{LOCK_NAME}.claim-{seen.version}.{rnd}"
+
+
+def _change(files: LockFiles, seen: Seen, lease: float, new: bytes | None) -> bool:
     """Replace the lock by ``new`` (remove it if None) if it is still the version ``seen``.
 
     False if another process holds the claim of that version or the lock
     changed since it was read (see the module docstring for the protocol).
     """
-    claimed = _claim(lock, seen, lease)
-    if claimed is None:
+    rnd = _claim(files, seen, lease)
+    if rnd is None:
         return False
-    claim, rnd = claimed
     try:
         if new is None:
-            os.unlink(lock)
+            files.remove(LOCK_NAME)
         else:
-            tmp = f"{lock}.{uuid.uuid4().hex}.tmp"
-            try:
-                _write(tmp, new)
-                os.replace(tmp, lock)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
+            files.replace(LOCK_NAME, new)
     finally:
         # Our claim, and the debris of killed claimers of this version that we stepped over.
-        for name in [claim] + [f"{lock}.claim-{seen.ino}.{r}" for r in range(rnd)]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
+        for r in range(rnd + 1):
+            files.remove(_claim_name(seen, r))
     return True
 
 
-def _claim(lock: str, seen: _Seen, lease: float) -> tuple[str, int] | None:
-    """Claim the right to change version ``seen`` of the lock: the claim file and its round, or None."""
+def _claim(files: LockFiles, seen: Seen, lease: float) -> int | None:
+    """Claim the right to change version ``seen`` of the lock: the claim's round, or None."""
     for rnd in range(_ROUNDS):
-        name = f"{lock}.claim-{seen.ino}.{rnd}"
-        try:
-            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            try:
-                age = time.time() - os.stat(name).st_mtime
-            except FileNotFoundError:
+        name = _claim_name(seen, rnd)
+        if not files.claim(name):
+            age = files.claim_age(name)
+            if age is None:
                 return None  # its owner just finished: the lock has changed
             if age <= lease:
                 return None  # a live process is changing this version
             continue  # debris of a claimer killed mid-change: use the next round
-        now = _read(lock)
-        if now is not None and now.ino == seen.ino and now.raw == seen.raw:
-            return name, rnd
-        os.unlink(name)
+        now = files.read(LOCK_NAME)
+        if now is not None and now.version == seen.version and now.raw == seen.raw:
+            return rnd
+        files.remove(name)
         return None
     return None
-
-
-def _read(lock: str) -> _Seen | None:
-    """The lock's inode, bytes and mtime, or None if there is no lock."""
-    try:
-        with open(lock, "rb") as f:
-            st = os.fstat(f.fileno())
-            return _Seen(st.st_ino, f.read(65536), st.st_mtime)
-    except FileNotFoundError:
-        return None
-
-
-def _write(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())  # a lock that survives a node crash is read whole, or not at all
-
-
-def _create(path: str, data: bytes) -> bool:
-    """Create ``path`` holding ``data`` unless it exists; False if it does.
-
-    The file is written under a private name and hard-linked into place, so
-    it appears complete or not at all: a competing fit never reads a lock
-    being written.  Filesystems without hard links fall back to an exclusive
-    create.
-    """
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    _write(tmp, data)
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 def _pid_alive(pid: int) -> bool:

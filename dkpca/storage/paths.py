@@ -1,4 +1,9 @@
-"""Where paths meet: absolute paths, and refusing writes that would destroy what is being read.
+"""Where paths meet: local paths and URLs, and refusing writes that would destroy what is being read.
+
+A location is a local path or an fsspec URL (``s3://bucket/key``); the
+helpers here answer the same questions for both (is it there, does one lie
+inside the other, how much room is left), reaching URLs through fsspec with
+its own configuration of credentials and endpoints.
 
 dkpca never deletes or overwrites a file the user did not ask it to: an
 output may not be, contain or lie inside an input or a store, and an
@@ -9,12 +14,75 @@ Zarr node (never a directory of other files).
 from __future__ import annotations
 
 import os
+import shutil
+from typing import Any
 
+import fsspec
 import zarr
 
-from .fitstore import absolute, is_url, relation
+__all__ = ["absolute", "relation", "check_output", "check_apart", "is_url", "exists", "free_bytes", "url_fs",
+           "S3_PROTOCOLS"]
 
-__all__ = ["absolute", "relation", "check_output", "check_apart"]
+#: fsspec protocols served by s3fs (``pip install 'dkpca[s3]'``)
+S3_PROTOCOLS = ("s3", "s3a")
+
+
+def url_fs(url: str) -> tuple[Any, str]:
+    """``(fsspec filesystem, path within it)`` for ``url``; credentials and endpoint from fsspec's own config.
+
+    Raises
+    ------
+    ImportError
+        The URL's fsspec back end is not installed (for ``s3://``: ``pip install 'dkpca[s3]'``).
+    """
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as exc:
+        extra = " (pip install 'dkpca[s3]')" if url.split("://", 1)[0] in S3_PROTOCOLS else ""
+        raise ImportError(f"{url!r} needs an fsspec back end that is not installed: {exc}{extra}") from exc
+
+
+def is_url(path: str) -> bool:
+    """Whether ``path`` is an fsspec URL (``protocol://...``) rather than a local path."""
+    return "://" in str(path)
+
+
+def absolute(path: str | os.PathLike) -> str:
+    """A local path made absolute (symlinks resolved); URLs unchanged."""
+    p = os.fspath(path)
+    return p if is_url(p) else os.path.realpath(os.path.abspath(p))
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Whether anything is at ``path`` (a local path, or an fsspec URL: an object or a key prefix)."""
+    p = os.fspath(path)
+    if not is_url(p):
+        return os.path.exists(p)
+    fs, where = url_fs(p)
+    fs.invalidate_cache(where)  # what other processes wrote since this instance last listed
+    return bool(fs.exists(where))
+
+
+def relation(a: str | os.PathLike, b: str | os.PathLike) -> str | None:
+    """``"same"``, ``"inside"`` (a lies inside b), ``"contains"`` (b lies inside a) or None."""
+    pa, pb = absolute(a).rstrip("/"), absolute(b).rstrip("/")
+    if pa == pb:
+        return "same"
+    if pa.startswith(pb + "/"):
+        return "inside"
+    if pb.startswith(pa + "/"):
+        return "contains"
+    return None
+
+
+def free_bytes(path: str) -> int | None:
+    """Free bytes on the filesystem that holds (or will hold) ``path``; None for URLs."""
+    if is_url(path):
+        return None
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    return shutil.disk_usage(probe).free
 
 
 _WORDS = {"same": "is", "inside": "lies inside", "contains": "contains"}
@@ -42,7 +110,7 @@ def check_output(output: str | os.PathLike, others: dict[str, str | os.PathLike 
     """
     out = absolute(output)
     check_apart("output", out, others)
-    if is_url(out) or not os.path.exists(out):
+    if not exists(out):  # local or URL: an object store's output is refused the same way
         return out
     if not overwrite:
         raise FileExistsError(f"output {os.fspath(output)!r} already exists; choose another path, or pass "

@@ -16,10 +16,10 @@ import numpy as np
 import zarr
 
 from .checkpoint import GROUP as CHECKPOINT
-from .chunks import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified, read_whole
 from .fitstore import DATA, FitStore
 from .gramstore import GROUP as GRAM
 from .gramstore import GramStore, read_done_markers
+from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified, read_whole
 
 __all__ = ["Finding", "verify_store"]
 
