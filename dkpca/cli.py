@@ -2,8 +2,9 @@
 
 Errors caused by the user's input exit with status 2 and one line on stderr
 (``dkpca: error: ...``), never a traceback.  Log messages of the ``dkpca``
-logger (the plan, the dashboard link) go to stderr at INFO level unless
-``--quiet``; results and progress go to stdout.
+logger (the plan, the dashboard link, one line per solver pass) and progress
+(a bar on a terminal, a line per tenth of the work in a log) go to stderr
+unless ``--quiet``, which leaves only errors; results go to stdout.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from typing import Any
 
 import dask.array as da
@@ -23,7 +25,7 @@ import numpy as np
 import zarr
 from distributed.scheduler import KilledWorker
 
-from .cluster import connected, start_local
+from .cluster import ClusterError, connected
 from .execution import compute
 from .io import as_dask
 from .model import load
@@ -32,7 +34,7 @@ from .planning import plan
 from .storage import InsufficientDiskSpace, StoreLockedError, check_output
 
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
-               NotADirectoryError, ImportError)
+               NotADirectoryError, ImportError, ClusterError)
 
 
 def _kernel_args(p: argparse.ArgumentParser) -> None:
@@ -76,8 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="as for fit (default auto)")
     pl.add_argument("--tol", type=float, default=1e-6)
     pl.add_argument("--max-passes", type=int, default=None)
-    pl.add_argument("--cluster", default=None, metavar="FILE",
-                    help="size workers from a cluster config (nothing is started)")
+    _cluster_args(pl, starts=False)
     pl.add_argument("--no-measure", action="store_true", help="sizes only, no timing sample")
 
     i = sub.add_parser("info", help="print a fitted model's spectrum and solver report")
@@ -96,32 +97,52 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--n-components", type=int, default=8)
     d.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
     for p in (f, pl, i, t, d):
-        p.add_argument("--quiet", "-q", action="store_true", help="no log messages (plan, dashboard link)")
+        p.add_argument("--quiet", "-q", action="store_true",
+                       help="only errors: no progress, plan, dashboard link or warnings")
     return parser
 
 
-def _cluster_args(p: argparse.ArgumentParser) -> None:
+def _cluster_args(p: argparse.ArgumentParser, starts: bool = True) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--scheduler", default=None, metavar="ADDR",
-                   help="address of a running Dask scheduler (tcp://host:port)")
-    g.add_argument("--cluster", default=None, metavar="FILE",
-                   help="cluster config YAML (see cluster_configs/): start it, fit, shut it down")
+                   help="address of a running Dask scheduler (tcp://host:port, tls://host:port)")
+    g.add_argument("--scheduler-file", default=None, metavar="FILE",
+                   help="JSON file of a running scheduler (dask scheduler --scheduler-file, dask-mpi)")
+    g.add_argument("--cluster", default=None, metavar="NAME|FILE",
+                   help=("local, slurm, pbs, kubernetes or gateway from your Dask configuration, or a cluster "
+                         "file (a Dask config file, see cluster_configs/): " +
+                         ("start it, run, shut it down" if starts else "size the workers (nothing is started)")))
+    if starts:
+        p.add_argument("--cluster-timeout", default=None, metavar="DURATION",
+                       help="how long to wait for workers, e.g. 600s or 1h (default: Dask setting "
+                            "dkpca.cluster.timeout, 10 minutes)")
 
 
 @contextlib.contextmanager
-def _client(a: argparse.Namespace):
+def _client(a: argparse.Namespace, memory_per_worker: int | None = None):
     target = getattr(a, "cluster", None) or getattr(a, "scheduler", None)
-    with connected(target) as client:
+    with connected(target, scheduler_file=getattr(a, "scheduler_file", None),
+                   timeout=getattr(a, "cluster_timeout", None), memory_per_worker=memory_per_worker) as client:
         yield client
 
 
+def _progress(a: argparse.Namespace) -> bool:
+    return not getattr(a, "quiet", False) and not getattr(a, "no_progress", False)
+
+
 def cmd_fit(a: argparse.Namespace) -> int:
-    with _client(a):
+    need = None
+    if a.cluster:  # refused before anything starts when a Gram block task cannot fit in a worker
+        need = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
+                    coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
+                    tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=False,
+                    ).memory_per_worker
+    with _client(a, need):
         model = fit(
             a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
             coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
             tol=a.tol, max_passes=a.max_passes, random_state=a.random_state, overwrite=a.overwrite,
-            gram=a.gram, progress=not a.no_progress,
+            gram=a.gram, progress=_progress(a),
         )
     g = model.report.get("gram", {})
     if g.get("mode") == "store":
@@ -135,9 +156,12 @@ def cmd_fit(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
-             coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
-             tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=not a.no_measure)
+    # a running scheduler is asked for its workers; a cluster is sized from its configuration, not started
+    with _client(a) if (a.scheduler or a.scheduler_file) else contextlib.nullcontext() as client:
+        p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
+                 coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
+                 tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=client or a.cluster,
+                 measure=not a.no_measure)
     print(p)
     return 0
 
@@ -154,7 +178,8 @@ def cmd_transform(a: argparse.Namespace) -> int:
     model = load(a.store)
     with _client(a):
         Z = model.transform(as_dask(a.input, min_samples=1, purpose="transform"))
-        compute(da.to_zarr(Z, output, overwrite=a.overwrite, compute=False))
+        compute(da.to_zarr(Z, output, overwrite=a.overwrite, compute=False), label="projecting",
+                progress=_progress(a))
     print(f"wrote {Z.shape[0]} x {Z.shape[1]} projections to {a.output}")
     return 0
 
@@ -176,11 +201,12 @@ def cmd_demo(a: argparse.Namespace) -> int:
     X = make_demo_data(a.n_samples)
     zarr.create_array(data, data=X, chunks=(4096, X.shape[1]), overwrite=True)
     print(f"sample data: {X.shape[0]} x {X.shape[1]} (three noisy shells) written to {data}")
-    with start_local(n_workers=a.workers) as client:
-        print(f"local Dask cluster: {len(client.nthreads())} workers, dashboard {client.dashboard_link}")
+    local = {"n_workers": a.workers} if a.workers else {}
+    # the cluster's one log line names the workers and the dashboard
+    with connected({"dkpca": {"cluster": {"backend": "local", "local": local}}}):
         t = time.perf_counter()
         model = fit(data, n_components=a.n_components, kernel="rbf", gamma=0.5, overwrite=True,
-                    random_state=0, progress=True)
+                    random_state=0, progress=_progress(a))
         elapsed = time.perf_counter() - t
     print(model.summary())
     print(f"fit took {elapsed:.2f}s; model and Gram matrix stored in {model.store}")
@@ -209,10 +235,10 @@ COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd
 
 
 def _setup_logging(quiet: bool) -> None:
-    """dkpca's INFO messages (plan, dashboard link) on stderr for the CLI."""
+    """dkpca's INFO messages (plan, dashboard link, passes) on stderr for the CLI; only errors when quiet."""
     log = logging.getLogger("dkpca")
     if quiet:
-        log.setLevel(logging.WARNING)
+        log.setLevel(logging.ERROR)
         return
     if not any(getattr(h, "_dkpca_cli", False) for h in log.handlers):
         h = logging.StreamHandler(sys.stderr)
@@ -225,11 +251,17 @@ def _setup_logging(quiet: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    log = logging.getLogger("dkpca")
-    old_level = log.level
-    _setup_logging(getattr(a, "quiet", False))
+    log, dist = logging.getLogger("dkpca"), logging.getLogger("distributed")
+    old_level, old_dist = log.level, dist.level
+    quiet = getattr(a, "quiet", False)
+    _setup_logging(quiet)
+    if quiet:  # e.g. distributed's "port in use" notices
+        dist.setLevel(logging.ERROR)
     try:
-        return COMMANDS[a.command](a)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            return COMMANDS[a.command](a)
     except USER_ERRORS as exc:
         return _error(str(exc))
     except OSError as exc:
@@ -245,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         log.setLevel(old_level)
+        dist.setLevel(old_dist)
 
 
 def _entry() -> Any:  # pragma: no cover
