@@ -440,3 +440,8 @@ def test_plan_sizes_a_cluster_file_without_starting_it(tmp_path, monkeypatch, bl
     p = dkpca.plan(blobs, n_components=2, cluster=os.path.join(CONFIGS, "pbs.yaml"), measure=False)
     assert (p.workers, p.threads_per_worker, p.memory_available_per_worker) == (64, 1, 8 * 2**30)
     assert not os.path.exists("dask-logs")  # sizing created nothing
+
+
+def test_scheduler_backend_needs_an_address():
+    with pytest.raises(dc.ClusterConfigError, match="scheduler-address"):
+        dc.connect({"dkpca": {"cluster": {"backend": "scheduler"}}})

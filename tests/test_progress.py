@@ -17,6 +17,7 @@ import threading
 
 import dask
 import dask.array as da
+import pytest
 
 import dkpca
 from dkpca import cluster as dc
@@ -120,3 +121,28 @@ def test_dask_num_workers_setting_is_the_local_parallelism():
         compute(*[dask.delayed(record)(i) for i in range(20)], threads=8)
     assert len(seen) == 1
 
+
+
+def test_notebook_progress_leaves_nothing_behind_when_the_cluster_closes(tmp_path):
+    """In Jupyter a fit with progress on a cluster, then the cluster closed: no stray errors afterwards."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    cells = [
+        "import logging, time, numpy as np, dkpca\nlogging.basicConfig(level=logging.INFO)",
+        "client = dkpca.cluster.connect({'dkpca': {'cluster': {'local': {'n_workers': 1, "
+        "'dashboard_address': '127.0.0.1:0'}}}})",
+        "X = np.random.default_rng(0).standard_normal((300, 4))\n"
+        f"m = dkpca.fit(X, n_components=2, solver='randomized', chunk_size=100, store={str(tmp_path / 's.zarr')!r}, "
+        "progress=True)",
+        "dkpca.cluster.close(client)\ntime.sleep(3)",
+        "print('after close')",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3").execute()
+    outputs = [str(o) for cell in nb.cells for o in cell.get("outputs", [])]
+    text = "".join(outputs)
+    assert text.count("dashboard: http://127.0.0.1:") == 1 and "Gram matrix" in text
+    assert "after close" in text
+    after = "".join(str(o) for cell in nb.cells[3:] for o in cell.get("outputs", []))
+    assert "Error" not in after and "Traceback" not in after

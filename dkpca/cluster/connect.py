@@ -202,7 +202,10 @@ def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | No
     """Start the cluster of ``spec`` (its configuration applied) and wait for its workers."""
     what = f"Dask {spec.backend} cluster" + (f" from {spec.source}" if spec.source != spec.backend else "")
     if spec.backend == "scheduler":
-        address = dask.config.get("scheduler-address")
+        address = dask.config.get("scheduler-address", None)
+        if not address:
+            raise ClusterConfigError(f"{spec.source}: dkpca.cluster.backend is 'scheduler' but no "
+                                     "'scheduler-address' is set; add e.g. 'scheduler-address: tls://host:8786'.")
         client = _reach(address=address)
         try:
             _wait_for_workers(client, spec, timeout, f"Dask scheduler {address}")
