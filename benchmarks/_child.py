@@ -29,9 +29,9 @@ def main() -> None:
         shutil.rmtree(store, ignore_errors=True)
         cluster = extra.pop("workers", None)
         if cluster:
-            from dkpca.cluster import start_local
+            from dkpca.cluster import connected
 
-            with start_local(n_workers=int(cluster)):
+            with connected({"dkpca": {"cluster": {"local": {"n_workers": int(cluster)}}}}):
                 t = time.perf_counter()  # cluster start-up excluded
                 m = dkpca.fit(zpath, n_components=k, kernel="rbf", store=store, random_state=0, **extra)
         else:

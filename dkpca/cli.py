@@ -3,7 +3,8 @@
 Errors caused by the user's input exit with status 2 and one line on stderr
 (``dkpca: error: ...``), never a traceback.  Log messages of the ``dkpca``
 logger (the plan, the dashboard link) go to stderr at INFO level unless
-``--quiet``; results and progress go to stdout.
+``--quiet``, which leaves only errors; progress (a bar on a terminal, a line
+per tenth of the work in a log) goes to stderr too; results go to stdout.
 
 ``dkpca --help`` must answer at once, so this module imports only the
 standard library, numpy and the kernel and solver registries (for the
@@ -25,6 +26,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from typing import Any, NoReturn
 
 import numpy as np
@@ -119,9 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"], help="Gram mode, as for fit")
     pl.add_argument("--tol", type=float, default=1e-6, help="solver tolerance, as for fit")
     pl.add_argument("--max-passes", type=int, default=None, help="most passes over K (default: 60)")
-    pl.add_argument("--cluster", default=None, metavar="FILE",
-                    help="size the workers from a cluster config, starting nothing (default: none, this "
-                         "machine)")
+    _cluster_args(pl, starts=False)
     pl.add_argument("--no-measure", action="store_true", help="sizes only, no timing sample")
 
     i = sub.add_parser("info", help="print a fitted model's spectrum and solver report",
@@ -152,36 +152,60 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--n-components", type=int, default=8, help="number of components")
     d.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
     for p in (f, pl, i, t, d):
-        p.add_argument("--quiet", "-q", action="store_true", help="no log messages (plan, dashboard link)")
+        p.add_argument("--quiet", "-q", action="store_true",
+                       help="only errors: no progress, plan, dashboard link or warnings")
     return parser
 
 
-def _cluster_args(p: argparse.ArgumentParser) -> None:
+def _cluster_args(p: argparse.ArgumentParser, starts: bool = True) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--scheduler", default=None, metavar="ADDR",
-                   help="address of a running Dask scheduler, tcp://host:port (default: none, local threads)")
-    g.add_argument("--cluster", default=None, metavar="FILE",
-                   help="cluster config YAML (see cluster_configs/): start it, run, shut it down (default: none)")
+                   help="address of a running Dask scheduler, tcp://host:port or tls://host:port (default: none, "
+                        "local threads)")
+    g.add_argument("--scheduler-file", default=None, metavar="FILE",
+                   help="JSON file of a running scheduler (dask scheduler --scheduler-file, dask-mpi) "
+                        "(default: none)")
+    g.add_argument("--cluster", default=None, metavar="NAME|FILE",
+                   help=("local, slurm, pbs, kubernetes or gateway from your Dask configuration, or a cluster "
+                         "file (a Dask config file, see cluster_configs/): " +
+                         ("start it, run, shut it down" if starts else "size the workers, starting nothing") +
+                         " (default: none)"))
+    if starts:
+        p.add_argument("--cluster-timeout", default=None, metavar="DURATION",
+                       help="how long to wait for workers, e.g. 600s or 1h (default: Dask setting "
+                            "dkpca.cluster.timeout, 10 minutes)")
 
 
 @contextlib.contextmanager
-def _client(a: argparse.Namespace):
+def _client(a: argparse.Namespace, memory_per_worker: int | None = None):
     from .cluster import connected
 
     target = getattr(a, "cluster", None) or getattr(a, "scheduler", None)
-    with connected(target) as client:
+    with connected(target, scheduler_file=getattr(a, "scheduler_file", None),
+                   timeout=getattr(a, "cluster_timeout", None), memory_per_worker=memory_per_worker) as client:
         yield client
+
+
+def _progress(a: argparse.Namespace) -> bool:
+    return not getattr(a, "quiet", False) and not getattr(a, "no_progress", False)
 
 
 def cmd_fit(a: argparse.Namespace) -> int:
     from .pipeline import fit
+    from .planning import plan
 
-    with _client(a):
+    need = None
+    if a.cluster:  # refused before anything starts when a Gram block task cannot fit in a worker
+        need = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
+                    coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
+                    tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=False,
+                    ).memory_per_worker
+    with _client(a, need):
         model = fit(
             a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
             coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
             tol=a.tol, max_passes=a.max_passes, random_state=a.random_state, overwrite=a.overwrite,
-            gram=a.gram, progress=not a.no_progress,
+            gram=a.gram, progress=_progress(a),
         )
     g = model.report.get("gram", {})
     if g.get("mode") == "store":
@@ -197,9 +221,12 @@ def cmd_fit(a: argparse.Namespace) -> int:
 def cmd_plan(a: argparse.Namespace) -> int:
     from .planning import plan
 
-    p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
-             coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
-             tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=not a.no_measure)
+    # a running scheduler is asked for its workers; a cluster is sized from its configuration, not started
+    with _client(a) if (a.scheduler or a.scheduler_file) else contextlib.nullcontext() as client:
+        p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
+                 coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
+                 tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=client or a.cluster,
+                 measure=not a.no_measure)
     print(p)
     return 0
 
@@ -284,7 +311,8 @@ def cmd_transform(a: argparse.Namespace) -> int:
     model = load(a.store)
     with _client(a):
         Z = model.transform(as_dask(a.input, min_samples=1, purpose="transform"))
-        compute(da.to_zarr(Z, output, overwrite=a.overwrite, compute=False, compressors=checksum_codecs()))
+        compute(da.to_zarr(Z, output, overwrite=a.overwrite, compute=False, compressors=checksum_codecs()),
+                label="projecting", progress=_progress(a))
     print(f"wrote {Z.shape[0]} x {Z.shape[1]} projections to {a.output}")
     return 0
 
@@ -302,7 +330,7 @@ def make_demo_data(n: int, seed: int = 0) -> np.ndarray:
 def cmd_demo(a: argparse.Namespace) -> int:
     import zarr
 
-    from .cluster import start_local
+    from .cluster import connected
     from .pipeline import fit
     from .storage import checksum_codecs
 
@@ -312,11 +340,12 @@ def cmd_demo(a: argparse.Namespace) -> int:
     X = make_demo_data(a.n_samples)
     zarr.create_array(data, data=X, chunks=(4096, X.shape[1]), overwrite=True, compressors=checksum_codecs())
     print(f"sample data: {X.shape[0]} x {X.shape[1]} (three noisy shells) written to {data}")
-    with start_local(n_workers=a.workers) as client:
-        print(f"local Dask cluster: {len(client.nthreads())} workers, dashboard {client.dashboard_link}")
+    local = {"n_workers": a.workers} if a.workers else {}
+    # the cluster's one log line names the workers and the dashboard
+    with connected({"dkpca": {"cluster": {"backend": "local", "local": local}}}):
         t = time.perf_counter()
         model = fit(data, n_components=a.n_components, kernel="rbf", gamma=0.5, overwrite=True,
-                    random_state=0, progress=True)
+                    random_state=0, progress=_progress(a))
         elapsed = time.perf_counter() - t
     print(model.summary())
     print(f"fit took {elapsed:.2f}s; model and Gram matrix stored in {model.store}")
@@ -351,10 +380,11 @@ def explain(exc: BaseException) -> str | None:
     # imported only once an error happened: importing them costs ``dkpca --help`` seconds
     from distributed.scheduler import KilledWorker
 
+    from .cluster import ClusterError
     from .storage import InsufficientDiskSpace, StoreLockedError
 
     if isinstance(exc, (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
-                        NotADirectoryError, ImportError)):
+                        NotADirectoryError, ImportError, ClusterError)):
         return str(exc)
     if isinstance(exc, OSError) and exc.errno in _USER_ERRNOS:
         where = f" ({exc.filename})" if exc.filename else ""
@@ -370,10 +400,10 @@ COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd
 
 
 def _setup_logging(quiet: bool) -> None:
-    """dkpca's INFO messages (plan, dashboard link) on stderr for the CLI."""
+    """dkpca's INFO messages (plan, dashboard link, passes) on stderr for the CLI; only errors when quiet."""
     log = logging.getLogger("dkpca")
     if quiet:
-        log.setLevel(logging.WARNING)
+        log.setLevel(logging.ERROR)
         return
     if not any(getattr(h, "_dkpca_cli", False) for h in log.handlers):
         h = logging.StreamHandler(sys.stderr)
@@ -386,11 +416,17 @@ def _setup_logging(quiet: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    log = logging.getLogger("dkpca")
-    old_level = log.level
-    _setup_logging(getattr(a, "quiet", False))
+    log, dist = logging.getLogger("dkpca"), logging.getLogger("distributed")
+    old_level, old_dist = log.level, dist.level
+    quiet = getattr(a, "quiet", False)
+    _setup_logging(quiet)
+    if quiet:  # e.g. distributed's "port in use" notices
+        dist.setLevel(logging.ERROR)
     try:
-        return COMMANDS[a.command](a)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            return COMMANDS[a.command](a)
     except Exception as exc:
         message = explain(exc)
         if message is None:
@@ -401,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         log.setLevel(old_level)
+        dist.setLevel(old_dist)
 
 
 if __name__ == "__main__":  # pragma: no cover

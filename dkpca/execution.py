@@ -1,4 +1,4 @@
-"""Where dask work runs: the active distributed Client, else dask's configured scheduler.
+"""Where dask work runs, and how its progress is shown.
 
 One place decides the execution policy so that every stage (scan, Gram
 build, operator passes, transform) behaves the same:
@@ -6,28 +6,42 @@ build, operator passes, transform) behaves the same:
 * with an active ``distributed.Client`` its scheduler runs the graph (workers
   started by a nanny already pin BLAS to one thread each);
 * otherwise the scheduler named in ``dask.config`` runs it (threads by
-  default, one task per core), and BLAS is limited to one thread for the
-  duration, so that two GEMMs do not fight for the same cores (and
-  OpenBLAS's large multi-threaded GEMMs, which crash on this class of
-  machine, are avoided).
+  default, one task per core; ``dask.config.set(scheduler="synchronous")``
+  runs everything in the calling thread, for debugging), and BLAS is limited
+  to one thread for the duration, so that two GEMMs do not fight for the same
+  cores (and OpenBLAS's large multi-threaded GEMMs, which crash on this class
+  of machine, are avoided).
 
-Progress is asked for per call (``progress=True``); nothing here keeps state.
+Progress is asked for per call: ``progress=True`` reports on stderr -- a live
+bar (tqdm) on a terminal, a tqdm widget in Jupyter when ipywidgets is
+installed, otherwise one line per tenth of the work, fit for a batch log --
+and a callable receives ``(label, done, total)`` as tasks finish.  The bar
+counts finished tasks itself (dask's callbacks locally, futures on a
+cluster), so nothing outlives the computation: no scheduler connection is
+left behind when a cluster closes.  Nothing here keeps state.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import dask
-from dask.diagnostics import ProgressBar
-from distributed import default_client
-from distributed import progress as distributed_progress
+from dask.callbacks import Callback
+from distributed import as_completed, default_client
 from distributed.utils import is_kernel
 from threadpoolctl import threadpool_limits
 
-__all__ = ["active_client", "n_workers_threads", "compute"]
+__all__ = ["active_client", "n_workers_threads", "compute", "Progress", "ProgressCallback"]
+
+#: ``callback(label, done, total)``: a computation's progress, in tasks
+ProgressCallback = Callable[[str, int, int], None]
+
+#: percent between two progress lines when stderr is not a terminal
+_LINE_STEP = 10
 
 
 def active_client() -> Any | None:
@@ -43,42 +57,103 @@ def n_workers_threads() -> int:
     client = active_client()
     if client is not None:
         return max(1, sum(client.nthreads().values()))
-    return os.cpu_count() or 1
+    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
 
 
-def _show_distributed_progress(futures: list) -> None:
-    """distributed's progress bar: a widget in Jupyter (if ipywidgets is installed), else text."""
+class Progress:
+    """One computation's progress: a tqdm bar on a terminal or in Jupyter, else lines on stderr, or a callback."""
+
+    def __init__(self, label: str, how: bool | ProgressCallback) -> None:
+        self.label, self.total, self.done = label, 0, 0
+        self.callback = how if callable(how) else None
+        self.bar = None
+        self.printed = 0  # percent of the last line written (not a terminal)
+
+    def start(self, total: int) -> None:
+        """The computation has ``total`` tasks."""
+        self.total = int(total)
+        if self.callback is not None:
+            self.callback(self.label, 0, self.total)
+            return
+        self.bar = _bar(self.label, self.total)
+        if self.bar is None:
+            print(f"dkpca: {self.label}: {self.total} tasks", file=sys.stderr, flush=True)
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.callback is not None:
+            self.callback(self.label, self.done, self.total)
+        elif self.bar is not None:
+            self.bar.update(n)
+        else:
+            pct = 100 * self.done // max(1, self.total)
+            if pct >= self.printed + _LINE_STEP or (self.done >= self.total and self.printed < 100):
+                self.printed = 100 if self.done >= self.total else pct - pct % _LINE_STEP
+                print(f"dkpca: {self.label}: {pct}% ({self.done}/{self.total})", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _bar(label: str, total: int) -> Any | None:
+    """A live bar where someone watches (Jupyter with ipywidgets, a terminal), else None."""
     if is_kernel():
         try:
             import ipywidgets  # noqa: F401 - optional: the widget needs it
-            from IPython.display import display
+            from tqdm.notebook import tqdm as notebook_tqdm
         except ImportError:
             pass
         else:
-            display(distributed_progress(futures, notebook=True))  # updates itself while we gather
-            return
-    distributed_progress(futures, notebook=False)
+            return notebook_tqdm(total=total, desc=label, unit="task")
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=label, unit="task", file=sys.stderr, dynamic_ncols=True, leave=True)
+    return None
 
 
-def compute(*tasks: Any, label: str = "", threads: int | None = None, progress: bool = False) -> tuple:
+def _local_callback(progress: Progress) -> Callback:
+    """Counts the tasks of a local (threads, processes, synchronous) computation."""
+
+    def start(dsk: Any, state: dict) -> None:
+        progress.start(sum(len(state[k]) for k in ("ready", "waiting", "running")) + len(state["finished"]))
+
+    def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        progress.advance()
+
+    return Callback(start_state=start, posttask=posttask)
+
+
+def compute(*tasks: Any, label: str = "", threads: int | None = None,
+            progress: bool | ProgressCallback = False) -> tuple:
     """``dask.compute(*tasks)`` under dkpca's execution policy.
 
-    ``progress=True`` with a ``label`` shows a bar for this compute.
-    ``threads`` overrides the local thread count (tasks that block on I/O
-    want more threads than cores); a distributed cluster keeps its own.
+    ``progress`` (True or a callback) with a ``label`` reports this
+    computation's progress (see the module's description).  ``threads`` is a
+    hint for the local thread count (tasks that block on I/O want more
+    threads than cores); the Dask setting ``num_workers`` and a distributed
+    cluster take precedence.
     """
+    show = bool(progress) and bool(label)
     client = active_client()
     if client is not None:
         futures = client.compute(list(tasks))
-        if progress and label:
-            print(label, flush=True)
-            _show_distributed_progress(futures)
+        if show:
+            bar = Progress(label, progress)
+            bar.start(len(futures))
+            try:
+                for _ in as_completed(futures):
+                    bar.advance()
+            finally:
+                bar.close()
         return tuple(client.gather(futures))
-    ctx = contextlib.ExitStack()
-    if progress and label:
-        print(label, flush=True)
-        ctx.enter_context(ProgressBar())
     scheduler = dask.config.get("scheduler", None) or "threads"
-    with ctx, threadpool_limits(1, user_api="blas"):
-        kw = {"num_workers": threads} if threads and scheduler in ("threads", "threading") else {}
+    kw = {}
+    if threads and scheduler in ("threads", "threading") and dask.config.get("num_workers", None) is None:
+        kw["num_workers"] = threads
+    with contextlib.ExitStack() as ctx, threadpool_limits(1, user_api="blas"):
+        if show:
+            bar = ctx.enter_context(contextlib.closing(Progress(label, progress)))
+            ctx.enter_context(_local_callback(bar))
         return dask.compute(*tasks, scheduler=scheduler, **kw)

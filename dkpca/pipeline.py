@@ -12,6 +12,7 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import dask.array as da
@@ -34,10 +35,10 @@ __all__ = ["fit", "solve_kernel_matrix"]
 logger = logging.getLogger("dkpca")
 
 
-def _print_pass(report: PassReport) -> None:
-    """The per-pass progress line (``progress=True``)."""
-    print(f"  pass {report.pass_number:3d}: max relative residual {report.max_relative_residual:.2e} "
-          f"({report.seconds:.2f}s)", flush=True)
+def _log_pass(report: PassReport) -> None:
+    """The per-pass report, through logging (the CLI shows it on stderr; ``logging`` configures it in Python)."""
+    logger.info("pass %d: max relative residual %.2e (%.2fs)", report.pass_number, report.max_relative_residual,
+                report.seconds)
 
 
 def fit(
@@ -57,7 +58,7 @@ def fit(
     random_state: int | np.random.Generator | None = None,
     overwrite: bool = False,
     gram: str = "auto",
-    progress: bool = False,
+    progress: bool | Callable[[str, int, int], None] = False,
 ) -> KPCAModel:
     """Fit kernel PCA out of core and persist the model.
 
@@ -106,8 +107,11 @@ def fit(
         recomputes when K does not fit on the store's disk or when the
         measured cost of a pass says it is faster (see
         :func:`dkpca.planning.choose`).
-    progress : bool, default=False
-        Show progress bars (terminal or Jupyter).
+    progress : bool or callable, default=False
+        True: progress on stderr (a bar on a terminal or in Jupyter, a line
+        per tenth of the work in a log); a callable receives
+        ``(label, done, total)`` as tasks finish.  Each solver pass is
+        reported through the ``dkpca`` logger at INFO level whatever this is.
 
     Returns
     -------
@@ -221,7 +225,7 @@ def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = get_solver(solver_name)(op, req.n_components, tol=req.tol, max_passes=req.max_passes, rng=rng,
-                                              callback=_print_pass if req.progress else None, **solver_opts)
+                                              callback=_log_pass, **solver_opts)
             timings["solve"] = time.perf_counter() - t
             return op, gram_report, res
         except CorruptChunkError as exc:

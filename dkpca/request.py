@@ -260,7 +260,9 @@ class FitRequest:
     store : FitStore or None
         None when planning for in-memory input without ``store=`` (``fit``
         would make a temporary directory; a plan creates nothing).
-    overwrite, progress : bool
+    overwrite : bool
+    progress : bool or callable
+        False, True, or a ``callback(label, done, total)``.
     temporary : TemporaryStore or None
         The owner of ``store`` when it is a temporary directory dkpca made.
     """
@@ -277,7 +279,7 @@ class FitRequest:
     random_state: Any
     store: FitStore | None
     overwrite: bool = False
-    progress: bool = False
+    progress: Any = False
     temporary: TemporaryStore | None = None
 
     @property
@@ -294,7 +296,7 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
                  kernel_params: dict | None = None, solver: str = "auto",
                  store: str | os.PathLike | None = None, chunk_size: int | None = None, dtype: Any = "float32",
                  tol: float = 1e-6, max_passes: int | None = None, random_state: Any = None,
-                 overwrite: bool = False, gram: str = "auto", progress: bool = False,
+                 overwrite: bool = False, gram: str = "auto", progress: Any = False,
                  create_store: bool = True) -> FitRequest:
     """Validate every parameter of :func:`dkpca.fit` / :func:`dkpca.plan`; read nothing but X's shape.
 
@@ -312,7 +314,8 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
     chunk = check_int("chunk_size", chunk_size, 1, allow_none=True)
     seed = check_random_state(random_state)
     overwrite = check_bool("overwrite", overwrite)
-    progress = check_bool("progress", progress)
+    if not callable(progress):  # True/False, or a callback(label, done, total) (dkpca.execution)
+        progress = check_bool("progress", progress)
     if store is not None and not isinstance(store, (str, os.PathLike)):
         raise ValueError(f"store={store!r} is invalid; pass a path or URL (or None for the default).")
     kern = make_kernel(kernel, gamma=gamma, degree=degree, coef0=coef0, kernel_params=kernel_params)

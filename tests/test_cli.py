@@ -88,7 +88,7 @@ def test_fingerprint_mismatch_names_overwrite(tmp_path, data_path, blobs):
 
 def test_demo_runs_on_local_cluster(tmp_path):
     out = run("demo", "--dir", str(tmp_path), "--n-samples", "3000", "--n-components", "3", "--workers", "2")
-    assert "dashboard http://127.0.0.1" in out.stdout
+    assert out.stderr.count("dashboard: http://127.0.0.1") == 1  # the link, once
     assert "eigenvalue" in out.stdout and "explained" in out.stdout
     model = dkpca.load(tmp_path / "shells.dkpca.zarr")
     assert model.n_samples == 3000 and model.report["converged"]

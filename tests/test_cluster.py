@@ -1,109 +1,216 @@
-"""Cluster configs, dkpca.cluster.connect, and a real multi-process Dask cluster.
+"""Clusters: Dask configuration files, starting and reaching schedulers, TLS, failing fast.
 
-The multi-process fixture starts ``dask scheduler`` and two ``dask worker``
-processes (nanny + worker, one thread each) on 127.0.0.1 as subprocesses, each
-in its own process group so that a finalizer can kill the whole group
-(nanny and its worker child) whatever the test did.
+Batch systems are faked by small ``sbatch``/``scancel`` (``qsub``/``qdel``)
+programs put first on PATH: they record the job script dkpca submits and, in
+"run" mode, run it as a detached process group (so the workers really start,
+reading their TLS credentials from the files the script names), or reject it,
+or accept it and never start it.  ``scancel`` kills the job's process group
+and records its id, so a test can see that nothing is left running.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
+import socket
 import subprocess
 import sys
+import time
 
+import dask
+import dask_jobqueue  # noqa: F401 - registers jobqueue's config defaults before tests set jobqueue keys
 import numpy as np
 import pytest
 import yaml
-import zarr
+from distributed import Client, LocalCluster
+from distributed.security import Security
 from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca import cluster as dc
+from dkpca.cluster.config import k8s_quantity, walltime_seconds, worker_lifetime_args
+from dkpca.cluster.resources import sizing_job
 
 from .conftest import ROOT, dkpca_cmd, make_data, reference_eigh, write_data
 
-CONFIGS = sorted(glob.glob(os.path.join(ROOT, "cluster_configs", "*.yaml")))
+CONFIGS = os.path.join(ROOT, "cluster_configs")
+
+FAKE_SUBMIT = r'''#!{python}
+import json, os, re, stat, subprocess, sys
+log, mode = os.environ["FAKE_BATCH_LOG"], os.environ.get("FAKE_BATCH_MODE", "run")
+if mode == "reject":
+    print("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+          file=sys.stderr)
+    sys.exit(1)
+n = len([f for f in os.listdir(log) if f.endswith(".sh")])
+text = open(sys.argv[-1]).read()
+path = os.path.join(log, f"job{{n}}.sh")
+open(path, "w").write(text)
+files = re.findall(r"--tls-(?:ca-file|cert|key) (\S+)", text)
+modes = {{f: oct(stat.S_IMODE(os.stat(f).st_mode)) for f in files + [os.path.dirname(f) for f in files]}}
+json.dump(modes, open(os.path.join(log, f"job{{n}}.modes.json"), "w"))
+if mode == "run":
+    out = open(os.path.join(log, f"job{{n}}.log"), "w")
+    job = subprocess.Popen(["bash", path], start_new_session=True, stdout=out, stderr=subprocess.STDOUT).pid
+else:  # "queue": accepted, never starts
+    job = 4242 + n
+print(f"Submitted batch job {{job}}")
+'''
+
+FAKE_CANCEL = r'''#!{python}
+import os, signal, sys
+with open(os.path.join(os.environ["FAKE_BATCH_LOG"], "cancelled"), "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\n")
+for job in sys.argv[1:]:
+    try:
+        os.killpg(int(job.split(".")[0]), signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, ValueError):
+        pass
+'''
 
 
-# -- configs -----------------------------------------------------------------
-def test_all_configs_present():
-    names = {os.path.basename(p) for p in CONFIGS}
-    assert {"local.yaml", "slurm.yaml", "pbs.yaml", "kubernetes.yaml", "gateway.yaml", "tls.yaml"} <= names
+def fake_batch(tmp_path, submit="sbatch", cancel="scancel", mode="run") -> dict:
+    """A fake batch system first on PATH; returns the environment that uses it."""
+    bindir, log = tmp_path / "fakebin", tmp_path / "batchlog"
+    bindir.mkdir()
+    log.mkdir()
+    for name, text in ((submit, FAKE_SUBMIT), (cancel, FAKE_CANCEL)):
+        p = bindir / name
+        p.write_text(text.format(python=sys.executable))
+        p.chmod(0o755)
+    return {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_BATCH_LOG": str(log), "FAKE_BATCH_MODE": mode}
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
-def test_config_parses_and_validates(path, caplog):
-    with caplog.at_level(logging.WARNING, logger="dkpca"):
-        cfg = dc.load_config(path)
-    assert cfg["backend"] in dc.BACKENDS
-    assert not caplog.records, "shipped configs must validate without warnings"
-    res = dc.worker_resources(cfg)
-    if cfg["backend"] != "scheduler":
-        assert res["workers"] >= 1 and res["memory_per_worker"] > 0
+def cancelled(env: dict) -> list[str]:
+    path = os.path.join(env["FAKE_BATCH_LOG"], "cancelled")
+    return open(path).read().split() if os.path.exists(path) else []
 
 
-BAD_CONFIGS = [
-    ([1, 2], "must be a mapping"),
-    ({"cluster": {}}, "'backend' must be one of"),
-    ({"backend": "lsf"}, "'backend' must be one of"),
-    ({"backend": "local", "clustr": {}}, "unknown top-level key 'clustr'"),
-    ({"backend": "local", "cluster": {"n_wrkers": 2}}, "unknown LocalCluster option 'n_wrkers'"),
-    ({"backend": "local", "cluster": {"n_workers": 0}}, "'n_workers' must be an integer >= 1"),
-    ({"backend": "local", "cluster": {"dashboard_address": ":8787"}}, "unauthenticated Dask dashboard"),
-    ({"backend": "local", "cluster": {"dashboard_address": "0.0.0.0:8787"}}, "127.0.0.1:8787"),
-    ({"backend": "local", "cluster": {"memory_limit": "lots"}}, "'memory_limit' = 'lots' is not a size"),
-    ({"backend": "slurm", "cluster": {"memory": "8GiB"}}, "'cores' is required"),
-    ({"backend": "slurm", "cluster": {"cores": 4}}, "'memory' is required"),
-    ({"backend": "slurm", "cluster": {"cores": 2, "memory": "8GiB", "processes": 4}}, "processes=4 exceeds cores=2"),
-    ({"backend": "pbs", "cluster": {"cores": 2, "memory": "8GiB", "walltime": "two hours"}}, "walltime 'two hours'"),
-    ({"backend": "slurm", "cluster": {"cores": 2, "memory": "8GiB", "walltime": "01:00:00",
-                                      "worker_extra_args": ["--lifetime", "60m", "--lifetime-stagger", "5m"]}},
-     "not shorter than the walltime"),
-    ({"backend": "slurm", "cluster": {"cores": 2, "memory": "8GiB", "walltime": "01:00:00",
-                                      "worker_extra_args": ["--lifetime", "1h50m"]}}, "is not a duration"),
-    ({"backend": "slurm", "cluster": {"cores": 2, "memory": "8GiB", "worker_extra_args": "--lifetime 1h"}},
-     "must be a list of strings"),
-    ({"backend": "slurm", "cluster": {"cores": 2, "memory": "8GiB",
-                                      "scheduler_options": {"dashboard_address": ":8787"}}}, "dashboard"),
-    ({"backend": "scheduler"}, "needs 'address: tcp://host:port'"),
-    ({"backend": "scheduler", "address": "tcp://h:1", "security": {"require_encryption": True}}, "tls://"),
-    ({"backend": "scheduler", "address": "tcp://h:1", "scale": {"workers": 2}}, "do not apply"),
-    ({"backend": "local", "address": "tcp://h:1"}, "only for backend 'scheduler'"),
-    ({"backend": "gateway"}, "gateway.address"),
-    ({"backend": "kubernetes", "cluster": {"image": 3}}, "'image' must be a string"),
-    ({"backend": "local", "scale": {"workers": 2}, "adapt": {"maximum": 3}}, "either 'scale' or 'adapt'"),
-    ({"backend": "local", "security": {"tls_cert": "x"}}, "unknown option 'tls_cert'"),
-    ({"backend": "slurm", "cluster": {"cores": 2, "memory": "8GiB"}, "security": {"temporary": True}},
-     "only with backend 'local'"),
-    ({"backend": "local", "client": {"wait_for_workers": -1}}, "'wait_for_workers' must be an integer >= 0"),
-]
+def write_config(path, cfg: dict) -> str:
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
 
 
-@pytest.mark.parametrize("cfg, message", BAD_CONFIGS)
-def test_bad_config_is_a_clear_error(cfg, message):
-    with pytest.raises(dc.ClusterConfigError, match=None) as exc:
-        dc.validate_config(cfg, source="my.yaml")
-    assert message in str(exc.value) and "my.yaml" in str(exc.value)
+def slurm_test_config(tmp_path, **dkpca_keys) -> dict:
+    """A SLURM cluster file whose jobs can run on this machine (the fake sbatch runs them)."""
+    return {"jobqueue": {"slurm": {
+        "cores": 2, "processes": 2, "memory": "2GiB", "walltime": "00:30:00", "job-script-prologue": [],
+        "local-directory": str(tmp_path / "scratch"), "log-directory": str(tmp_path / "joblogs"),
+        "scheduler-options": {"host": "127.0.0.1"}}},
+        "dkpca": {"cluster": {"scale": {"jobs": 1}, "workers": 2, **dkpca_keys}}}
 
 
-def test_walltime_without_lifetime_warns(caplog):
-    with caplog.at_level(logging.WARNING, logger="dkpca"):
-        dc.validate_config({"backend": "slurm", "cluster": {"cores": 2, "memory": "8GiB", "walltime": "02:00:00"}})
-    assert "--lifetime" in caplog.text
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dkpca: error: "), proc.stderr
+    return lines[0]
 
 
-def test_config_file_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        dc.load_config(tmp_path / "nope.yaml")
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("backend: [local\n")
-    with pytest.raises(dc.ClusterConfigError, match="not valid YAML"):
-        dc.load_config(bad)
-    with pytest.raises(FileNotFoundError, match="neither a cluster config file nor a scheduler address"):
-        dc.connect("no-such-thing")
+def run_cli(*args, env=None, timeout=180):
+    return subprocess.run(dkpca_cmd(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+# -- cluster files are Dask configuration ---------------------------------------------
+@pytest.mark.parametrize("name, backend, workers, threads, memory", [
+    ("slurm.yaml", "slurm", 16, 1, 8 * 2**30),      # 4 jobs x 4 processes, 32 GiB / 4
+    ("pbs.yaml", "pbs", 64, 1, 8 * 2**30),          # up to 8 jobs (adapt) x 8 processes
+    ("local.yaml", "local", 2, 1, 4 * 2**30),
+    ("kubernetes.yaml", "kubernetes", 8, 2, 8 * 2**30),  # 8Gi is 8 GiB (never "8GiBB")
+    ("gateway.yaml", "gateway", 10, 2, 8 * 2**30),  # worker_memory in GiB
+    ("tls.yaml", "scheduler", None, None, None),    # a running scheduler says itself
+])
+def test_example_names_its_backend_and_sizes(name, backend, workers, threads, memory):
+    spec = dc.cluster_spec(os.path.join(CONFIGS, name))
+    assert spec.backend == backend
+    assert dc.worker_resources(spec) == {"workers": workers, "threads_per_worker": threads,
+                                         "memory_per_worker": memory}
+
+
+def test_site_jobqueue_config_needs_no_dkpca_file():
+    site = {"jobqueue.slurm.cores": 8, "jobqueue.slurm.processes": 2, "jobqueue.slurm.memory": "16GiB"}
+    with dask.config.set(site):
+        res = dc.worker_resources(dc.cluster_spec("slurm"))
+    assert res == {"workers": 2, "threads_per_worker": 4, "memory_per_worker": 8 * 2**30}
+
+
+def test_file_is_merged_over_the_site_config(tmp_path):
+    path = write_config(tmp_path / "c.yaml", {"jobqueue": {"slurm": {"memory": "64GiB"}}})
+    with dask.config.set({"jobqueue.slurm.queue": "site-queue", "jobqueue.slurm.cores": 4}):
+        spec = dc.cluster_spec(path)
+        assert spec.get("jobqueue.slurm.memory") == "64GiB" and spec.get("jobqueue.slurm.queue") == "site-queue"
+    assert dask.config.get("jobqueue.slurm.memory") != "64GiB"  # applied only while in use
+
+
+def test_underscore_and_hyphen_keys_are_one_key(tmp_path):
+    path = write_config(tmp_path / "c.yaml", {"jobqueue": {"slurm": {"worker_extra_args": ["--resources", "a=1"]}}})
+    with dask.config.set({"jobqueue.slurm.worker-extra-args": ["--site"]}):
+        assert dc.cluster_spec(path).get("jobqueue.slurm.worker-extra-args") == ["--resources", "a=1"]
+
+
+def test_backend_options_pass_through_to_the_backend(tmp_path):
+    # dkpca keeps no list of dask-jobqueue's keys: the back end reads them (and rejects bad values)
+    path = write_config(tmp_path / "c.yaml", {"jobqueue": {"slurm": {"cores": 2, "memory": "4GiB",
+                                                                   "job-cpu": 7, "job-mem": "5GB"}}})
+    script = sizing_job(dc.cluster_spec(path)).job_script()
+    assert "#SBATCH --cpus-per-task=7" in script and "#SBATCH --mem=5G" in script
+
+
+def test_two_backends_in_one_file_need_a_choice(tmp_path):
+    cfg = {"jobqueue": {"slurm": {"cores": 1}}, "kubernetes": {"image": "x"}}
+    with pytest.raises(dc.ClusterConfigError, match="backend: slurm"):
+        dc.cluster_spec(write_config(tmp_path / "c.yaml", cfg))
+    cfg["dkpca"] = {"cluster": {"backend": "kubernetes"}}
+    assert dc.cluster_spec(write_config(tmp_path / "c.yaml", cfg)).backend == "kubernetes"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("jobqueue: [slurm\n", "not valid YAML"),
+    ("- a\n- b\n", "a Dask configuration file"),
+    ("dkpca: {cluster: {backend: lsf}}\n", "must be one of"),
+    ("dkpca: {cluster: {timeout: soon}}\n", "dkpca.cluster.timeout must be a duration"),
+    ("dkpca: {cluster: {workers: 0}}\n", "dkpca.cluster.workers must be a positive integer"),
+    ("dkpca: {cluster: {scale: 4}}\n", "dkpca.cluster.scale must be a mapping"),
+])
+def test_bad_file_is_a_clear_error(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(dc.ClusterConfigError, match=message):
+        spec = dc.cluster_spec(path)
+        for key in ("timeout", "workers", "scale"):
+            spec.dkpca(key, 1)
+
+
+def test_missing_file_names_the_choices():
+    with pytest.raises(FileNotFoundError, match="local, slurm, pbs, kubernetes, gateway"):
+        dc.cluster_spec("no-such.yaml")
+
+
+@pytest.mark.parametrize("value, expected", [("8Gi", 8 * 2**30), ("16Gi", 16 * 2**30), ("500m", 0.5),
+                                             ("8G", 8e9), ("2", 2.0), ("1e3", 1000.0), ("512Mi", 2**29)])
+def test_kubernetes_quantities(value, expected):
+    assert k8s_quantity(value) == expected
+
+
+@pytest.mark.parametrize("value, plain, seconds", [
+    ("04:00:00", 60, 14400), ("30", 60, 1800), ("30:15", 60, 1815), ("1-02", 60, 93600),
+    ("1-02:30", 60, 95400), ("1-00:00:10", 60, 86410), ("3600", 1, 3600)])
+def test_walltime_forms(value, plain, seconds):
+    assert walltime_seconds(value, "x", plain) == seconds
+
+
+def test_lifetime_is_added_under_the_walltime():
+    # 4 h: a 10 min margin, staggered over 5 min -> workers retire between 3h45 and 3h50
+    assert worker_lifetime_args(["--resources", "a=1"], "04:00:00", "x") == [
+        "--resources", "a=1", "--lifetime", "13500s", "--lifetime-stagger", "300s"]
+
+
+def test_lifetime_past_the_walltime_is_refused():
+    with pytest.raises(dc.ClusterConfigError, match="does not end before the walltime"):
+        worker_lifetime_args(["--lifetime", "60m", "--lifetime-stagger", "5m"], "01:00:00", "slurm.yaml")
 
 
 @pytest.mark.parametrize("backend, module, extra", [
@@ -111,106 +218,230 @@ def test_config_file_errors(tmp_path):
     ("kubernetes", "dask_kubernetes", "kubernetes"), ("gateway", "dask_gateway", "gateway"),
 ])
 def test_missing_backend_names_the_extra(monkeypatch, backend, module, extra):
-    # None in sys.modules makes `import module` raise ImportError
-    monkeypatch.setitem(sys.modules, module, None)
+    monkeypatch.setitem(sys.modules, module, None)  # None in sys.modules makes the import fail
     monkeypatch.setitem(sys.modules, module + ".operator", None)
     with pytest.raises(ImportError, match=rf"pip install 'dkpca\[{extra}\]'"):
         dc.backend_class(backend)
 
 
-def test_missing_extra_is_a_cli_error(monkeypatch, tmp_path, capsys):
-    from dkpca.cli import main
-
-    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)
-    data = write_data(tmp_path / "d.zarr", make_data(50))
-    rc = main(["fit", data, "--cluster", os.path.join(ROOT, "cluster_configs", "slurm.yaml"), "--quiet"])
-    assert rc == 2 and "pip install 'dkpca[slurm]'" in capsys.readouterr().err
+def test_kubernetes_example_installs_nothing_by_name():
+    text = open(os.path.join(CONFIGS, "kubernetes.yaml")).read()
+    assert "EXTRA_PIP_PACKAGES" not in text and "pip install dkpca" not in text
+    assert "pip wheel --no-deps -w dist ." in text  # the image is built from this repository
 
 
-def test_tls_security(tmp_path):
-    cfg = dc.load_config(os.path.join(ROOT, "cluster_configs", "tls.yaml"))
-    with pytest.raises(FileNotFoundError, match="tls_ca_file"):
-        dc.make_security(dict(cfg["security"]), "tls.yaml")
-    sec = dict(cfg["security"])
-    for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
-        p = tmp_path / key
-        p.write_text("placeholder")
-        sec[key] = str(p)
-    s = dc.make_security(sec, "tls.yaml")
-    from distributed.security import Security
-
-    assert isinstance(s, Security) and s.require_encryption and s.tls_ca_file == str(tmp_path / "tls_ca_file")
+# -- the job scripts dkpca submits ---------------------------------------------------
+def submitted(env: dict) -> tuple[str, dict]:
+    log = env["FAKE_BATCH_LOG"]
+    return open(os.path.join(log, "job0.sh")).read(), json.load(open(os.path.join(log, "job0.modes.json")))
 
 
-@pytest.mark.parametrize("name, cls, needles", [
-    ("slurm.yaml", "SLURMCluster", ["#SBATCH -t 04:00:00", "#SBATCH --exclusive", "--lifetime 225m",
-                                    "--lifetime-stagger 5m", "--local-directory $TMPDIR", "--nthreads 1",
-                                    "--nworkers 4"]),
-    ("pbs.yaml", "PBSCluster", ["#PBS -l walltime=02:00:00", "#PBS -l place=excl", "--lifetime 110m",
-                                "--local-directory $TMPDIR", "--nworkers 8"]),
+@pytest.mark.parametrize("name, submit, cancel, needles", [
+    ("slurm.yaml", "sbatch", "scancel", ["#SBATCH -t 04:00:00", "#SBATCH --exclusive", "#SBATCH -A my_project",
+                                         "--nworkers 4", "--nthreads 1", "--local-directory $TMPDIR",
+                                         "--lifetime 13500s", "--lifetime-stagger 300s", "module load python"]),
+    ("pbs.yaml", "qsub", "qdel", ["#PBS -l walltime=02:00:00", "#PBS -l place=excl", "#PBS -A my_project",
+                                  "--nworkers 8", "--lifetime 6300s", "--local-directory $TMPDIR"]),
 ])
-def test_jobqueue_job_script(name, cls, needles):
-    jq = pytest.importorskip("dask_jobqueue")
-    cfg = dc.load_config(os.path.join(ROOT, "cluster_configs", name))
-    kwargs = dict(cfg["cluster"])
-    kwargs["scheduler_options"] = {**kwargs.get("scheduler_options", {}), "host": "127.0.0.1"}
-    with getattr(jq, cls)(**kwargs) as cluster:
-        script = cluster.job_script()
-    assert script.startswith("#!/usr/bin/env bash")
+def test_example_job_script(tmp_path, monkeypatch, name, submit, cancel, needles):
+    env = fake_batch(tmp_path, submit, cancel, mode="queue")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)  # the credentials go into the submission directory
+    with pytest.raises(dc.ClusterError, match="did not arrive within 1s"):
+        dc.connect(os.path.join(CONFIGS, name), timeout=1)
+    script, modes = submitted(env)
     for needle in needles:
-        assert needle in script, f"{needle!r} missing from the {cls} job script:\n{script}"
+        assert needle in script, f"{needle!r} missing from the {name} job script:\n{script}"
+    assert " tls://" in script and "--tls-ca-file" in script and "-----BEGIN" not in script
+    if submit == "qsub":  # PBS starts in $HOME: the script goes back to the submission directory first
+        assert script.index("cd $PBS_O_WORKDIR") < script.index("-m distributed.cli.dask_worker")
+    # the credentials: a 0700 directory of 0600 files, read by the job, gone once the cluster closed
+    assert sorted(set(modes.values())) == ["0o600", "0o700"] and len(modes) == 3
+    assert not any(os.path.exists(p) for p in modes)
+    assert cancelled(env)  # the queued job was cancelled: nothing left waiting
 
 
-def test_local_config_starts_and_fits(tmp_path, caplog, blobs):
-    path = os.path.join(ROOT, "cluster_configs", "local.yaml")
-    cfg = dc.load_config(path)
-    cfg["cluster"]["dashboard_address"] = "127.0.0.1:0"  # the shipped port may be taken here
+# -- failing fast, in one line, leaving nothing running -------------------------------
+def test_missing_sbatch_is_one_error_line(tmp_path):
+    data = write_data(tmp_path / "d.zarr", make_data(60))
+    t = time.monotonic()
+    proc = run_cli("fit", data, "--cluster", os.path.join(CONFIGS, "slurm.yaml"),
+                   env={"PATH": os.path.dirname(sys.executable)}, timeout=120)
+    assert "sbatch is not on PATH" in one_error_line(proc) and time.monotonic() - t < 60
+
+
+def test_rejected_job_is_one_error_line(tmp_path):
+    data = write_data(tmp_path / "d.zarr", make_data(60))
+    env = fake_batch(tmp_path, mode="reject")
+    cfg = write_config(tmp_path / "c.yaml", slurm_test_config(tmp_path))
+    line = one_error_line(run_cli("fit", data, "--cluster", cfg, env=env))
+    assert "rejected" in line and "Invalid account" in line
+
+
+def test_workers_not_arriving_is_one_error_line_and_cancels_the_job(tmp_path):
+    data = write_data(tmp_path / "d.zarr", make_data(60))
+    env = fake_batch(tmp_path, mode="queue")
+    cfg = write_config(tmp_path / "c.yaml", slurm_test_config(tmp_path))
+    line = one_error_line(run_cli("fit", data, "--cluster", cfg, "--cluster-timeout", "2s", env=env))
+    assert "did not arrive within 2s" in line
+    assert cancelled(env) == ["4242"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_scheduler_is_one_error_line(tmp_path):
+    data = write_data(tmp_path / "d.zarr", make_data(60))
+    t = time.monotonic()
+    proc = run_cli("fit", data, "--scheduler", f"tcp://127.0.0.1:{free_port()}",
+                   env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"})
+    assert "could not reach the Dask scheduler" in one_error_line(proc) and time.monotonic() - t < 60
+
+
+def test_missing_kubectl_fails_before_anything_starts(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(dc.ClusterError, match="kubectl is not on PATH"):
+        dc.connect(os.path.join(CONFIGS, "kubernetes.yaml"))
+
+
+def test_worker_memory_below_the_plan_is_refused_before_starting(tmp_path):
+    data = write_data(tmp_path / "d.zarr", make_data(3000))
+    cfg = write_config(tmp_path / "c.yaml", {"dkpca": {"cluster": {"local": {"n_workers": 1,
+                                                                              "memory_limit": "32MiB"}}}})
+    proc = run_cli("fit", data, "--chunk-size", "3000", "--cluster", cfg)
+    line = one_error_line(proc)  # one line: no cluster was started, so no dashboard was announced
+    assert "worker would have 32.00 MiB" in line and "smaller chunk size" in line
+
+
+def test_missing_scheduler_file_is_an_error(tmp_path):
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
+            pytest.raises(FileNotFoundError, match="scheduler file .* does not exist"):
+        dc.connect(scheduler_file=tmp_path / "scheduler.json")
+
+
+# -- secure by default ------------------------------------------------------------
+def test_local_scheduler_accepts_only_this_run(tmp_path):
+    with dc.connected({"dkpca": {"cluster": {"local": {"n_workers": 1, "dashboard_address": "127.0.0.1:0"}}}}) as c:
+        address = c.scheduler.address
+        assert address.startswith("tls://127.0.0.1:")
+        assert c.dashboard_link.startswith("http://127.0.0.1:")
+        with pytest.raises((OSError, TimeoutError)):  # another process's own credentials
+            Client(address, security=Security.temporary(), timeout=5, set_as_default=False)
+        with pytest.raises((OSError, TimeoutError)):  # no credentials, plain TCP
+            Client(address.replace("tls://", "tcp://"), timeout=5, set_as_default=False)
+        assert len(c.nthreads()) == 1
+
+
+def test_slurm_run_end_to_end_over_tls(tmp_path):
+    """A fit on SLURM workers (the fake sbatch runs the job script here): TLS, cleanup, a correct result."""
+    X = make_data(600, seed=4)
+    data = write_data(tmp_path / "d.zarr", X)
+    env = fake_batch(tmp_path, mode="run")
+    cfg = write_config(tmp_path / "c.yaml", slurm_test_config(tmp_path, timeout="120s"))
+    proc = run_cli("fit", data, "-k", "3", "--gamma", "0.2", "--solver", "randomized", "--chunk-size", "150",
+                   "--dtype", "float64", "--tol", "1e-10", "--cluster", cfg, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr + "".join(open(p).read() for p in glob.glob(
+        os.path.join(env["FAKE_BATCH_LOG"], "*.log")))
+    assert "2 worker(s); dashboard: http://127.0.0.1:" in proc.stderr
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 3)
+    np.testing.assert_allclose(dkpca.load(tmp_path / "d.dkpca.zarr").eigenvalues_, lam, rtol=1e-8)
+    script, modes = submitted(env)
+    assert "--lifetime 1530s" in script and "tls://127.0.0.1:" in script
+    assert not any(os.path.exists(p) for p in modes)  # credentials removed
+    job = cancelled(env)
+    assert len(job) == 1
+    with pytest.raises(ProcessLookupError):  # the job's processes are gone
+        for _ in range(100):
+            os.killpg(int(job[0]), 0)
+            time.sleep(0.1)
+
+
+def test_tls_example_connects_with_its_certificates(tmp_path):
+    sec = Security.temporary()
+    paths = {}
+    for name, text in (("ca.pem", sec.tls_ca_file), ("client.pem", sec.tls_client_cert),
+                       ("client.key", sec.tls_client_key)):
+        paths[name] = tmp_path / name
+        paths[name].write_text(text)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, host="127.0.0.1", security=sec,
+                      dashboard_address=None) as cluster:
+        cfg = yaml.safe_load(open(os.path.join(CONFIGS, "tls.yaml")))
+        cfg["scheduler-address"] = cluster.scheduler_address
+        tls = cfg["distributed"]["comm"]["tls"]
+        tls["ca-file"], tls["client"]["cert"], tls["client"]["key"] = (
+            str(paths["ca.pem"]), str(paths["client.pem"]), str(paths["client.key"]))
+        with dc.connected(cfg) as client:
+            assert client.scheduler.address == cluster.scheduler_address
+            assert client.submit(lambda x: x + 1, 1).result() == 2
+
+
+def test_local_example_starts_and_its_dask_settings_reach_the_workers(tmp_path, caplog, blobs):
+    cfg = yaml.safe_load(open(os.path.join(CONFIGS, "local.yaml")))
+    cfg["dkpca"]["cluster"]["local"]["dashboard_address"] = "127.0.0.1:0"  # the shipped port may be taken here
     with caplog.at_level(logging.INFO, logger="dkpca"), dc.connected(cfg) as client:
-        assert len(client.scheduler_info()["workers"]) == cfg["cluster"]["n_workers"]
-        assert client.dashboard_link.startswith("http://127.0.0.1:")
+        assert len(client.nthreads()) == 2
+        spill = client.run(lambda: dask.config.get("distributed.worker.memory.spill"))
+        assert set(spill.values()) == {0.85}
         model = dkpca.fit(blobs, n_components=3, gamma=0.1, solver="randomized", chunk_size=200, dtype="float64",
                           tol=1e-10, store=tmp_path / "s.zarr")
-    assert "dashboard: http://127.0.0.1:" in caplog.text
+    assert caplog.text.count("dashboard: http://127.0.0.1:") == 1
     lam, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
     np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
 
 
-def test_connect_by_address(proc_cluster, tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="dkpca"):
-        client = dc.connect(proc_cluster.address)
+# -- running schedulers: address and scheduler file --------------------------------------
+def test_connect_by_scheduler_file(proc_cluster):
+    client = dc.connect(scheduler_file=os.path.join(proc_cluster.tmp, "scheduler.json"))
     try:
-        assert len(client.scheduler_info()["workers"]) == 2
+        assert client.scheduler.address == proc_cluster.address and len(client.nthreads()) == 2
     finally:
         dc.close(client)
-    assert f"Dask scheduler {proc_cluster.address}" in caplog.text
 
 
-def test_cli_fit_on_multiprocess_cluster(proc_cluster, tmp_path):
+def test_cli_fit_with_scheduler_file(proc_cluster, tmp_path):
     X = make_data(900, seed=3)
     data = write_data(tmp_path / "d.zarr", X)
-    proc = subprocess.run(dkpca_cmd("fit", data, "-k", "4", "--gamma", "0.2", "--solver", "randomized",
-                                    "--chunk-size", "150", "--dtype", "float64", "--tol", "1e-10",
-                                    "--scheduler", proc_cluster.address),
-                          capture_output=True, text=True, timeout=180)
+    proc = run_cli("fit", data, "-k", "4", "--gamma", "0.2", "--solver", "randomized", "--chunk-size", "150",
+                   "--dtype", "float64", "--tol", "1e-10", "--scheduler-file",
+                   os.path.join(proc_cluster.tmp, "scheduler.json"))
     assert proc.returncode == 0, proc.stderr
     assert "Gram blocks: 21 computed, 0 reused" in proc.stdout
-    assert "pass" in proc.stdout and "Gram matrix: 21 of 21 blocks" in proc.stdout  # progress
-    assert "dashboard: http://127.0.0.1:" in proc.stderr and "plan: n=900" in proc.stderr
     lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 4)
     np.testing.assert_allclose(dkpca.load(tmp_path / "d.dkpca.zarr").eigenvalues_, lam, rtol=1e-8)
-    # the work ran on the cluster's workers, not in the CLI process
     logs = "".join(open(os.path.join(proc_cluster.tmp, f"worker{i}.log")).read() for i in range(2))
     assert "Traceback" not in logs
 
 
-def test_cli_transform_with_cluster_file(tmp_path, blobs):
-    data = write_data(tmp_path / "d.zarr", blobs)
-    store = tmp_path / "d.dkpca.zarr"
-    model = dkpca.fit(data, n_components=2, gamma=0.1, store=store, dtype="float64")
-    cfg = {"backend": "local", "cluster": {"n_workers": 1, "dashboard_address": "127.0.0.1:0"}}
-    cfg_path = tmp_path / "c.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg))
-    from dkpca.cli import main
+def test_cli_plan_with_scheduler_file_asks_the_scheduler(proc_cluster, tmp_path):
+    data = write_data(tmp_path / "d.zarr", make_data(300))
+    proc = run_cli("plan", data, "--no-measure", "--scheduler-file", os.path.join(proc_cluster.tmp, "scheduler.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert "workers:       2 x 1 thread(s)" in proc.stdout
 
-    assert main(["transform", str(store), data, str(tmp_path / "z.zarr"), "--cluster", str(cfg_path), "-q"]) == 0
+
+def test_cli_transform_with_scheduler_address(proc_cluster, tmp_path, blobs):
+    import zarr
+
+    data = write_data(tmp_path / "d.zarr", blobs)
+    model = dkpca.fit(data, n_components=2, gamma=0.1, store=tmp_path / "s.zarr", dtype="float64")
+    proc = run_cli("transform", str(tmp_path / "s.zarr"), data, str(tmp_path / "z.zarr"), "--scheduler",
+                   proc_cluster.address, "-q")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     np.testing.assert_allclose(zarr.open_array(str(tmp_path / "z.zarr"), mode="r")[:], model.embedding_, atol=1e-8)
+
+
+def test_plan_sizes_a_cluster_file_without_starting_it(tmp_path, monkeypatch, blobs):
+    monkeypatch.chdir(tmp_path)
+    p = dkpca.plan(blobs, n_components=2, cluster=os.path.join(CONFIGS, "pbs.yaml"), measure=False)
+    assert (p.workers, p.threads_per_worker, p.memory_available_per_worker) == (64, 1, 8 * 2**30)
+    assert not os.path.exists("dask-logs")  # sizing created nothing
+
+
+def test_scheduler_backend_needs_an_address():
+    with pytest.raises(dc.ClusterConfigError, match="scheduler-address"):
+        dc.connect({"dkpca": {"cluster": {"backend": "scheduler"}}})

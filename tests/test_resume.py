@@ -105,7 +105,7 @@ def test_job_killed_mid_solve_resumes_from_checkpoint(tmp_path):
     assert m, out.stdout
     resumed, total_passes = int(m.group(1)), int(m.group(2))
     assert resumed == attrs["passes"]
-    rerun_passes = [int(x) for x in re.findall(r"^\s+pass\s+(\d+):", out.stdout, flags=re.M)]
+    rerun_passes = [int(x) for x in re.findall(r"^dkpca: pass (\d+):", out.stderr, flags=re.M)]  # the pass log
     assert rerun_passes[0] == resumed + 1 and rerun_passes[-1] == total_passes
     assert "Gram blocks: 0 computed, 78 reused" in out.stdout
     model = dkpca.load(store)

@@ -1,11 +1,12 @@
-"""Clusters: start or connect to a Dask cluster from a config file or a scheduler address.
+"""Clusters: start one from Dask's configuration, or reach a running scheduler.
 
 Nothing here knows about kernels, stores or solvers; every dkpca stage runs on
 the active client that :func:`connect` leaves behind (:mod:`dkpca.execution`).
 """
 
-from .config import BACKENDS, ClusterConfigError, backend_class, is_loopback, load_config, validate_config
-from .connect import close, connect, connected, is_scheduler_address, make_security, start_local, worker_resources
+from .config import BACKENDS, ClusterConfigError, ClusterError, ClusterSpec, backend_class, cluster_spec
+from .connect import close, connect, connected, is_scheduler_address
+from .resources import worker_resources
 
-__all__ = ["BACKENDS", "ClusterConfigError", "backend_class", "is_loopback", "load_config", "validate_config", "close",
-           "connect", "connected", "is_scheduler_address", "make_security", "start_local", "worker_resources"]
+__all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec", "close",
+           "connect", "connected", "is_scheduler_address", "worker_resources"]

@@ -1,56 +1,47 @@
-"""Start or connect to a Dask cluster from a YAML file or a scheduler address.
+"""Cluster files are Dask configuration files; what they describe, without starting anything.
 
-``connect("cluster_configs/slurm.yaml")`` or ``connect("tcp://host:8786")``
-returns a :class:`distributed.Client` that every dkpca computation then uses
-(``dkpca.execution`` picks up the active client).  A config file names one
-back end and its settings::
+A cluster file has the format of ``~/.config/dask/*.yaml``: the back ends'
+own sections (``jobqueue.slurm.*``, ``jobqueue.pbs.*``, ``kubernetes.*``,
+``gateway.*``), ``distributed.*`` and ``scheduler-address``.  It is merged over
+the user's and the site's Dask configuration while the cluster starts, and the
+back end reads it through its own configuration mechanism (dask-jobqueue's
+``config_name``, dask-kubernetes' and dask-gateway's config keys), so a site's
+``jobqueue.yaml`` works with no dkpca file at all (``--cluster slurm``).  dkpca
+does not validate the back ends' keys: they reject what they do not know.
 
-    backend: local | slurm | pbs | kubernetes | gateway | scheduler
-    cluster:  {...}            # keyword arguments of the back end's cluster class
-    scale:    {jobs: 4}        # or {workers: 8}; or adapt: {minimum: 1, maximum: 10}
-    address:  tls://host:8786  # backend: scheduler only
-    security: {...}            # distributed.security.Security arguments (TLS)
-    gateway:  {address: ...}   # backend: gateway only
-    cluster_options: {...}     # backend: gateway only
-    client:   {timeout: 60s, wait_for_workers: 2}
+dkpca's own keys, all optional, live under ``dkpca.cluster``::
 
-Everything is validated before anything starts (:func:`load_config`), with a
-message naming the file, the key and the fix.  Back-end packages are optional
-extras (``pip install 'dkpca[slurm]'``); a missing one is reported with the
-extra to install.
-
-Safety defaults: the Dask dashboard has no authentication, so a dashboard
-bound to every interface (``":8787"``, ``"0.0.0.0:..."``) is refused in local
-configs; job-queue configs with a walltime should retire workers before the
-batch system kills them (``worker_extra_args: ["--lifetime", ...,
-"--lifetime-stagger", ...]``), which is checked against the walltime.
-
-``start_local`` is the embedded default used by ``dkpca demo``: a
-``LocalCluster`` of single-threaded worker processes with the dashboard bound
-to 127.0.0.1 only.
+    backend:  local | slurm | pbs | kubernetes | gateway | scheduler
+              (default: the one back-end section the file has; local if none)
+    local:    LocalCluster keyword arguments (n_workers, threads_per_worker, memory_limit, ...)
+    scale:    keyword arguments of cluster.scale() (dask-jobqueue: jobs or n; others: n)
+    adapt:    keyword arguments of cluster.adapt(), instead of scale
+    workers:  workers to wait for before work starts (default 1)
+    timeout:  how long to wait for them (default 10 minutes)
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib
-import inspect
-import logging
+import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
-from distributed import LocalCluster, Nanny
 
-__all__ = ["BACKENDS", "ClusterConfigError", "backend_class", "is_loopback", "load_config", "validate_config"]
-
-logger = logging.getLogger("dkpca")
+__all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec",
+           "is_loopback", "k8s_quantity", "walltime_seconds", "worker_lifetime_args"]
 
 BACKENDS = ("local", "slurm", "pbs", "kubernetes", "gateway", "scheduler")
 
-#: back end -> (module, attribute, extra that installs it)
+#: back end -> (module, class, extra that installs it)
 _CLASSES = {
     "slurm": ("dask_jobqueue", "SLURMCluster", "slurm"),
     "pbs": ("dask_jobqueue", "PBSCluster", "pbs"),
@@ -58,306 +49,245 @@ _CLASSES = {
     "gateway": ("dask_gateway", "Gateway", "gateway"),
 }
 
-_TOP_KEYS = {
-    "backend", "description", "cluster", "scale", "adapt", "address", "security", "gateway",
-    "cluster_options", "client",
-}
-_SECURITY_KEYS = {
-    "require_encryption", "tls_ca_file", "tls_client_cert", "tls_client_key", "tls_scheduler_cert",
-    "tls_scheduler_key", "tls_worker_cert", "tls_worker_key", "tls_min_version", "tls_max_version",
-    "tls_ciphers", "extra_conn_args", "temporary",
-}
-_CLIENT_KEYS = {"timeout", "wait_for_workers", "wait_timeout"}
-_GATEWAY_KEYS = {"address", "proxy_address", "public_address", "auth"}
-_KUBE_KEYS = {
-    "name", "namespace", "image", "n_workers", "resources", "env", "worker_command", "port_forward_cluster_ip",
-    "create_mode", "shutdown_on_close", "resource_timeout", "scheduler_service_type", "custom_cluster_spec",
-    "scheduler_forward_port", "jupyter", "idle_timeout", "quiet",
-}
-_JOBQUEUE_KEYS = {  # dask-jobqueue 0.9 (used when it is not installed to check against)
-    "cores", "memory", "processes", "nanny", "protocol", "security", "interface", "death_timeout",
-    "local_directory", "worker_command", "worker_extra_args", "job_extra_directives", "job_script_prologue",
-    "job_directives_skip", "log_directory", "shebang", "python", "job_name", "queue", "project", "account",
-    "walltime", "job_cpu", "job_mem", "resource_spec", "n_workers", "shared_temp_directory", "silence_logs",
-    "name", "dashboard_address", "host", "scheduler_options", "scheduler_cls", "config_name",
-}
+#: the config section whose presence names a back end
+_SECTIONS = {"slurm": "jobqueue.slurm", "pbs": "jobqueue.pbs", "kubernetes": "kubernetes", "gateway": "gateway",
+             "scheduler": "scheduler-address"}
+
+#: how long dkpca waits for workers unless told otherwise (a batch queue can be slow)
+DEFAULT_TIMEOUT = "600s"
 
 
 class ClusterConfigError(ValueError):
-    """A cluster config file (or dict) is malformed; the message names key and fix."""
+    """A cluster file (or dict) cannot be used; the message names the key and the fix."""
 
 
-def _missing_extra(backend: str) -> ImportError:
-    module, _, extra = _CLASSES[backend]
-    return ImportError(
-        f"the {backend!r} cluster back end needs the '{module.split('.')[0].replace('_', '-')}' package, "
-        f"which is not installed; install it with: pip install 'dkpca[{extra}]'"
-    )
+class ClusterError(RuntimeError):
+    """A cluster could not be started or reached; the message says what the back end reported."""
 
 
 def backend_class(backend: str) -> Any:
     """The cluster class of ``backend`` (its optional package imported on demand)."""
-    module, attr, _ = _CLASSES[backend]
+    module, attr, extra = _CLASSES[backend]
     try:
         return getattr(importlib.import_module(module), attr)
     except ImportError as exc:
-        raise _missing_extra(backend) from exc
+        raise ImportError(
+            f"the {backend!r} cluster back end needs the '{module.split('.')[0].replace('_', '-')}' package, "
+            f"which is not installed; install it with: pip install 'dkpca[{extra}]'"
+        ) from exc
 
 
-# -- validation -------------------------------------------------------------
-def is_loopback(address: Any) -> bool:
-    if address is None or address is False:
-        return True  # no dashboard at all
-    host = str(address).split("://")[-1]
-    host = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.index("]")]
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A back end and the Dask configuration (a file's contents) to start it with."""
 
+    backend: str
+    config: dict = field(default_factory=dict)
+    source: str = "<config>"
 
-def _walltime_seconds(value: Any, where: str) -> float:
-    """SLURM/PBS walltime ``[D-]HH:MM:SS`` / ``MM:SS`` / minutes -> seconds."""
-    s = str(value).strip()
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", s)
-    if not m:
-        raise ClusterConfigError(f"{where}: walltime {value!r} is not [D-]HH:MM:SS; write e.g. '04:00:00'.")
-    days, a, b, c = m.groups()
-    parts = [int(x) for x in (a, b, c) if x is not None]
-    if len(parts) == 1:  # plain minutes
-        secs = parts[0] * 60
-    elif len(parts) == 2:  # MM:SS
-        secs = parts[0] * 60 + parts[1]
-    else:
-        secs = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    return secs + int(days or 0) * 86400
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """The file's configuration merged over the current Dask configuration, for the ``with`` block.
 
+        ``dask.config.update`` merges nested sections key by key (so a file
+        setting ``jobqueue.slurm.queue`` keeps the site's other
+        ``jobqueue.slurm`` keys) and writes a key in the spelling the existing
+        config uses (``worker_extra_args`` and ``worker-extra-args`` are one key).
+        """
+        if self.backend in _CLASSES:
+            # Import the back end first: its package registers its config defaults on import, and inside
+            # the block those would be undone with the file's settings when the block ends.
+            with contextlib.suppress(ImportError):
+                backend_class(self.backend)
+        if not self.config:
+            yield
+            return
+        merged = dask.config.update(copy.deepcopy(dask.config.config), copy.deepcopy(self.config))
+        top = {dask.config.canonical_name(k, merged) for k in self.config}
+        with dask.config.set({k: merged[k] for k in top}):
+            yield
 
-def _pos_int(cfg: Mapping, key: str, where: str, required: bool = False, minimum: int = 1) -> None:
-    if key not in cfg:
-        if required:
-            raise ClusterConfigError(f"{where}: '{key}' is required (a positive integer).")
-        return
-    v = cfg[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ClusterConfigError(f"{where}: '{key}' must be an integer >= {minimum}; got {v!r}.")
+    def get(self, key: str, default: Any = None) -> Any:
+        """``dask.config.get(key)`` with this file applied."""
+        with self.applied():
+            return dask.config.get(key, default)
 
-
-def _bytes(cfg: Mapping, key: str, where: str, required: bool = False) -> None:
-    if key not in cfg:
-        if required:
-            raise ClusterConfigError(f"{where}: '{key}' is required (e.g. '16GiB').")
-        return
-    v = cfg[key]
-    if v in (None, "auto") and key == "memory_limit":
-        return
-    try:
-        parse_bytes(v)
-    except (ValueError, TypeError):
-        raise ClusterConfigError(f"{where}: '{key}' = {v!r} is not a size; write e.g. '16GiB'.") from None
-
-
-def _str_list(cfg: Mapping, key: str, where: str) -> list[str]:
-    v = cfg.get(key, [])
-    if not isinstance(v, list) or not all(isinstance(x, (str, int, float)) for x in v):
-        raise ClusterConfigError(f"{where}: '{key}' must be a list of strings; got {v!r}.")
-    return [str(x) for x in v]
-
-
-def _mapping(cfg: Mapping, key: str, where: str) -> dict:
-    v = cfg.get(key, {})
-    if v is None:
-        return {}
-    if not isinstance(v, Mapping):
-        raise ClusterConfigError(f"{where}: '{key}' must be a mapping (key: value lines); got {v!r}.")
-    return dict(v)
-
-
-def _unknown(keys, allowed, where: str, what: str) -> None:
-    bad = sorted(set(keys) - set(allowed))
-    if bad:
-        raise ClusterConfigError(
-            f"{where}: unknown {what} {', '.join(map(repr, bad))}; allowed: {', '.join(sorted(allowed))}."
-        )
-
-
-def _local_keys() -> set[str]:
-    keys = set(inspect.signature(LocalCluster.__init__).parameters) | set(inspect.signature(Nanny.__init__).parameters)
-    return keys - {"self", "kwargs", "loop", "asynchronous", "scheduler_ip", "scheduler_port", "scheduler_file"}
-
-
-def _jobqueue_keys(backend: str) -> set[str]:
-    """Options of the installed dask-jobqueue class (static list when absent)."""
-    try:
-        from dask_jobqueue.core import Job, JobQueueCluster
-
-        job = backend_class(backend).job_cls
-    except ImportError:
-        return _JOBQUEUE_KEYS
-    keys = set()
-    for f in (Job.__init__, job.__init__, JobQueueCluster.__init__):
-        keys |= set(inspect.signature(f).parameters)
-    return keys - {"self", "scheduler", "job_cls", "loop", "asynchronous", "base_class_kwargs", "job_kwargs"}
-
-
-def _check_dashboard(value: Any, where: str) -> None:
-    if not is_loopback(value):
-        raise ClusterConfigError(
-            f"{where}: dashboard_address {value!r} exposes the unauthenticated Dask dashboard on every "
-            "interface; bind it to the loopback interface, e.g. '127.0.0.1:8787' (reach it through an "
-            "SSH tunnel), or set it to null to disable it."
-        )
-
-
-def _check_jobqueue(c: dict, backend: str, where: str) -> None:
-    _unknown(c, _jobqueue_keys(backend), where, "option")
-    _pos_int(c, "cores", where, required=True)
-    _bytes(c, "memory", where, required=True)
-    _pos_int(c, "processes", where)
-    if c.get("processes", 1) > c["cores"]:
-        raise ClusterConfigError(
-            f"{where}: processes={c['processes']} exceeds cores={c['cores']}; each worker process needs a core."
-        )
-    for key in ("job_extra_directives", "job_script_prologue", "job_directives_skip"):
-        _str_list(c, key, where)
-    args = _str_list(c, "worker_extra_args", where)
-    if "local_directory" in c and not isinstance(c["local_directory"], str):
-        raise ClusterConfigError(f"{where}: 'local_directory' must be a path string (e.g. '$TMPDIR').")
-    opts = _mapping(c, "scheduler_options", where)
-    if "dashboard_address" in opts:
-        _check_dashboard(opts["dashboard_address"], f"{where}.scheduler_options")
-    if "walltime" not in c:
-        return
-    wall = _walltime_seconds(c["walltime"], where)
-    life = stagger = 0.0
-    for flag in ("--lifetime", "--lifetime-stagger"):
-        if flag in args:
-            i = args.index(flag)
-            if i + 1 >= len(args):
-                raise ClusterConfigError(f"{where}: worker_extra_args has {flag} without a value.")
+    def dkpca(self, key: str, default: Any = None) -> Any:
+        """A ``dkpca.cluster.<key>`` value, checked to have the right shape."""
+        value = self.get(f"dkpca.cluster.{key}", default)
+        where = f"{self.source}: dkpca.cluster.{key}"
+        if key in ("local", "scale", "adapt"):
+            if value is None:
+                return {}
+            if not isinstance(value, Mapping):
+                raise ClusterConfigError(f"{where} must be a mapping of keyword arguments; got {value!r}.")
+            return dict(value)
+        if key == "workers":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ClusterConfigError(f"{where} must be a positive integer; got {value!r}.")
+        if key == "timeout":
             try:
-                secs = parse_timedelta(args[i + 1])
-            except (ValueError, KeyError):
-                raise ClusterConfigError(
-                    f"{where}: {flag} {args[i + 1]!r} is not a duration; write one unit, e.g. '230m' or '3h' "
-                    "(dask does not understand compound forms like '3h50m')."
-                ) from None
-            if flag == "--lifetime":
-                life = secs
-            else:
-                stagger = secs
-    if not life:
-        logger.warning(
-            "%s: walltime %s without a worker '--lifetime': the batch system will kill workers "
-            "mid-task at the walltime; add worker_extra_args: ['--lifetime', '<walltime minus 10 min, e.g. 230m>', "
-            "'--lifetime-stagger', '4m']", where, c["walltime"])
-    elif life + stagger >= wall:
+                return parse_timedelta(value)
+            except (ValueError, KeyError, TypeError):
+                raise ClusterConfigError(f"{where} must be a duration such as '300s' or '10m'; "
+                                         f"got {value!r}.") from None
+        return value
+
+
+def _infer_backend(cfg: Mapping, source: str) -> str:
+    explicit = dask.config.get("dkpca.cluster.backend", None, config=cfg)
+    if explicit is not None:
+        if explicit not in BACKENDS:
+            raise ClusterConfigError(f"{source}: dkpca.cluster.backend must be one of {', '.join(BACKENDS)}; "
+                                     f"got {explicit!r}.")
+        return explicit
+    found = [b for b, key in _SECTIONS.items() if dask.config.get(key, None, config=cfg) is not None]
+    if len(found) > 1:
         raise ClusterConfigError(
-            f"{where}: worker --lifetime {life:.0f}s + --lifetime-stagger {stagger:.0f}s is not shorter than "
-            f"the walltime {c['walltime']} ({wall:.0f}s): workers would be killed before retiring; "
-            "shorten --lifetime (e.g. walltime minus 10 minutes)."
+            f"{source}: configures several back ends ({', '.join(found)}); name the one to start with "
+            f"'dkpca: {{cluster: {{backend: {found[0]}}}}}'."
         )
+    return found[0] if found else "local"
 
 
-def validate_config(cfg: Any, source: str = "<config>") -> dict:
-    """Check a cluster config (parsed YAML) and return it as a plain dict.
-
-    Raises
-    ------
-    ClusterConfigError
-        Anything wrong: the message names ``source``, the key and the fix.
-    """
-    if not isinstance(cfg, Mapping):
-        raise ClusterConfigError(f"{source}: a cluster config must be a mapping with a 'backend' key; got {cfg!r}.")
-    cfg = dict(cfg)
-    _unknown(cfg, _TOP_KEYS, source, "top-level key")
-    backend = cfg.get("backend")
-    if backend not in BACKENDS:
-        raise ClusterConfigError(f"{source}: 'backend' must be one of {', '.join(BACKENDS)}; got {backend!r}.")
-    c = _mapping(cfg, "cluster", source)
-    where = f"{source}: cluster"
-    if backend == "local":
-        _unknown(c, _local_keys(), where, "LocalCluster option")
-        _pos_int(c, "n_workers", where)
-        _pos_int(c, "threads_per_worker", where)
-        _bytes(c, "memory_limit", where)
-        _check_dashboard(c.get("dashboard_address", "127.0.0.1:0"), where)
-        if "host" in c and not is_loopback(c["host"]):
-            logger.warning("%s: host %r makes the local scheduler reachable from the network", where, c["host"])
-    elif backend in ("slurm", "pbs"):
-        _check_jobqueue(c, backend, where)
-    elif backend == "kubernetes":
-        _unknown(c, _KUBE_KEYS, where, "KubeCluster option")
-        for key in ("name", "image", "namespace"):
-            if key in c and not isinstance(c[key], str):
-                raise ClusterConfigError(f"{where}: '{key}' must be a string; got {c[key]!r}.")
-        _pos_int(c, "n_workers", where, minimum=0)
-        _mapping(c, "resources", where)
-        _mapping(c, "env", where)
-    elif backend == "gateway":
-        if c:
-            raise ClusterConfigError(f"{source}: backend 'gateway' takes 'gateway:' and 'cluster_options:', "
-                                     "not 'cluster:'.")
-        g = _mapping(cfg, "gateway", source)
-        _unknown(g, _GATEWAY_KEYS, f"{source}: gateway", "option")
-        if not isinstance(g.get("address"), str):
-            raise ClusterConfigError(f"{source}: gateway.address (the gateway's URL) is required.")
-        _mapping(cfg, "cluster_options", source)
-    if backend == "scheduler":
-        addr = cfg.get("address")
-        if not isinstance(addr, str) or "://" not in addr:
-            raise ClusterConfigError(
-                f"{source}: backend 'scheduler' needs 'address: tcp://host:port' (or tls://...); got {addr!r}."
-            )
-        if c:
-            raise ClusterConfigError(f"{source}: backend 'scheduler' connects to a running scheduler; "
-                                     "remove the 'cluster:' section.")
-    elif "address" in cfg:
-        raise ClusterConfigError(f"{source}: 'address' is only for backend 'scheduler'.")
-    if backend != "gateway":
-        for key in ("gateway", "cluster_options"):
-            if key in cfg:
-                raise ClusterConfigError(f"{source}: '{key}' is only for backend 'gateway'.")
-    sec = _mapping(cfg, "security", source)
-    _unknown(sec, _SECURITY_KEYS, f"{source}: security", "option")
-    if sec.get("temporary") and backend != "local":
-        raise ClusterConfigError(f"{source}: security.temporary (self-signed, in-memory certificates) works "
-                                 "only with backend 'local'; give tls_* files for other back ends.")
-    if sec.get("require_encryption") and backend == "scheduler" and not cfg["address"].startswith("tls://"):
-        raise ClusterConfigError(f"{source}: security.require_encryption needs a tls:// address; "
-                                 f"got {cfg['address']!r}.")
-    if "scale" in cfg and "adapt" in cfg:
-        raise ClusterConfigError(f"{source}: give either 'scale' or 'adapt', not both.")
-    scale = _mapping(cfg, "scale", source)
-    _unknown(scale, {"jobs", "workers", "n", "cores", "memory"}, f"{source}: scale", "option")
-    for key in ("jobs", "workers", "n"):
-        _pos_int(scale, key, f"{source}: scale", minimum=0)
-    adapt = _mapping(cfg, "adapt", source)
-    _unknown(adapt, {"minimum", "maximum", "minimum_jobs", "maximum_jobs", "minimum_cores", "maximum_cores",
-                     "minimum_memory", "maximum_memory", "wait_count", "interval"}, f"{source}: adapt", "option")
-    if (scale or adapt) and backend == "scheduler":
-        raise ClusterConfigError(f"{source}: 'scale'/'adapt' do not apply to a running scheduler.")
-    cl = _mapping(cfg, "client", source)
-    _unknown(cl, _CLIENT_KEYS, f"{source}: client", "option")
-    _pos_int(cl, "wait_for_workers", f"{source}: client", minimum=0)
-    return cfg
-
-
-def load_config(path: str | os.PathLike) -> dict:
-    """Read and validate a cluster config YAML file.
-
-    Raises
-    ------
-    FileNotFoundError
-        No such file.
-    ClusterConfigError
-        Not YAML, or not a valid config (message names the key and the fix).
-    """
-    path = os.fspath(path)
+def load_file(path: str) -> dict:
+    """A cluster file's contents (a mapping), with errors that name the file."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"cluster config {path!r} does not exist; see cluster_configs/ for examples.")
+        raise FileNotFoundError(f"cluster file {path!r} does not exist; give a file (see cluster_configs/) or a "
+                                f"back end: {', '.join(b for b in BACKENDS if b != 'scheduler')}.")
     with open(path) as f:
         try:
             cfg = yaml.safe_load(f)
         except yaml.YAMLError as exc:
-            raise ClusterConfigError(f"{path}: not valid YAML ({exc}).") from None
-    return validate_config(cfg, source=path)
+            raise ClusterConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())}).") from None
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, Mapping):
+        raise ClusterConfigError(f"{path}: a cluster file is a Dask configuration file, a mapping such as "
+                                 f"'jobqueue: {{slurm: {{...}}}}'; got {type(cfg).__name__}.")
+    return dict(cfg)
 
 
+def cluster_spec(target: str | os.PathLike | Mapping | ClusterSpec) -> ClusterSpec:
+    """The :class:`ClusterSpec` of a back-end name, a cluster file or a configuration mapping.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``target`` is neither a back end nor an existing file.
+    ClusterConfigError
+        The file is not a YAML mapping, or names no single back end.
+    """
+    if isinstance(target, ClusterSpec):
+        return target
+    if isinstance(target, Mapping):
+        cfg, source = dict(target), "<config>"
+    else:
+        source = os.fspath(target)
+        if source in BACKENDS and source != "scheduler" and not os.path.isfile(source):
+            return ClusterSpec(source, {}, source)
+        cfg = load_file(source)
+    return ClusterSpec(_infer_backend(cfg, source), cfg, source)
+
+
+def is_loopback(address: Any) -> bool:
+    """Whether ``address`` (host, host:port or URL) is on the loopback interface."""
+    host = str(address).split("://")[-1]
+    host = host[1:host.index("]")] if host.startswith("[") else host.rsplit(":", 1)[0] if ":" in host else host
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+# -- batch walltimes ----------------------------------------------------------
+def walltime_seconds(value: Any, where: str, plain: float = 60.0) -> float:
+    """A batch walltime in seconds.
+
+    SLURM's forms: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+    ``D-HH:MM:SS``; PBS's ``HH:MM:SS`` or plain seconds.  ``plain`` is the
+    unit of a bare number (SLURM: minutes, PBS: seconds).
+    """
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", str(value).strip())
+    if not m:
+        raise ClusterConfigError(f"{where}: walltime {value!r} is not [D-]HH:MM:SS; write e.g. '04:00:00'.")
+    days, *rest = m.groups()
+    parts = [int(x) for x in rest if x is not None]
+    if days:  # after "D-" the first field is hours
+        units = (3600, 60, 1)
+    else:
+        units = {1: (plain,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+    return sum(p * u for p, u in zip(parts, units[:len(parts)], strict=True)) + 86400 * int(days or 0)
+
+
+def worker_lifetime_args(args: list, walltime: Any, where: str, plain: float = 60.0) -> list[str]:
+    """``worker_extra_args`` with a ``--lifetime`` that retires workers before the walltime kills them.
+
+    Without a walltime the arguments are returned as they are.  Without a
+    ``--lifetime`` one is added: the walltime less a margin (10 % of it,
+    between 1 and 10 minutes), staggered over half that margin so that the
+    workers do not all leave at once.  A ``--lifetime`` (plus stagger) that
+    does not end before the walltime is refused.
+    """
+    args = [str(a) for a in (args or [])]
+    if walltime is None:
+        return args
+    wall = walltime_seconds(walltime, where, plain)
+    given = {}
+    for flag in ("--lifetime", "--lifetime-stagger"):
+        if flag in args:
+            i = args.index(flag)
+            try:
+                given[flag] = parse_timedelta(args[i + 1])
+            except (IndexError, ValueError, KeyError):
+                raise ClusterConfigError(f"{where}: worker-extra-args has {flag} without a duration (write one "
+                                         "unit, e.g. '230m'; dask does not read '3h50m').") from None
+    if "--lifetime" not in given:
+        margin = min(600.0, max(60.0, 0.1 * wall))
+        stagger = given.get("--lifetime-stagger", margin / 2)
+        lifetime = wall - margin - stagger
+        if lifetime <= 0:
+            raise ClusterConfigError(f"{where}: walltime {walltime} is too short for workers to retire before it "
+                                     "ends; ask for a longer walltime.")
+        args += ["--lifetime", f"{int(lifetime)}s"]
+        if "--lifetime-stagger" not in given:
+            args += ["--lifetime-stagger", f"{int(stagger)}s"]
+        return args
+    if given["--lifetime"] + given.get("--lifetime-stagger", 0.0) >= wall:
+        raise ClusterConfigError(
+            f"{where}: worker --lifetime {given['--lifetime']:.0f}s + --lifetime-stagger "
+            f"{given.get('--lifetime-stagger', 0.0):.0f}s does not end before the walltime {walltime} ({wall:.0f}s): "
+            "the batch system would kill workers mid-task; shorten --lifetime or leave it out (dkpca then sets one)."
+        )
+    return args
+
+
+# -- sizes --------------------------------------------------------------------
+_K8S_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+               "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "m": 1e-3, "": 1}
+
+
+def k8s_quantity(value: Any) -> float:
+    """A Kubernetes resource quantity (``8Gi``, ``500m``, ``2``, ``1e9``) as a number."""
+    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][-+]?\d+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m|)\s*", str(value))
+    if not m:
+        raise ClusterConfigError(f"kubernetes.resources: {value!r} is not a Kubernetes quantity such as '8Gi' or "
+                                 "'500m'.")
+    return float(m.group(1)) * _K8S_SUFFIX[m.group(2)]
+
+
+def jobs_for(scale: Mapping, adapt: Mapping, processes: int) -> int:
+    """Jobs to submit at the start for a dask-jobqueue cluster."""
+    if adapt:
+        if adapt.get("minimum_jobs"):
+            return int(adapt["minimum_jobs"])
+        return max(1, math.ceil(int(adapt.get("minimum", 1) or 1) / processes))
+    if scale.get("jobs"):
+        return int(scale["jobs"])
+    if scale.get("n"):
+        return math.ceil(int(scale["n"]) / processes)
+    return 1
+
+
+def memory_bytes(value: Any) -> int | None:
+    """``"16GiB"`` or a number of bytes; None for None/"auto"."""
+    if value in (None, "auto"):
+        return None
+    return int(parse_bytes(value)) if isinstance(value, str) else int(value)

@@ -1,4 +1,18 @@
-"""Start or connect to a Dask cluster (see :mod:`dkpca.cluster.config` for the file format)."""
+"""Start a Dask cluster or reach a running scheduler: fail fast, in one error, and leave nothing running.
+
+``connect("slurm")``, ``connect("cluster_configs/slurm.yaml")``,
+``connect("tls://host:8786")`` or ``connect(scheduler_file="scheduler.json")``
+return a :class:`distributed.Client` that every dkpca computation then uses
+(:mod:`dkpca.execution` picks up the active client).  dkpca adds to the back
+ends only what it needs: TLS for the schedulers it starts
+(:mod:`.security`), a worker ``--lifetime`` under a batch walltime, a check of
+the memory per worker against the fit's needs before anything starts, and a
+deadline for the workers to arrive.  Anything that goes wrong -- no
+``sbatch``, a job the batch system rejects, a scheduler that does not
+answer, workers that do not come -- raises :class:`ClusterError` (or
+``ValueError`` for a configuration dkpca cannot use) after whatever had
+started has been shut down.
+"""
 
 from __future__ import annotations
 
@@ -6,138 +20,316 @@ import contextlib
 import logging
 import os
 import re
+import shutil
+import time
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import psutil
-from dask.utils import parse_bytes
+import dask.config
+from dask.utils import format_bytes, parse_timedelta
 from distributed import Client, LocalCluster
-from distributed.security import Security
+from distributed.core import Status
+from distributed.deploy.spec import ProcessInterface
 
-from .config import backend_class, load_config, validate_config
+from .config import (
+    DEFAULT_TIMEOUT,
+    ClusterConfigError,
+    ClusterError,
+    ClusterSpec,
+    backend_class,
+    cluster_spec,
+    is_loopback,
+    jobs_for,
+    worker_lifetime_args,
+)
+from .resources import local_arguments, sizing_job, worker_resources
+from .security import batch_security, run_security
 
-__all__ = ["connect", "close", "connected", "worker_resources", "start_local", "is_scheduler_address", "make_security"]
+__all__ = ["connect", "close", "connected", "is_scheduler_address"]
 
 logger = logging.getLogger("dkpca")
 
-
-def make_security(sec: dict, source: str) -> Security | None:
-    """A ``distributed.security.Security`` from a config's ``security`` mapping (files checked to exist)."""
-    if not sec:
-        return None
-    if sec.get("temporary"):
-        try:
-            return Security.temporary()
-        except ImportError as exc:
-            raise ImportError("security.temporary needs the 'cryptography' package: pip install cryptography") from exc
-    for key, value in sec.items():
-        if key.endswith(("_file", "_cert", "_key")) and isinstance(value, str) and "-----BEGIN" not in value:
-            if not os.path.isfile(os.path.expanduser(value)):
-                raise FileNotFoundError(f"{source}: security.{key} {value!r} does not exist.")
-            sec[key] = os.path.expanduser(value)
-    return Security(**sec)
-
-
-def _log_dashboard(client: Any, what: str) -> None:
-    try:
-        link = client.dashboard_link
-    except Exception:  # some back ends cannot say before the scheduler answers
-        link = None
-    workers = len(client.scheduler_info().get("workers", {}))
-    logger.info("%s: %d worker(s) connected; dashboard: %s", what, workers, link or "(none)")
-
-
-def _start(cfg: dict, source: str):
-    """Start the configured cluster; return (client, cluster or None)."""
-    backend = cfg["backend"]
-    c = dict(cfg.get("cluster") or {})
-    cl = dict(cfg.get("client") or {})
-    timeout = cl.get("timeout", "60s")
-    security = make_security(dict(cfg.get("security") or {}), source)
-    scale = dict(cfg.get("scale") or {})
-    adapt = dict(cfg.get("adapt") or {})
-    cluster = None
-    if backend == "scheduler":
-        client = Client(cfg["address"], security=security, timeout=timeout)
-    elif backend == "gateway":
-        Gateway = backend_class("gateway")
-        gateway = Gateway(**cfg["gateway"])
-        options = gateway.cluster_options()
-        for key, value in (cfg.get("cluster_options") or {}).items():
-            options[key] = value
-        cluster = gateway.new_cluster(options)
-        client = cluster.get_client()
-    else:
-        if backend == "local":
-            cls = LocalCluster
-            c.setdefault("dashboard_address", "127.0.0.1:0")
-            c.setdefault("host", "127.0.0.1")
-            c.setdefault("threads_per_worker", 1)
-        else:
-            cls = backend_class(backend)
-        if security is not None:
-            c["security"] = security
-        cluster = cls(**c)
-        client = Client(cluster, timeout=timeout)
-    if cluster is not None:
-        if adapt:
-            cluster.adapt(**adapt)
-        elif scale:
-            n = scale.pop("workers", scale.pop("n", None))
-            cluster.scale(n, **scale) if n is not None else cluster.scale(**scale)
-    if cl.get("wait_for_workers"):
-        client.wait_for_workers(cl["wait_for_workers"], timeout=cl.get("wait_timeout"))
-    _log_dashboard(client, f"Dask {backend} cluster from {source}" if cluster is not None
-                   else f"Dask scheduler {cfg.get('address')}")
-    return client, cluster
+Target = str | os.PathLike | Mapping | ClusterSpec | None
 
 
 def is_scheduler_address(s: str) -> bool:
-    """Whether ``s`` reads as a scheduler address (``tcp://host:port``, ``host:port``)."""
+    """Whether ``s`` reads as a scheduler address (``tcp://host:port``, ``tls://...``, ``host:port``)."""
     return "://" in s or bool(re.fullmatch(r"[\w.\-]+:\d+", s))
 
 
-def connect(target: str | os.PathLike | Mapping, timeout: str = "30s") -> Any:
-    """Connect to a cluster and return a :class:`distributed.Client`.
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# -- reaching a scheduler -----------------------------------------------------------
+def _connect_timeout() -> float:
+    return parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+
+
+def _reach(address: str | None = None, scheduler_file: str | None = None) -> Client:
+    """A client of a running scheduler (its TLS settings from ``distributed.comm.tls.*``)."""
+    timeout = _connect_timeout()
+    if scheduler_file is not None:
+        scheduler_file = os.path.abspath(os.path.expanduser(os.fspath(scheduler_file)))
+        end = time.monotonic() + timeout  # the scheduler may still be writing it
+        while not os.path.isfile(scheduler_file) and time.monotonic() < end:
+            time.sleep(0.1)
+        if not os.path.isfile(scheduler_file):
+            raise FileNotFoundError(f"scheduler file {scheduler_file!r} does not exist (waited {timeout:g}s); start "
+                                    "the scheduler with 'dask scheduler --scheduler-file FILE' or fix the path.")
+    where = address or f"the address in {scheduler_file}"
+    try:
+        return Client(address, scheduler_file=scheduler_file, timeout=timeout, set_as_default=True)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(
+            f"could not reach the Dask scheduler at {where} within {timeout:g}s ({_one_line(exc)}); check that it "
+            "runs and the address, and for tls:// that distributed.comm.tls.* names your certificates "
+            "(the wait is the Dask setting distributed.comm.timeouts.connect)."
+        ) from None
+
+
+def _wait_for_workers(client: Client, spec: ClusterSpec | None, timeout: float | None, what: str) -> None:
+    n = spec.dkpca("workers", 1) if spec is not None else 1
+    if timeout is None:
+        timeout = spec.dkpca("timeout", DEFAULT_TIMEOUT) if spec is not None else parse_timedelta(
+            dask.config.get("dkpca.cluster.timeout", DEFAULT_TIMEOUT))
+    try:
+        client.wait_for_workers(n, timeout=timeout)
+    except TimeoutError:
+        raise ClusterError(
+            f"{what}: {n} worker(s) did not arrive within {timeout:g}s; check that workers can start and reach the "
+            "scheduler (batch jobs may still be queued: see squeue/qstat), or wait longer (--cluster-timeout, "
+            "Dask setting dkpca.cluster.timeout)."
+        ) from None
+    try:
+        link = client.dashboard_link
+    except Exception:  # a back end that cannot say before its scheduler answers: no link to show
+        link = None
+    logger.info("%s: %d worker(s); dashboard: %s", what, len(client.nthreads()),
+                link or "(none)")
+
+
+# -- starting a cluster -----------------------------------------------------------
+def _need_command(command: str, backend: str) -> None:
+    exe = command.split()[0]
+    if shutil.which(exe) is None:
+        raise ClusterError(f"{exe} is not on PATH: the {backend} back end submits and cancels workers with it; run "
+                           "dkpca on a node of that batch system (a login node), or choose another --cluster.")
+
+
+def _check_memory(spec: ClusterSpec, memory_per_worker: int | None) -> None:
+    if not memory_per_worker:
+        return
+    have = worker_resources(spec)["memory_per_worker"]
+    if have is not None and have < memory_per_worker:
+        raise ClusterConfigError(
+            f"{spec.source}: a {spec.backend} worker would have {format_bytes(have)} of memory but the fit needs "
+            f"{format_bytes(memory_per_worker)} per worker (its Gram block tasks); give workers more memory or "
+            "fewer threads, or use a smaller chunk size."
+        )
+
+
+def _start_local(spec: ClusterSpec) -> Any:
+    kw = local_arguments(spec)
+    if kw.get("protocol") not in (None, "tls", "tls://"):
+        raise ClusterConfigError(f"{spec.source}: dkpca.cluster.local.protocol {kw['protocol']!r}: the schedulers "
+                                 "dkpca starts use TLS; remove the protocol.")
+    _warn_open_dashboard(kw["dashboard_address"], spec.source)
+    kw["security"] = run_security()
+    return LocalCluster(**kw)
+
+
+def _start_jobqueue(spec: ClusterSpec, cleanup: contextlib.ExitStack) -> Any:
+    name = spec.backend
+    cls = backend_class(name)
+    for command in (cls.job_cls.submit_command, cls.job_cls.cancel_command):
+        _need_command(command, name)
+    where = f"{spec.source}: jobqueue.{name}"
+    args = worker_lifetime_args(dask.config.get(f"jobqueue.{name}.worker-extra-args", None) or [],
+                                dask.config.get(f"jobqueue.{name}.walltime", None), where,
+                                plain=60.0 if name == "slurm" else 1.0)
+    options = dict(dask.config.get(f"jobqueue.{name}.scheduler-options", None) or {})
+    if options.get("protocol") not in (None, "tls", "tls://"):
+        raise ClusterConfigError(f"{where}.scheduler-options.protocol {options['protocol']!r}: a scheduler that "
+                                 "batch workers reach listens on the network, so dkpca starts it with TLS only; "
+                                 "remove the protocol.")
+    options.setdefault("dashboard_address", "127.0.0.1:8787")  # no authentication: loopback unless named
+    _warn_open_dashboard(options["dashboard_address"], where)
+    shared = dask.config.get(f"jobqueue.{name}.shared-temp-directory", None) or os.getcwd()
+    security, private = batch_security(shared)
+    if private is not None:
+        cleanup.callback(shutil.rmtree, private, True)
+    return cls(config_name=name, worker_extra_args=args, scheduler_options=options, security=security,
+               protocol="tls://")
+
+
+async def _submit(cluster: Any, jobs: int) -> None:
+    """Submit ``jobs`` jobs and wait for the batch system's answer (a rejection raises here)."""
+    while len(cluster.worker_spec) < jobs:
+        cluster.worker_spec.update(cluster.new_worker_spec())
+    await cluster  # SpecCluster: starts what worker_spec asks for and raises what a submission raised
+
+
+def _rejected(exc: BaseException, backend: str) -> ClusterError:
+    text = str(exc)
+    said = text.split("stderr:", 1)[-1] if "stderr:" in text else text
+    return ClusterError(f"the batch system rejected the {backend} worker job: {' '.join(said.split())}; fix the "
+                        f"jobqueue.{backend} settings (queue, account, walltime, memory) in the cluster file or the "
+                        "site's Dask configuration.")
+
+
+def _start_cloud(spec: ClusterSpec) -> Any:
+    if spec.backend == "kubernetes":
+        # Outside a pod the Kubernetes API is reached with the user's kubectl configuration.
+        if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            _need_command("kubectl", "kubernetes")
+        cls = backend_class("kubernetes")
+        start = lambda: cls(quiet=True)  # noqa: E731 - everything else from the kubernetes.* config
+    else:
+        gateway = backend_class("gateway")
+        start = lambda: gateway().new_cluster()  # noqa: E731 - options from gateway.cluster.options
+    try:
+        return start()
+    except (ImportError, ValueError, TypeError):
+        raise
+    except Exception as exc:  # the platform's answer (API unreachable, quota, operator missing): say it
+        raise ClusterError(f"the {spec.backend} cluster did not start: {_one_line(exc)}") from None
+
+
+def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | None,
+           memory_per_worker: int | None) -> Client:
+    """Start the cluster of ``spec`` (its configuration applied) and wait for its workers."""
+    what = f"Dask {spec.backend} cluster" + (f" from {spec.source}" if spec.source != spec.backend else "")
+    if spec.backend == "scheduler":
+        address = dask.config.get("scheduler-address", None)
+        if not address:
+            raise ClusterConfigError(f"{spec.source}: dkpca.cluster.backend is 'scheduler' but no "
+                                     "'scheduler-address' is set; add e.g. 'scheduler-address: tls://host:8786'.")
+        client = _reach(address=address)
+        try:
+            _wait_for_workers(client, spec, timeout, f"Dask scheduler {address}")
+        except BaseException:
+            client.close()
+            raise
+        return client
+    _check_memory(spec, memory_per_worker)
+    scale, adapt = spec.dkpca("scale"), spec.dkpca("adapt")
+    if spec.backend == "local":
+        cluster = _start_local(spec)
+    elif spec.backend in ("slurm", "pbs"):
+        cluster = _start_jobqueue(spec, cleanup)
+    else:
+        cluster = _start_cloud(spec)
+    try:
+        if spec.backend in ("slurm", "pbs"):
+            try:
+                cluster.sync(_submit, cluster, jobs_for(scale, adapt, sizing_job(spec).worker_processes))
+            except RuntimeError as exc:
+                for job in list(cluster.workers.values()):
+                    if job.status == Status.created:  # never submitted: nothing to cancel, mark it closed
+                        cluster.sync(ProcessInterface.close, job)
+                raise _rejected(exc, spec.backend) from None
+        elif scale:
+            cluster.scale(**scale)
+        if adapt:
+            cluster.adapt(**adapt)
+        client = cluster.get_client() if spec.backend == "gateway" else Client(cluster, set_as_default=True)
+        try:
+            _wait_for_workers(client, spec, timeout, what)
+        except BaseException:
+            client.close()
+            raise
+    except BaseException:
+        cluster.close()
+        raise
+    return client
+
+
+def _warn_open_dashboard(address: Any, where: str) -> None:
+    if address and not is_loopback(address):
+        logger.warning("%s: the Dask dashboard at %s has no authentication; anyone who can reach it sees the "
+                       "cluster (bind it to 127.0.0.1 and use an SSH tunnel)", where, address)
+
+
+def _open(target: Target, scheduler_file: str | os.PathLike | None, timeout: float | None,
+          memory_per_worker: int | None, cleanup: contextlib.ExitStack) -> Client:
+    if scheduler_file is not None:
+        if target is not None:
+            raise ValueError("give either a cluster (or scheduler address) or scheduler_file, not both.")
+        client = _reach(scheduler_file=os.fspath(scheduler_file))
+        spec = None
+        what = f"Dask scheduler from {os.fspath(scheduler_file)}"
+    elif isinstance(target, (str, os.PathLike)) and not os.path.isfile(target) and is_scheduler_address(
+            os.fspath(target)):
+        s = os.fspath(target)
+        client = _reach(address=s if "://" in s else f"tcp://{s}")
+        spec, what = None, f"Dask scheduler {s}"
+    else:
+        spec = cluster_spec(target)
+        with spec.applied():
+            return _start(spec, cleanup, timeout, memory_per_worker)
+    try:
+        _wait_for_workers(client, spec, timeout, what)
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def connect(target: Target = None, *, scheduler_file: str | os.PathLike | None = None,
+            timeout: float | str | None = None, memory_per_worker: int | None = None) -> Client:
+    """Start a cluster, or reach a running scheduler, and return its :class:`distributed.Client`.
 
     Parameters
     ----------
     target : str, path or mapping
-        A cluster config file (``cluster_configs/*.yaml``), a config already
-        parsed into a dict, or the address of a running scheduler
-        (``tcp://host:8786``, ``tls://...``).
-    timeout : str
-        How long to wait for a scheduler given by address.
+        A back end (``"local"``, ``"slurm"``, ``"pbs"``, ``"kubernetes"``,
+        ``"gateway"``) started from the user's and site's Dask configuration;
+        a cluster file (a Dask configuration file, merged over those; see
+        ``cluster_configs/``) or such a configuration as a dict; or the
+        address of a running scheduler (``tcp://host:8786``, ``tls://...``).
+    scheduler_file : path, optional
+        Instead of ``target``: the JSON file a running scheduler wrote
+        (``dask scheduler --scheduler-file``, dask-mpi), as
+        ``Client(scheduler_file=...)``.
+    timeout : float or str, optional
+        How long to wait for the workers (default: Dask setting
+        ``dkpca.cluster.timeout``, 10 minutes).  Reaching a scheduler waits
+        ``distributed.comm.timeouts.connect``.
+    memory_per_worker : int, optional
+        Bytes each worker needs (``dkpca.plan(...).memory_per_worker``): a
+        cluster whose configured workers have less is refused before it starts.
 
     Returns
     -------
     distributed.Client
-        The active client (the default for all dkpca computations).  For a
-        cluster started from a config, ``client.cluster`` is that cluster:
-        shut both down with :func:`close` (or use :func:`connected`).
+        The default client from now on; ``client.cluster`` is the cluster
+        started for it, if any.  Shut both down with :func:`close`, or use
+        :func:`connected`.  A cluster file's settings apply while the cluster
+        starts; :func:`connected` keeps them for its whole block.
 
     Raises
     ------
+    ClusterError
+        A batch command is missing, a job was rejected, the scheduler did not
+        answer or the workers did not arrive in time (nothing is left running).
+    ValueError
+        A configuration dkpca cannot use (:class:`ClusterConfigError`).
     FileNotFoundError
-        ``target`` is neither an existing file nor a scheduler address.
-    ClusterConfigError
-        The config is invalid.
+        No such cluster file or scheduler file.
     ImportError
-        The back end's optional package is missing (the message names the
-        extra, e.g. ``pip install 'dkpca[slurm]'``).
+        The back end's package is missing (the message names the extra).
     """
-    if isinstance(target, Mapping):
-        return _start(validate_config(target), "<config>")[0]
-    s = os.fspath(target)
-    if os.path.isfile(s) or s.endswith((".yaml", ".yml")):
-        return _start(load_config(s), s)[0]
-    if is_scheduler_address(s):
-        return _start({"backend": "scheduler", "address": s if "://" in s else f"tcp://{s}",
-                       "client": {"timeout": timeout}}, s)[0]
-    raise FileNotFoundError(
-        f"{s!r} is neither a cluster config file nor a scheduler address; pass e.g. "
-        "cluster_configs/local.yaml or tcp://host:8786."
-    )
+    cleanup = contextlib.ExitStack()
+    timeout = parse_timedelta(timeout) if timeout is not None else None
+    try:
+        client = _open(target, scheduler_file, timeout, memory_per_worker, cleanup)
+    except BaseException:
+        cleanup.close()
+        raise
+    weakref.finalize(client, cleanup.close)  # the workers' credentials go with the client
+    return client
 
 
 def close(client: Any) -> None:
@@ -149,75 +341,22 @@ def close(client: Any) -> None:
 
 
 @contextlib.contextmanager
-def connected(target: str | os.PathLike | Mapping | None) -> Iterator[Any]:
-    """``with connected(target) as client:`` -- :func:`connect`, then :func:`close`.
+def connected(target: Target = None, *, scheduler_file: str | os.PathLike | None = None,
+              timeout: float | str | None = None, memory_per_worker: int | None = None) -> Iterator[Client | None]:
+    """``with connected(target) as client:`` -- :func:`connect`, the cluster file's settings, then :func:`close`.
 
-    ``target=None`` yields None (local threads, no cluster).
+    With neither ``target`` nor ``scheduler_file`` it yields None: dask's
+    configured scheduler runs the work (threads by default).
     """
-    if target is None:
+    if target is None and scheduler_file is None:
         yield None
         return
-    client = connect(target)
-    try:
-        yield client
-    finally:
-        close(client)
-
-
-def worker_resources(cfg: dict) -> dict[str, Any]:
-    """What a config asks for, without starting it (for :func:`dkpca.plan`).
-
-    Returns a dict with ``workers`` (worker processes), ``threads_per_worker``
-    and ``memory_per_worker`` (bytes); a value is None where the config does
-    not say (e.g. a running scheduler).
-    """
-    b = cfg["backend"]
-    c = cfg.get("cluster") or {}
-    scale = cfg.get("scale") or {}
-    adapt = cfg.get("adapt") or {}
-    out: dict[str, Any] = {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
-    if b == "local":
-        workers = c.get("n_workers", os.cpu_count() or 1)
-        out["workers"] = workers
-        out["threads_per_worker"] = c.get("threads_per_worker", 1)
-        mem = c.get("memory_limit")
-        if mem not in (None, "auto"):
-            out["memory_per_worker"] = parse_bytes(mem)
-        else:
-            out["memory_per_worker"] = psutil.virtual_memory().total // max(1, workers)
-    elif b in ("slurm", "pbs"):
-        procs = c.get("processes", 1)
-        jobs = scale.get("jobs", adapt.get("maximum_jobs"))
-        if jobs is None and scale.get("workers") is not None:
-            jobs = -(-scale["workers"] // procs)
-        out["workers"] = jobs * procs if jobs is not None else None
-        out["threads_per_worker"] = max(1, c["cores"] // procs)
-        out["memory_per_worker"] = parse_bytes(c["memory"]) // procs
-    elif b == "kubernetes":
-        out["workers"] = scale.get("workers", scale.get("n", c.get("n_workers")))
-        limits = (c.get("resources") or {}).get("limits") or (c.get("resources") or {}).get("requests") or {}
-        if "memory" in limits:
-            out["memory_per_worker"] = parse_bytes(str(limits["memory"]).replace("Gi", "GiB").replace("Mi", "MiB"))
-        if "cpu" in limits:
-            out["threads_per_worker"] = max(1, int(float(str(limits["cpu"]).rstrip("m")) /
-                                                   (1000 if str(limits["cpu"]).endswith("m") else 1)))
-    elif b == "gateway":
-        opts = cfg.get("cluster_options") or {}
-        out["workers"] = scale.get("workers", scale.get("n", adapt.get("maximum")))
-        out["threads_per_worker"] = opts.get("worker_cores")
-        if "worker_memory" in opts:
-            mem = opts["worker_memory"]
-            out["memory_per_worker"] = int(mem * 2**30) if isinstance(mem, (int, float)) else parse_bytes(mem)
-    return out
-
-
-@contextlib.contextmanager
-def start_local(n_workers: int | None = None, threads_per_worker: int = 1,
-                dashboard_address: str = "127.0.0.1:0", **kwargs: Any) -> Iterator[Any]:
-    """Context manager yielding a Client on a fresh LocalCluster (dashboard on 127.0.0.1)."""
-    n_workers = n_workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                      host="127.0.0.1", dashboard_address=dashboard_address, **kwargs) as cluster, \
-            Client(cluster) as client:
-        _log_dashboard(client, "local Dask cluster")
+    timeout = parse_timedelta(timeout) if timeout is not None else None
+    with contextlib.ExitStack() as stack:
+        if scheduler_file is None and not (isinstance(target, (str, os.PathLike)) and not os.path.isfile(target)
+                                           and is_scheduler_address(os.fspath(target))):
+            target = cluster_spec(target)
+            stack.enter_context(target.applied())  # e.g. dkpca.lease from the file holds during the fit
+        client = _open(target, scheduler_file, timeout, memory_per_worker, stack)
+        stack.callback(close, client)
         yield client

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from ..cluster import connect, is_scheduler_address, load_config, validate_config, worker_resources
+from ..cluster import cluster_spec, connected, is_scheduler_address, worker_resources
 from ..execution import active_client
 from ..kernels import Kernel
 from ..linalg import block_bounds
@@ -153,27 +153,27 @@ class Plan:
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
+def _client_resources(client: Any) -> dict[str, Any]:
+    workers = client.scheduler_info().get("workers", {})
+    if not workers:
+        return {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
+    w = next(iter(workers.values()))
+    return {"workers": len(workers), "threads_per_worker": w.get("nthreads", 1),
+            "memory_per_worker": w.get("memory_limit")}
+
+
 def cluster_resources(cluster: Any) -> dict[str, Any]:
     """Workers, threads per worker and memory per worker for ``cluster`` (see :func:`plan`)."""
     out: dict[str, Any] = {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
     client = cluster if hasattr(cluster, "scheduler_info") else active_client()
-    owned = None
-    if isinstance(cluster, (str, os.PathLike)):
-        s = os.fspath(cluster)
-        if not os.path.isfile(s) and is_scheduler_address(s):
-            client = owned = connect(s)  # a running scheduler: ask it
-        else:
-            out = worker_resources(load_config(s))
-    elif isinstance(cluster, dict):
-        out = worker_resources(validate_config(cluster))
-    if out["workers"] is None and client is not None:
-        workers = client.scheduler_info().get("workers", {})
-        if workers:
-            w = next(iter(workers.values()))
-            out = {"workers": len(workers), "threads_per_worker": w.get("nthreads", 1),
-                   "memory_per_worker": w.get("memory_limit")}
-    if owned is not None:
-        owned.close()
+    if isinstance(cluster, (str, os.PathLike)) and not os.path.isfile(cluster) and is_scheduler_address(
+            os.fspath(cluster)):
+        with connected(os.fspath(cluster)) as c:  # a running scheduler: ask it
+            out = _client_resources(c)
+    elif cluster is not None and client is not cluster:
+        out = worker_resources(cluster_spec(cluster))  # from the configuration; nothing is started
+    elif client is not None:
+        out = _client_resources(client)
     if out["workers"] is None and cluster is None and client is None:
         out = {"workers": 1, "threads_per_worker": os.cpu_count() or 1,
                "memory_per_worker": psutil.virtual_memory().total}
@@ -267,8 +267,10 @@ def plan(
 max_passes, gram
         As for :func:`dkpca.fit`.
     cluster : str, dict or distributed.Client, optional
-        Cluster config file (sizes the workers without starting them), or a
-        client; default: the active client, else this machine's cores.
+        A back end (``"slurm"``), a cluster file or configuration dict (sizes
+        the workers from the Dask configuration without starting them), a
+        scheduler address, or a client; default: the active client, else this
+        machine's cores.
     measure : bool, default=True
         Time a few kernel blocks, one block write/read and one product, and
         estimate passes from a subsample (a second or so); False gives sizes only.

@@ -1,0 +1,88 @@
+"""What a cluster's workers will have, read from its configuration without starting it.
+
+Each back end's own rules decide: dask-jobqueue's ``Job`` computes its worker
+processes, threads and memory from ``jobqueue.<name>.*`` (constructing one
+submits nothing), LocalCluster's defaults are distributed's, Kubernetes sizes
+come from the pod resources, Dask Gateway's from its cluster options.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import psutil
+
+from .config import ClusterSpec, backend_class, jobs_for, k8s_quantity, memory_bytes
+
+__all__ = ["local_arguments", "worker_resources", "sizing_job"]
+
+
+def local_arguments(spec: ClusterSpec) -> dict[str, Any]:
+    """LocalCluster arguments: ``dkpca.cluster.local`` over dkpca's defaults.
+
+    Defaults: one single-threaded worker process per core (BLAS at one thread
+    per worker, no oversubscription); scheduler and dashboard on 127.0.0.1.
+    """
+    kw = spec.dkpca("local")
+    if "n_workers" not in kw and "threads_per_worker" not in kw:
+        kw["n_workers"], kw["threads_per_worker"] = os.cpu_count() or 1, 1
+    elif "n_workers" not in kw:
+        kw["n_workers"] = max(1, (os.cpu_count() or 1) // int(kw["threads_per_worker"]))
+    elif "threads_per_worker" not in kw:
+        kw["threads_per_worker"] = 1
+    kw.setdefault("processes", True)
+    kw.setdefault("host", "127.0.0.1")
+    kw.setdefault("dashboard_address", "127.0.0.1:8787")
+    return kw
+
+
+def sizing_job(spec: ClusterSpec) -> Any:
+    """A dask-jobqueue Job built from the configuration (nothing is submitted)."""
+    job_cls = backend_class(spec.backend).job_cls
+    with spec.applied():
+        # an existing log directory: a Job creates its configured one, and sizing must create nothing
+        return job_cls(scheduler="tls://scheduler:8786", name="dkpca-sizing", config_name=spec.backend,
+                       log_directory=tempfile.gettempdir())
+
+
+def worker_resources(spec: ClusterSpec) -> dict[str, Any]:
+    """``workers``, ``threads_per_worker`` and ``memory_per_worker`` (bytes) a cluster will have.
+
+    A value is None where the configuration does not say (a running
+    scheduler; a Kubernetes pod without a memory limit).
+    """
+    out: dict[str, Any] = {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
+    scale, adapt = spec.dkpca("scale"), spec.dkpca("adapt")
+    if spec.backend == "local":
+        kw = local_arguments(spec)
+        threads = int(kw["threads_per_worker"])
+        mem = memory_bytes(kw.get("memory_limit"))
+        total = psutil.virtual_memory().total
+        out = {"workers": int(kw["n_workers"]), "threads_per_worker": threads,
+               # distributed's "auto": the machine's memory shared out by threads
+               "memory_per_worker": mem or int(total * min(1.0, threads / (os.cpu_count() or 1)))}
+    elif spec.backend in ("slurm", "pbs"):
+        job = sizing_job(spec)
+        procs = job.worker_processes
+        jobs = adapt.get("maximum_jobs") or jobs_for(scale, adapt, procs) if adapt else jobs_for(scale, adapt, procs)
+        out = {"workers": jobs * procs,
+               "threads_per_worker": job.worker_process_threads,
+               "memory_per_worker": memory_bytes(job.worker_process_memory)}
+    elif spec.backend == "kubernetes":
+        res = spec.get("kubernetes.resources", None) or {}
+        limits = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        out["workers"] = scale.get("n", spec.get("kubernetes.count.start", None))
+        if "memory" in limits:
+            out["memory_per_worker"] = int(k8s_quantity(limits["memory"]))
+        out["threads_per_worker"] = max(1, int(k8s_quantity(limits["cpu"]))) if "cpu" in limits else None
+    elif spec.backend == "gateway":
+        opts = spec.get("gateway.cluster.options", None) or {}
+        out["workers"] = scale.get("n", adapt.get("maximum"))
+        out["threads_per_worker"] = opts.get("worker_cores")
+        mem = opts.get("worker_memory")
+        # dask-gateway's stock option is a number of GiB
+        out["memory_per_worker"] = int(mem * 2**30) if isinstance(mem, (int, float)) else memory_bytes(mem)
+    return out
+

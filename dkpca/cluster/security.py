@@ -1,0 +1,63 @@
+"""TLS for the schedulers dkpca starts: credentials made for the run, shared with batch workers privately.
+
+Every scheduler dkpca starts (local, demo, SLURM, PBS) requires TLS with
+mutual authentication, so no other process or user can connect to it and
+run code as the user.  The credentials are the site's when Dask's
+configuration names them (``distributed.comm.tls.ca-file`` and friends),
+otherwise a key and self-signed certificate made for this run
+(``Security.temporary()``), which exist only in memory -- except that batch
+workers start on other nodes and must read them from a file: those files are
+written into a new directory only the user can enter (0700), each readable by
+the user only (0600), on the filesystem the jobs share, and removed when the
+cluster closes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import dask.config
+from distributed.security import Security
+
+__all__ = ["run_security", "batch_security"]
+
+
+def run_security() -> Security:
+    """TLS for a scheduler that stays on this machine (in memory only)."""
+    if dask.config.get("distributed.comm.tls.ca-file", None):
+        return Security(require_encryption=True)  # the site's certificates, from the Dask config
+    return Security.temporary()
+
+
+def _write_private(directory: str, name: str, text: str) -> str:
+    path = os.path.join(directory, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+def batch_security(shared_directory: str) -> tuple[Security, str | None]:
+    """TLS for a scheduler whose workers are batch jobs: (security, private directory or None).
+
+    The worker role's credentials are files in a new 0700 directory under
+    ``shared_directory`` (which the jobs must see: the submission directory
+    or ``jobqueue.<name>.shared-temp-directory``); the scheduler's and the
+    client's stay in memory.  The caller removes the directory when the
+    cluster has closed.
+    """
+    if dask.config.get("distributed.comm.tls.ca-file", None):
+        return Security(require_encryption=True), None
+    temp = Security.temporary()
+    base = os.path.expanduser(os.path.expandvars(shared_directory))
+    directory = tempfile.mkdtemp(prefix=".dkpca-tls-", dir=base)  # mode 0700
+    cert = _write_private(directory, "cert.pem", temp.tls_worker_cert)
+    key = _write_private(directory, "key.pem", temp.tls_worker_key)
+    # self-signed: the certificate is its own CA
+    security = Security(
+        require_encryption=True, tls_ca_file=cert, tls_worker_cert=cert, tls_worker_key=key,
+        tls_scheduler_cert=temp.tls_scheduler_cert, tls_scheduler_key=temp.tls_scheduler_key,
+        tls_client_cert=temp.tls_client_cert, tls_client_key=temp.tls_client_key,
+    )
+    return security, directory
