@@ -42,13 +42,33 @@ def _kernel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--coef0", type=float, default=1.0, help="poly/sigmoid offset (default 1)")
 
 
+def n_components_arg(text: str) -> int | float:
+    """``-k``: an integer (a number of components) or a decimal fraction of explained variance (``0.95``).
+
+    Only the syntax is checked here; the range is checked, with the API's
+    message, by :func:`dkpca.request.check_n_components`.
+    """
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an integer (a number of components) nor a fraction of explained variance "
+            "such as 0.95") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dkpca", description="Distributed, out-of-core kernel PCA.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     f = sub.add_parser("fit", help="fit kernel PCA on a Zarr array and store the model")
     f.add_argument("input", help="Zarr array (or group with array 'X'), path or URL")
-    f.add_argument("--n-components", "-k", type=int, default=2)
+    f.add_argument("--n-components", "-k", type=n_components_arg, default=2,
+                   help="number of components, or a fraction of explained variance in (0, 1), e.g. 0.95 "
+                        "(default 2)")
     _kernel_args(f)
     f.add_argument("--solver", default="auto", help="auto, dense, randomized, lanczos, nystrom")
     f.add_argument("--store", default=None, help="store path (default <input>.dkpca.zarr)")
@@ -66,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="print sizes, memory, passes and a time estimate without computing K")
     pl.add_argument("input", help="Zarr array (or group with array 'X'), path or URL")
-    pl.add_argument("--n-components", "-k", type=int, default=2)
+    pl.add_argument("--n-components", "-k", type=n_components_arg, default=2,
+                    help="as for fit: a number of components or a fraction such as 0.95 (default 2)")
     _kernel_args(pl)
     pl.add_argument("--solver", default="auto")
     pl.add_argument("--store", default=None)
