@@ -5,10 +5,16 @@
 * layouts never cut labels: figures use constrained layout, files are saved
   with a tight bounding box;
 * class labels get a legend with one entry per class, continuous values a
-  labelled colour bar.
+  labelled colour bar;
+* ``dkpca demo`` writes its embedding plot next to its data and prints how
+  well the shells separate (held-out nearest-centroid accuracy).
 """
 
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -21,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import dkpca  # noqa: E402
 from dkpca.plot import is_categorical, new_figure, save_figure  # noqa: E402
 
-from .conftest import make_data  # noqa: E402
+from .conftest import dkpca_cmd, make_data  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +172,32 @@ def test_axis_labels_name_components_and_their_share(fitted):
 ])
 def test_is_categorical(values, expected):
     assert is_categorical(values) is expected
+
+
+# -- the demo -------------------------------------------------------------------------
+def _demo(tmp_path, *prefix: str) -> subprocess.CompletedProcess:
+    cmd = [*prefix, "demo", "--dir", str(tmp_path), "--n-samples", "600", "--n-components", "3", "--workers", "1",
+           "-q"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_demo_writes_its_embedding_plot_and_shows_the_shells_separate(tmp_path):
+    out = _demo(tmp_path, *dkpca_cmd()).stdout
+    m = re.search(r"nearest-centroid accuracy ([\d.]+)% in kernel PCA components 1-2 vs ([\d.]+)% in the raw", out)
+    assert m, out
+    # kernel PCA separates the concentric shells; in the raw input every shell's centroid is the origin (chance)
+    assert float(m.group(1)) >= 95.0 and float(m.group(2)) <= 50.0
+    png = tmp_path / "shells_embedding.png"
+    assert f"embedding plot: {png}" in out
+    height, width, _ = matplotlib.image.imread(png).shape
+    assert width > 300 and height > 300
+
+
+def test_demo_without_matplotlib_says_so(tmp_path):
+    block = ("import sys; sys.modules['matplotlib'] = None; from dkpca.cli import main; "
+             "sys.exit(main(sys.argv[1:]))")
+    out = _demo(tmp_path, sys.executable, "-c", block).stdout
+    assert "no plot written: matplotlib is not installed (pip install 'dkpca[plot]')" in out
+    assert "nearest-centroid accuracy" in out and not (tmp_path / "shells_embedding.png").exists()
