@@ -142,10 +142,12 @@ def fit(
                        dtype, tol, max_passes, random_state, overwrite, gram, progress)
     choice = choose(req.n, req.n_components, req.solver, req.gram, X=req.X, kernel=req.kernel, dtype=req.dtype,
                     block=req.block, store=req.store.path, tol=req.tol, max_passes=req.max_passes)
-    # The plan logged is made from the sizes alone: logging never changes the work done.
-    logger.info("%s", make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, choice.solver,
-                                choice.reason, choice.gram, req.store.path, tol=req.tol, max_passes=req.max_passes,
-                                measure=False))
+    # The plan logged is made from the sizes alone: logging never changes the work done.  It is made
+    # only when logged (a notebook that printed dkpca.plan already does not get it twice).
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s", make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, choice.solver,
+                                    choice.reason, choice.gram, req.store.path, tol=req.tol,
+                                    max_passes=req.max_passes, measure=False))
     timings: dict[str, float] = {}
     rng = as_generator(req.random_state)
     t = time.perf_counter()
