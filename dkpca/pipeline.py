@@ -25,17 +25,10 @@ from .model import KPCAModel
 from .operator import CenteredKernelOperator, InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from .planning import choose, make_plan
 from .request import FitRequest, as_generator, make_request
-from .solvers import (
-    ConvergenceWarning,
-    EigResult,
-    PassReport,
-    get_solver,
-    keep_fraction,
-    postprocess,
-    solve_fraction,
-    working_k,
-)
+from .solvers import ConvergenceWarning, EigResult, PassReport, get_solver, postprocess
+from .solvers.fraction import solve_fraction, working_k
 from .solvers.randomized import block_size, start_block
+from .solvers.spectrum import keep_fraction
 from .storage import SolverCheckpoint, absolute, fit_footprint, json_safe
 
 __all__ = ["fit", "solve_kernel_matrix"]

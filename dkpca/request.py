@@ -22,7 +22,8 @@ import numpy as np
 from .io import as_dask, open_input
 from .kernels import KERNEL_NAMES, Kernel, make_kernel
 from .linalg import default_block_size
-from .solvers import SOLVERS, working_k
+from .solvers import SOLVERS
+from .solvers.fraction import working_k
 from .storage import FitStore, is_url, relation
 
 __all__ = ["FitRequest", "make_request", "default_store_path", "GRAM_MODES", "check_n_components",

@@ -24,8 +24,9 @@ from dkpca.io import as_dask
 from dkpca.kernels import make_kernel
 from dkpca.operator import MatrixFreeKernelOperator
 from dkpca.request import check_n_components
-from dkpca.solvers import components_for_fraction, get_solver, solve_fraction
-from dkpca.solvers.fraction import WORKING_K, next_k
+from dkpca.solvers import get_solver
+from dkpca.solvers.fraction import WORKING_K, next_k, solve_fraction
+from dkpca.solvers.spectrum import components_for_fraction
 from dkpca.storage import FitStore, SolverCheckpoint
 
 from .conftest import centered, dkpca_cmd, make_data, write_data

@@ -10,11 +10,8 @@ given, receives a :class:`PassReport` after each pass; solvers never print.
 What every result needs afterwards -- ranking by value, deterministic signs,
 scikit-learn's checks of a PSD spectrum, dropping zero components -- is
 written once, in :func:`postprocess` (:mod:`dkpca.solvers.spectrum`), and
-used by every path; so is the rule for ``n_components`` as a fraction of
-explained variance (:func:`keep_fraction`), which :func:`solve_fraction`
-(:mod:`dkpca.solvers.fraction`) reaches by growing k round by round.  An
-iterative solver that stops at ``max_passes`` before ``tol`` returns
-``converged=False``; callers warn with
+used by every path.  An iterative solver that stops at ``max_passes`` before
+``tol`` returns ``converged=False``; callers warn with
 :class:`ConvergenceWarning`, which is scikit-learn's own class.
 """
 
@@ -26,13 +23,11 @@ from types import MappingProxyType
 from sklearn.exceptions import ConvergenceWarning
 
 from . import arpack, dense, lanczos, nystrom, randomized
-from .fraction import solve_fraction, working_k
 from .result import Callback, EigResult, PassReport
-from .spectrum import check_eigenvalues, components_for_fraction, flip_signs, keep_fraction, postprocess
+from .spectrum import check_eigenvalues, flip_signs, postprocess
 
 __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postprocess", "check_eigenvalues",
-           "flip_signs", "components_for_fraction", "keep_fraction", "solve_fraction", "working_k", "get_solver",
-           "SOLVERS", "SOLVER_NAMES"]
+           "flip_signs", "get_solver", "SOLVERS", "SOLVER_NAMES"]
 
 #: Solvers ``dkpca.fit`` accepts (``auto``: resolved by :func:`dkpca.planning.choose`).
 #: ARPACK is not among them: out of core each of its single-vector steps would be a pass over K.
