@@ -48,7 +48,13 @@ from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
 from .linalg import rows_per_block
 from .pipeline import fit as pipeline_fit
 from .pipeline import solve_kernel_matrix
-from .request import as_generator, check_choice, check_kernel_pca_params, check_out_of_core_params
+from .request import (
+    as_generator,
+    check_choice,
+    check_kernel_pca_params,
+    check_n_components_spec,
+    check_out_of_core_params,
+)
 
 __all__ = ["KernelPCA"]
 
@@ -108,10 +114,15 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     Parameters
     ----------
-    n_components : int, default=None
+    n_components : int or float, default=None
         Number of components.  ``None``: all components with a non-zero
         eigenvalue (in memory only).  Values above ``n_samples`` are clipped to
-        it, as in scikit-learn.
+        it, as in scikit-learn.  A float in (0, 1) is a fraction of explained
+        variance, as in scikit-learn's ``PCA(n_components=0.95)``: the smallest
+        number of components whose ``explained_variance_ratio_`` (against the
+        exact ``trace(K~)``) sums to at least it; ``"auto"`` then solves the
+        whole spectrum in memory, ``"randomized"``/``"lanczos"`` grow k round
+        by round (see :func:`dkpca.fit`); not with ``"arpack"``.
     kernel : str, callable, dkpca Kernel or dict, default="linear"
         ``"linear"``, ``"poly"``, ``"rbf"``, ``"sigmoid"``, ``"cosine"``,
         ``"precomputed"``, also ``"laplacian"``; a dkpca :class:`~dkpca.kernels.Kernel`
@@ -353,11 +364,14 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             K = np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
         else:
             K = self._pairwise(X)
-        k = n if self.n_components is None else min(n, self.n_components)
+        spec = None if self.n_components is None else check_n_components_spec(self.n_components)
+        fraction = isinstance(spec, float)
+        k = n if spec is None else spec if fraction else min(n, spec)
         solver = self.eigen_solver
         if solver == "auto":
-            # scikit-learn's rule, so that "auto" runs the same algorithm
-            solver = "arpack" if n > 200 and k < 10 else "dense"
+            # scikit-learn's rule, so that "auto" runs the same algorithm; a fraction needs the
+            # spectrum's sum up to an unknown k, which one dense eigh gives (as PCA's "full")
+            solver = "arpack" if n > 200 and not fraction and k < 10 else "dense"
         if solver == "arpack":
             # scikit-learn's tolerance, iteration limit and starting vector
             tol, passes = self.tol, None
@@ -387,8 +401,10 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         n, d = (int(s) for s in shape)
         self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
         tol, passes = self._iteration_limits(in_memory=False)
+        spec = check_n_components_spec(self.n_components)
+        k = spec if isinstance(spec, float) else min(spec, n)
         model = pipeline_fit(
-            X, n_components=min(self.n_components, n), kernel=self._make_kernel(d), solver=self.eigen_solver,
+            X, n_components=k, kernel=self._make_kernel(d), solver=self.eigen_solver,
             store=self.store, chunk_size=self.chunk_size, dtype=self.dtype or "float32", tol=tol,
             max_passes=passes, random_state=self.random_state,
         )

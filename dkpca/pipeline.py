@@ -27,7 +27,9 @@ from .operator import CenteredKernelOperator, InMemoryKernelOperator, MatrixFree
 from .planning import choose, make_plan
 from .request import FitRequest, as_generator, make_request
 from .solvers import ConvergenceWarning, EigResult, PassReport, get_solver, postprocess
+from .solvers.fraction import solve_fraction, working_k
 from .solvers.randomized import block_size, start_block
+from .solvers.spectrum import keep_fraction
 from .storage import CorruptChunkError, GramStore, SolverCheckpoint, absolute, fit_footprint, json_safe
 
 __all__ = ["fit", "solve_kernel_matrix"]
@@ -43,7 +45,7 @@ def _log_pass(report: PassReport) -> None:
 
 def fit(
     source: Any,
-    n_components: int = 2,
+    n_components: int | float = 2,
     kernel: str | Kernel | dict = "rbf",
     gamma: float | None = None,
     degree: int = 3,
@@ -70,8 +72,15 @@ def fit(
         dataset ``"file.h5:/dataset"``, a netCDF (or other xarray-readable)
         variable ``"file.nc:variable"``, a Parquet or CSV file of numeric
         columns; or an array.  Files are read block by block, never whole.
-    n_components : int, default=2
-        Number of components k (1 <= k <= n_samples).
+    n_components : int or float, default=2
+        Number of components k (1 <= k <= n_samples), or a fraction f in
+        (0, 1): the smallest k whose explained-variance ratio, against the
+        exact ``trace(K~)``, reaches f (scikit-learn's ``PCA(n_components=0.95)``).
+        Iterative solvers then solve for a working k and grow it round by
+        round (:mod:`dkpca.solvers.fraction`; ``max_passes`` bounds all
+        rounds together, and ``ConvergenceWarning`` says when f was not
+        reached); the dense solver computes the whole spectrum.  Not with
+        ``solver="nystrom"``, which approximates the spectrum.
     kernel : str, Kernel or dict, default="rbf"
         ``rbf``, ``laplacian``, ``poly``, ``linear``, ``sigmoid``, ``cosine``, or a
         dkpca Kernel (sums, products, scalings of those).
@@ -145,10 +154,12 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
     """:func:`fit` from its validated request; the model owns ``req.temporary`` (if any)."""
     choice = choose(req.n, req.n_components, req.solver, req.gram, X=req.X, kernel=req.kernel, dtype=req.dtype,
                     block=req.block, store=req.store.path, tol=req.tol, max_passes=req.max_passes)
-    # The plan logged is made from the sizes alone: logging never changes the work done.
-    logger.info("%s", make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, choice.solver,
-                                choice.reason, choice.gram, req.store.path, tol=req.tol, max_passes=req.max_passes,
-                                measure=False))
+    # The plan logged is made from the sizes alone: logging never changes the work done.  It is made
+    # only when logged (a notebook that printed dkpca.plan already does not get it twice).
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s", make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, choice.solver,
+                                    choice.reason, choice.gram, req.store.path, tol=req.tol,
+                                    max_passes=req.max_passes, measure=False))
     timings: dict[str, float] = {}
     rng = as_generator(req.random_state)
     t = time.perf_counter()
@@ -164,7 +175,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         t = time.perf_counter()
         # Iterative solvers save their state every pass (resume after a kill).
         ckpt = SolverCheckpoint(req.store, {
-            "fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(), "k": req.n_components,
+            "fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(),
+            "k": req.n_components if req.fraction is None else {"fraction": req.fraction},
             "solver": choice.solver, "gram": choice.gram, "dtype": req.dtype.name, "block": req.block,
             "random_state": req.random_state if isinstance(req.random_state, int) else None,
         }, chunk_rows=req.block)
@@ -178,6 +190,9 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         pass_seconds = res.info.pop("pass_seconds", None) or (op.pass_seconds[-res.passes:] if res.passes else [])
         # scikit-learn's spectrum rules, with the thresholds of K's precision
         res = postprocess(res, remove_zero=True, precision=req.dtype)
+        if req.fraction is not None:
+            res = keep_fraction(res, op.trace, req.fraction)
+            _warn_fraction_short(res, req.max_passes, stacklevel=3)
         timings["solve"] = time.perf_counter() - t
         if not res.converged:
             warnings.warn(
@@ -188,7 +203,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
             )
         timings["total"] = time.perf_counter() - t_start
         report = _report(res, op, choice.solver, choice.reason, choice.details, req.tol, gram_report, timings,
-                         pass_seconds, req.n, req.d, req.n_components)
+                         pass_seconds, req.n, req.d,
+                         req.n_components if req.fraction is None else req.fraction)
         model = KPCAModel(
             eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
             grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.block,
@@ -222,10 +238,14 @@ def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name
                 solver_opts["checkpoint"] = ckpt
             timings["gram"] = time.perf_counter() - t
             t = time.perf_counter()
+            solve = get_solver(solver_name)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                res = get_solver(solver_name)(op, req.n_components, tol=req.tol, max_passes=req.max_passes, rng=rng,
-                                              callback=_log_pass, **solver_opts)
+                opts = dict(tol=req.tol, max_passes=req.max_passes, rng=rng, callback=_log_pass, **solver_opts)
+                if req.fraction is None:
+                    res = solve(op, req.n_components, **opts)
+                else:
+                    res = solve_fraction(solve, op, req.fraction, k=working_k(req.n, solver_name), **opts)
             timings["solve"] = time.perf_counter() - t
             return op, gram_report, res
         except CorruptChunkError as exc:
@@ -276,7 +296,7 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
 
 
 def _report(res, op, solver_name: str, reason: str, auto: dict, tol: float, gram_report: dict,
-            timings: dict, pass_seconds: list, n: int, d: int, requested: int) -> dict[str, Any]:
+            timings: dict, pass_seconds: list, n: int, d: int, requested: int | float) -> dict[str, Any]:
     """``model.report``: what was solved, how, how well and how fast."""
     k = len(res.eigenvalues)
     scale = max(abs(res.eigenvalues[0]), np.finfo(float).tiny) if k else 1.0
@@ -295,7 +315,20 @@ def _report(res, op, solver_name: str, reason: str, auto: dict, tol: float, gram
     }
 
 
-def solve_kernel_matrix(K: np.ndarray, k: int, solver: str, *, tol: float, max_passes: int | None,
+def _warn_fraction_short(res: EigResult, max_passes: int | None, stacklevel: int) -> None:
+    """The one warning for a fraction of explained variance that was not reached (all components are kept)."""
+    f = res.info["fraction"]
+    if f["reached"] or f.get("complete"):
+        return  # a complete spectrum falls short only by rounding
+    warnings.warn(
+        f"n_components={f['target']}: the {res.eigenvalues.size} components computed in {res.passes} passes "
+        f"explain {f['explained']:.4%} of the variance, short of {f['target']:.4%}; all of them are kept. Raise "
+        f"max_passes (it was {max_passes}, for all rounds together) or tol, or use solver='dense' for small n.",
+        ConvergenceWarning, stacklevel=stacklevel,
+    )
+
+
+def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: float, max_passes: int | None,
                         random_state: Any, remove_zero: bool, maxiter: int | None = None,
                         ) -> tuple[EigResult, Centering]:
     """The in-memory path: a kernel matrix held in memory -> operator -> solver -> spectrum policy.
@@ -305,16 +338,27 @@ def solve_kernel_matrix(K: np.ndarray, k: int, solver: str, *, tol: float, max_p
     takes scikit-learn's ``tol`` and ``maxiter`` and its starting vector
     from ``random_state``; the iterative dkpca solvers take ``tol`` and
     ``max_passes`` and warn (scikit-learn's ``ConvergenceWarning``) when they
-    stop short.  Returns the post-processed result and K's centring.
+    stop short.  A float ``k`` in (0, 1) is a fraction of explained variance,
+    reached as in :func:`fit` (zero components are then always dropped; not
+    with ``arpack``).  Returns the post-processed result and K's centring.
     """
     op = InMemoryKernelOperator(K)
-    if solver == "dense":
-        res = get_solver("dense")(op, k, tol=0.0, max_passes=1, rng=None)
-    elif solver == "arpack":
+    fraction = k if isinstance(k, float) else None
+    if solver == "arpack":  # with an int k (fractions are refused by check_kernel_pca_params)
         res = get_solver("arpack")(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
     else:
-        res = get_solver(solver)(op, k, tol=tol, max_passes=max_passes, rng=as_generator(random_state))
-        if not res.converged:
+        solve = get_solver(solver)
+        opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if solver == "dense" else
+                                dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))
+        if fraction is None:
+            res = solve(op, k, **opts)
+        else:
+            res = solve_fraction(solve, op, fraction, k=working_k(op.n, solver), **opts)
+        if solver != "dense" and not res.converged:
             warnings.warn(f"solver={solver!r} stopped after {res.passes} passes above tol={tol:g}; raise max_iter, "
                           "or use eigen_solver='dense' or 'arpack'.", ConvergenceWarning, stacklevel=3)
-    return postprocess(res, remove_zero=remove_zero, precision=K.dtype), op.centering
+    res = postprocess(res, remove_zero=remove_zero or fraction is not None, precision=K.dtype)
+    if fraction is not None:
+        res = keep_fraction(res, op.trace, fraction)
+        _warn_fraction_short(res, max_passes, stacklevel=3)
+    return res, op.centering

@@ -2,6 +2,12 @@
 
 matplotlib is an optional extra (``pip install 'dkpca[plot]'``); it is
 imported only when a plot is drawn.
+
+Layout rules, so that nothing is cut off: figures made here use matplotlib's
+constrained layout (labels, legends and colour bars are given room), and
+:func:`save_figure` writes with ``bbox_inches="tight"``.  Component numbers
+are integers on every axis; class labels get a legend, continuous values a
+labelled colour bar.
 """
 
 from __future__ import annotations
@@ -10,55 +16,143 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_spectrum", "plot_embedding"]
+__all__ = ["plot_spectrum", "plot_embedding", "new_figure", "save_figure", "is_categorical", "MAX_CLASSES"]
+
+#: up to this many distinct non-float values, colour values are classes (a legend), not a scale
+MAX_CLASSES = 20
 
 
-def _pyplot():
+def _missing() -> ImportError:
+    return ImportError("plotting needs matplotlib, which is not installed; install it with: "
+                       "pip install 'dkpca[plot]'")
+
+
+def _require() -> None:
+    """Fail with the install hint, before anything is drawn, when matplotlib is missing."""
     try:
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError as exc:
-        raise ImportError("plotting needs matplotlib, which is not installed; "
-                          "install it with: pip install 'dkpca[plot]'") from exc
-    return plt
+        raise _missing() from exc
+
+
+def new_figure(figsize: tuple[float, float] = (6.0, 5.0)) -> Any:
+    """A figure for writing to a file: constrained layout, no pyplot, no window, no GUI backend.
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed (the message says how to install it).
+    """
+    _require()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)  # a file renderer of its own, whatever pyplot's backend is
+    return fig
+
+
+def save_figure(fig_or_ax: Any, path: str, dpi: int = 120) -> str:
+    """Write a figure (or an axes' figure) with a tight bounding box, so no label is cut; return ``path``."""
+    fig = getattr(fig_or_ax, "figure", fig_or_ax)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    return path
+
+
+def _new_axes(figsize: tuple[float, float]) -> Any:
+    """Axes on a new pyplot figure (shown by notebooks and ``plt.show()``), constrained layout."""
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def _integer_ticks(axis: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_spectrum(model: Any, ax: Any = None, cumulative: bool = True, log: bool = False) -> Any:
-    """Bar chart of the eigenvalues' explained-variance ratios.
+    """Explained-variance ratio per component (bars) and its cumulative sum (a line on a second axis).
 
     Parameters
     ----------
     model : KPCAModel
-        A fitted model.
+        A fitted model (anything with ``explained_variance_ratio_``).
     ax : matplotlib Axes, optional
-        Where to draw (default: a new figure).
+        Where to draw (default: a new figure, constrained layout).
     cumulative : bool, default=True
-        Also draw the cumulative ratio as a line.
+        Also draw the cumulative ratio, on a twin y axis from 0 to 100 %;
+        a fit asked for a fraction of explained variance (``n_components=0.95``)
+        shows that target as a dashed line.
     log : bool, default=False
-        Logarithmic y axis (for slowly decaying spectra).
+        Logarithmic y axis for the bars (slowly decaying spectra).
 
     Returns
     -------
     matplotlib Axes
+        The bars' axes; the cumulative line is on its twin, which shares the
+        x axis (``ax.get_shared_x_axes().get_siblings(ax)``).
     """
-    plt = _pyplot()
+    _require()
+    from matplotlib.ticker import PercentFormatter
+
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5))
-    ratio = np.asarray(model.explained_variance_ratio_)
+        ax = _new_axes((6.4, 3.8))
+    ratio = np.asarray(model.explained_variance_ratio_, dtype=float)
     idx = np.arange(1, ratio.size + 1)
-    ax.bar(idx, ratio, color="C0", label="explained variance ratio")
-    if cumulative:
-        ax.plot(idx, np.cumsum(ratio), "o-", color="C1", label="cumulative")
+    bars = ax.bar(idx, ratio, color="C0", label="per component")
     if log:
         ax.set_yscale("log")
-    ax.set_xlabel("component k")
-    ax.set_ylabel(r"$\lambda_k / \mathrm{trace}(\tilde K)$")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    _integer_ticks(ax.xaxis)
+    if ratio.size:
+        ax.set_xlim(0.4, ratio.size + 0.6)
+    ax.set_xlabel("component")
+    ax.set_ylabel("explained variance")
     ax.set_title(f"kernel PCA spectrum ({model.kernel.name}, n={model.n_samples})")
-    ax.legend(loc="best")
+    handles = [bars]
+    legend_axes = ax
+    if cumulative:
+        twin = ax.twinx()
+        # markers only while they stay apart
+        (line,) = twin.plot(idx, np.cumsum(ratio), "o-" if ratio.size <= 40 else "-", color="C1", markersize=3,
+                            label="cumulative")
+        handles.append(line)
+        twin.set_ylim(0.0, 1.02)
+        twin.yaxis.set_major_formatter(PercentFormatter(1.0))
+        twin.set_ylabel("cumulative", color="C1")
+        target = (getattr(model, "report", None) or {}).get("n_components_requested")
+        if isinstance(target, float):
+            handles.append(twin.axhline(target, color="C1", linestyle="--", linewidth=1,
+                                        label=f"asked: {target:.0%}"))
+        legend_axes = twin  # drawn above the bars' axes
+    legend_axes.legend(handles=handles, loc="center right")
     return ax
 
 
+def is_categorical(c: np.ndarray) -> bool:
+    """Whether colour values are classes: not floats (ints, strings, booleans) and at most ``MAX_CLASSES`` of them.
+
+    Floats are measurements (a colour scale) however few distinct values
+    they take; integers with many distinct values (e.g. an index) too.
+    """
+    c = np.asarray(c)
+    if c.dtype.kind == "f" or c.dtype.kind == "c":
+        return False
+    return len(np.unique(c)) <= MAX_CLASSES if c.dtype.kind in "iub" else True
+
+
+def _axis_label(model: Any, j: int) -> str:
+    ratio = getattr(model, "explained_variance_ratio_", None)
+    share = f" ({ratio[j]:.1%})" if ratio is not None and j < len(ratio) else ""
+    return f"component {j + 1}{share}"
+
+
 def plot_embedding(model: Any, components: tuple[int, int] = (0, 1), c: Any = None, ax: Any = None,
-                   max_points: int | None = 20000, random_state: int = 0, **scatter_kws: Any) -> Any:
+                   max_points: int | None = 20000, random_state: int = 0, label: str | None = None,
+                   categorical: bool | None = None, **scatter_kws: Any) -> Any:
     """Scatter plot of the training points in two components (``model.embedding_``).
 
     Parameters
@@ -68,12 +162,19 @@ def plot_embedding(model: Any, components: tuple[int, int] = (0, 1), c: Any = No
     components : (int, int), default=(0, 1)
         Zero-based component indices for the x and y axes.
     c : array-like of shape (n_samples,), optional
-        Colour values (e.g. labels).
+        Colour values: class labels (a legend, one entry per class) or a
+        continuous quantity (a colour bar); see ``categorical``.
     ax : matplotlib Axes, optional
+        Where to draw (default: a new figure, constrained layout).
     max_points : int or None, default=20000
         Plot a random subset of at most this many points (None: all).
     random_state : int
         Seed of that subset.
+    label : str, optional
+        Title of the legend or label of the colour bar (e.g. ``"shell"``).
+    categorical : bool, optional
+        Whether ``c`` holds classes; default :func:`is_categorical` (not
+        floats, at most ``MAX_CLASSES`` distinct values).
     **scatter_kws
         Passed to ``Axes.scatter``.
 
@@ -81,31 +182,43 @@ def plot_embedding(model: Any, components: tuple[int, int] = (0, 1), c: Any = No
     -------
     matplotlib Axes
     """
-    plt = _pyplot()
+    _require()
     k = model.n_components
     i, j = components
     if not (0 <= i < k and (j is None or 0 <= j < k)):
         raise ValueError(f"components={components!r} are out of range for a model with {k} component(s); "
                          "use zero-based indices below n_components.")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5, 5))
     E = model.embedding_
     n = E.shape[0]
+    if c is not None:
+        c = np.asarray(c)
+        if c.shape[0] != n:
+            raise ValueError(f"c has {c.shape[0]} values but the model has {n} training points.")
+    if ax is None:
+        ax = _new_axes((6.4, 5.0))
     sel = np.arange(n)
     if max_points is not None and n > max_points:
         sel = np.sort(np.random.default_rng(random_state).choice(n, max_points, replace=False))
     x = E[sel, i]
     y = E[sel, j] if j is not None else np.zeros_like(x)
-    if c is not None:
-        c = np.asarray(c)
-        if c.shape[0] != n:
-            raise ValueError(f"c has {c.shape[0]} values but the model has {n} training points.")
-        c = c[sel]
     scatter_kws.setdefault("s", 6)
-    sc = ax.scatter(x, y, c=c, **scatter_kws)
-    if c is not None and np.issubdtype(np.asarray(c).dtype, np.number):
-        plt.colorbar(sc, ax=ax)
-    ax.set_xlabel(f"component {i + 1}")
-    ax.set_ylabel(f"component {j + 1}" if j is not None else "")
+    if c is not None and (is_categorical(c) if categorical is None else categorical):
+        # one scatter per class, so that the legend lists exactly the classes, in sorted order
+        import matplotlib
+
+        classes, cs = np.unique(c), c[sel]
+        scatter_kws.pop("cmap", None)
+        palette = matplotlib.colormaps["tab10" if classes.size <= 10 else "tab20"]
+        for m, cls in enumerate(classes):
+            on = cs == cls
+            ax.scatter(x[on], y[on], color=palette(m), label=str(cls), **scatter_kws)
+        ax.legend(title=label, markerscale=2.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    else:
+        sc = ax.scatter(x, y, c=None if c is None else c[sel], **scatter_kws)
+        if c is not None:
+            bar = ax.figure.colorbar(sc, ax=ax)
+            bar.set_label(label or "c")
+    ax.set_xlabel(_axis_label(model, i))
+    ax.set_ylabel(_axis_label(model, j) if j is not None else "")
     ax.set_title("training points in kernel PCA space")
     return ax

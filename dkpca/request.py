@@ -25,9 +25,11 @@ from .io import as_dask, input_path, open_input, split_member
 from .kernels import KERNEL_NAMES, Kernel, make_kernel
 from .linalg import default_block_size
 from .solvers import SOLVERS
+from .solvers.fraction import working_k
 from .storage import FitStore, is_url, relation
 
-__all__ = ["FitRequest", "make_request", "default_store_path", "GRAM_MODES", "check_n_components", "check_int",
+__all__ = ["FitRequest", "make_request", "default_store_path", "GRAM_MODES", "check_n_components",
+           "check_n_components_spec", "check_int",
            "check_real", "check_bool", "check_dtype", "check_random_state", "as_generator", "check_choice",
            "check_kernel_pca_params", "check_out_of_core_params", "TemporaryStore"]
 
@@ -115,7 +117,10 @@ def as_generator(random_state: Any) -> np.random.Generator:
 def check_kernel_pca_params(p: dict[str, Any], eigen_solvers: tuple[str, ...]) -> None:
     """Check :class:`dkpca.KernelPCA`'s parameters (``get_params()``) before touching the data."""
     if p["n_components"] is not None:
-        check_int("n_components", p["n_components"], 1)
+        if isinstance(check_n_components_spec(p["n_components"]), float) and p["eigen_solver"] == "arpack":
+            raise ValueError(f"n_components={p['n_components']} (a fraction of explained variance) is not supported "
+                             "by eigen_solver='arpack', which needs the number of components up front; use 'auto' "
+                             "or 'dense' (the whole spectrum), or 'randomized' or 'lanczos'.")
     k = p["kernel"]
     if isinstance(k, str):
         check_choice("kernel", k, (*KERNEL_NAMES, "precomputed"))
@@ -166,17 +171,40 @@ def check_out_of_core_params(p: dict[str, Any]) -> None:
         )
 
 
-def check_n_components(n_components: Any, n_samples: int) -> int:
-    """Validate ``n_components`` (1 <= k <= n_samples) and return it as int."""
-    if not isinstance(n_components, numbers.Integral) or _is_bool(n_components):
+def check_n_components_spec(n_components: Any) -> int | float:
+    """``n_components`` before the data is seen: an integer >= 1, or a fraction of explained variance in (0, 1).
+
+    A float asks for a fraction -- the smallest number of components whose
+    explained-variance ratio reaches it, as scikit-learn's ``PCA(0.95)`` --
+    so ``1.0`` and ``5.0`` are refused rather than read as counts.
+    """
+    counts = "an integer >= 1 (a number of components) or a float strictly between 0 and 1 (a fraction of " \
+             "explained variance, e.g. 0.95)"
+    if _is_bool(n_components) or not isinstance(n_components, numbers.Real):
+        raise ValueError(f"n_components={n_components!r} is invalid; it must be {counts}.")
+    if isinstance(n_components, numbers.Integral):
+        if n_components < 1:
+            raise ValueError(f"n_components={n_components!r} is invalid; it must be {counts}.")
+        return int(n_components)
+    f = float(n_components)
+    if 0.0 < f < 1.0:
+        return f
+    if np.isfinite(f) and f >= 1.0:
+        hint = f"pass the integer {int(f)}" if f.is_integer() else "pass an integer"
+        raise ValueError(f"n_components={n_components!r} is invalid: a float is a fraction of explained variance "
+                         f"and must lie strictly between 0 and 1; for a number of components {hint}.")
+    raise ValueError(f"n_components={n_components!r} is invalid; it must be {counts}.")
+
+
+def check_n_components(n_components: Any, n_samples: int) -> int | float:
+    """Validate ``n_components``: an int k (1 <= k <= n_samples), returned as int, or a fraction in (0, 1)."""
+    value = check_n_components_spec(n_components)
+    if isinstance(value, int) and value > n_samples:
         raise ValueError(
-            f"n_components={n_components!r} is invalid; it must be an integer between 1 and n_samples={n_samples}."
+            f"n_components={n_components} is out of range; it must be between 1 and n_samples={n_samples} (or a "
+            "fraction of explained variance in (0, 1))."
         )
-    if not 1 <= n_components <= n_samples:
-        raise ValueError(
-            f"n_components={n_components} is out of range; it must be between 1 and n_samples={n_samples}."
-        )
-    return int(n_components)
+    return value
 
 
 def default_store_path(source: Any) -> str | None:
@@ -247,6 +275,10 @@ class FitRequest:
     kernel : Kernel
         Resolved (``gamma=None`` fixed to 1/d).
     n_components : int
+        The k asked for; for a fraction, the first round's k (see ``fraction``).
+    fraction : float or None
+        ``n_components`` given as a fraction of explained variance in (0, 1):
+        the solve grows k until it is reached (:mod:`dkpca.solvers.fraction`).
     solver, gram : str
         As asked (``auto`` is resolved by :mod:`dkpca.planning`).
     dtype : numpy.dtype
@@ -281,6 +313,7 @@ class FitRequest:
     overwrite: bool = False
     progress: Any = False
     temporary: TemporaryStore | None = None
+    fraction: float | None = None
 
     @property
     def n(self) -> int:
@@ -322,6 +355,14 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
     X = as_dask(open_input(source), block_rows=None)
     n, d = X.shape
     k = check_n_components(n_components, n)
+    fraction = k if isinstance(k, float) else None
+    if fraction is not None:
+        if solver == "nystrom":
+            raise ValueError(f"n_components={fraction} (a fraction of explained variance) needs the exact spectrum "
+                             "of K~; solver='nystrom' approximates it. Pass an integer n_components, or another "
+                             "solver.")
+        # the first round's k; the pipeline grows it (all n for the dense solver)
+        k = working_k(n, solver)
     block = min(chunk or default_block_size(n), n)
     X = X.rechunk((block, d))
     temporary = None
@@ -340,4 +381,4 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
         fit_store = None
     return FitRequest(X=X, kernel=kern.resolve(d), n_components=k, solver=solver, gram=gram, dtype=dt,
                       block=block, tol=tol_f, max_passes=passes or 60, random_state=seed, store=fit_store,
-                      overwrite=overwrite, progress=progress, temporary=temporary)
+                      overwrite=overwrite, progress=progress, temporary=temporary, fraction=fraction)

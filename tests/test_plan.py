@@ -107,16 +107,3 @@ def test_plot_without_matplotlib(monkeypatch, tmp_path, blobs):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match=r"pip install 'dkpca\[plot\]'"):
         model.plot_spectrum()
-
-
-def test_walkthrough_notebook_runs():
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
-    path = os.path.join(ROOT, "examples", "walkthrough.ipynb")
-    nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                            resources={"metadata": {"path": os.path.dirname(path)}}).execute()
-    outputs = "".join(str(o) for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
-    assert "plan: n=2400" in outputs and "dashboard: http://127.0.0.1:" in outputs
-    assert "dkpca KPCAModel" in outputs and "image/png" in outputs and "pass" in outputs

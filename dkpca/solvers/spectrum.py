@@ -19,7 +19,12 @@ flip), restated here rather than imported because they are private there:
   do positive eigenvalues below ``small * lambda_max`` (numerically zero);
 * components with a zero eigenvalue are dropped on request (scikit-learn:
   ``remove_zero_eig=True`` or ``n_components=None``; ``dkpca.fit``: always,
-  their scores being rounding noise).
+  their scores being rounding noise);
+* ``n_components`` given as a fraction f in (0, 1) keeps the smallest k whose
+  cumulative explained-variance ratio ``sum_{i<=k} lambda_i / trace(K~)``
+  reaches f (:func:`components_for_fraction`, :func:`keep_fraction`), as
+  scikit-learn's ``PCA(n_components=f)`` -- against the exact trace of K~,
+  which dkpca knows without computing every eigenvalue.
 
 The thresholds depend on the precision the eigenvalues were computed in, as
 in scikit-learn: ``(ratio, floor, small) = (1e-5, 1e-10, 1e-12)`` in double
@@ -35,7 +40,8 @@ import numpy as np
 
 from .result import EigResult
 
-__all__ = ["postprocess", "check_eigenvalues", "flip_signs", "NOT_PSD_HINT"]
+__all__ = ["postprocess", "check_eigenvalues", "flip_signs", "components_for_fraction", "keep_fraction",
+           "NOT_PSD_HINT"]
 
 #: (significant negative ratio, significant negative value, numerically zero ratio) by precision
 _THRESHOLDS = {
@@ -149,3 +155,49 @@ def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None) -> 
         info["zero_eigenvalues_removed"] = int(keep.size - np.count_nonzero(keep))
         lam, U, residuals = lam[keep], U[:, keep], residuals[keep]
     return replace(res, eigenvalues=lam, eigenvectors=np.ascontiguousarray(U), residuals=residuals, info=info)
+
+
+def components_for_fraction(eigenvalues: np.ndarray, trace: float, fraction: float) -> int | None:
+    """The smallest k with ``sum(eigenvalues[:k]) / trace >= fraction``, or None if all of them fall short.
+
+    Parameters
+    ----------
+    eigenvalues : array-like of shape (m,)
+        The m largest eigenvalues of K~ (any order; negatives count as 0).
+    trace : float
+        ``trace(K~)``, the sum of *all* n eigenvalues.
+    fraction : float
+        Wanted explained-variance ratio, in (0, 1).
+
+    Returns
+    -------
+    int or None
+        None when the m eigenvalues given explain less than ``fraction``
+        (more are needed).  A zero ``trace`` (K~ = 0: nothing to explain)
+        returns ``min(1, m)``.
+    """
+    lam = np.sort(np.maximum(np.asarray(eigenvalues, dtype=np.float64), 0.0))[::-1]
+    if trace <= 0:
+        return min(1, lam.size)
+    # the ratio of the cumulative sum, as explained_variance_ratio_ sums up
+    reached = np.flatnonzero(np.cumsum(lam / trace) >= fraction)
+    return int(reached[0]) + 1 if reached.size else None
+
+
+def keep_fraction(res: EigResult, trace: float, fraction: float) -> EigResult:
+    """A published spectrum (after :func:`postprocess`) cut to the smallest k reaching ``fraction``.
+
+    All components are kept when they do not reach it (the caller says why:
+    a solver stopped short, or rounding in a complete spectrum).
+    ``info["fraction"]`` gets ``target``, ``explained`` (the kept components'
+    cumulative ratio) and ``reached``.
+    """
+    k = components_for_fraction(res.eigenvalues, trace, fraction)
+    reached = k is not None
+    k = res.eigenvalues.size if k is None else k
+    lam = res.eigenvalues[:k]
+    info = dict(res.info)
+    info["fraction"] = {**dict(info.get("fraction") or {}), "target": float(fraction),
+                        "explained": float(lam.sum() / trace) if trace > 0 else 0.0, "reached": reached}
+    return replace(res, eigenvalues=lam, eigenvectors=np.ascontiguousarray(res.eigenvectors[:, :k]),
+                   residuals=np.asarray(res.residuals)[:k], info=info)
