@@ -63,7 +63,7 @@ def test_fit_info_transform(tmp_path, data_path, blobs):
         (["fit"], "the following arguments are required: INPUT"),
         (["fit", "{data}", "--kernel", "gauss"], "argument --kernel: invalid choice: 'gauss'"),
         (["plan", "{data}", "--solver", "arpack"], "argument --solver: invalid choice: 'arpack'"),
-        (["fit", "{data}", "-k", "two"], "argument --n-components/-k: invalid int value: 'two'"),
+        (["fit", "{data}", "-k", "two"], "argument --n-components/-k: 'two' is neither an integer"),
         (["info", "{data}", "--no-such-option"], "unrecognized arguments: --no-such-option"),
         (["bogus"], "invalid choice: 'bogus'"),
         ([], "the following arguments are required: COMMAND"),
