@@ -201,11 +201,11 @@ class StoredKernelOperator(CenteredKernelOperator):
     def _block_task(self, I, J, VI, VJ):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
         return dask.delayed(_stored_product, pure=True, nout=2)(self.reader, I, J, (i1 - i0, j1 - j0), VI, VJ,
-                                                                self.gram.expected_crc(I, J))
+                                                                self.gram.expected_digest(I, J))
 
     def read_block(self, I, J):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
-        return self.reader.read(I, J, (i1 - i0, j1 - j0), expect=self.gram.expected_crc(I, J)).copy()
+        return self.reader.read(I, J, (i1 - i0, j1 - j0), expect=self.gram.expected_digest(I, J)).copy()
 
     def training_data(self) -> da.Array:
         return self.gram.store.training_data()

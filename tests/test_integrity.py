@@ -174,7 +174,7 @@ def test_verify_says_what_a_rerun_recomputes(stored_fit, capsys):
     (store / "gram" / "K" / "c" / "1" / "1.99-1.partial").write_bytes(b"x")
     assert main(["verify", str(store)]) == 1
     out = capsys.readouterr().out
-    assert "block (1, 1): gram/K chunk (1, 1) not the chunk written there" in out
+    assert "block (1, 1): gram/K chunk (1, 1) not what was written there" in out
     assert "a rerun of the same fit recomputes them" in out and "1 temporary chunk files" in out
     assert _K(store, 1, 1).read_bytes() == _K(store, 0, 1).read_bytes()  # verify changes nothing
 

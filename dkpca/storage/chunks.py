@@ -30,12 +30,22 @@ import dask
 import google_crc32c
 import numpy as np
 import psutil
+import xxhash
 import zarr
 from zarr.core.buffer.cpu import NDBuffer
 from zarr.storage import LocalStore
 
 from ..linalg.workspace import ALIGN, scratch
-from .integrity import CHECKSUM_BYTES, CorruptChunkError, chunk_exists, has_checksum, padded_crc, verify_crc
+from .integrity import (
+    CHECKSUM_BYTES,
+    CorruptChunkError,
+    chunk_exists,
+    digest,
+    has_checksum,
+    padded_digest,
+    verify_crc,
+    verify_digest,
+)
 
 __all__ = ["chunk_file", "ChunkWriter", "ChunkReader", "write_direct", "use_direct_io", "DIRECT_IO_FRACTION",
            "remove_partials"]
@@ -96,7 +106,7 @@ class ChunkWriter:
     A task holding a writer opens no zarr metadata per block (measured ~7 ms a
     block for the four arrays a Gram task touches).  On a plain local layout a
     full, C-contiguous chunk is written straight from its buffer, followed by
-    its CRC-32C (computed strip by strip while the strip is in cache), to a
+    its CRC-32C (computed, with the chunk's digest, strip by strip while the strip is in cache), to a
     temporary file renamed into place, so a reader or a crash never sees half
     a chunk; anything else goes through zarr, which also writes whole chunks
     and their checksums.
@@ -121,14 +131,15 @@ class ChunkWriter:
                    raw_dir=chunk_file(arr, ()), direct=direct, crc=has_checksum(arr))
 
     def write(self, coords: tuple[int, ...], data: Any, visit: Any = None, strip_bytes: int = 1 << 20) -> int:
-        """Write chunk ``coords``; ``data`` covers its region (smaller at the edges); the chunk's CRC-32C.
+        """Write chunk ``coords``; ``data`` covers its region (smaller at the edges); the chunk's digest.
 
         ``visit(s, e)``, if given, is called on each row strip ``data[s:e]``
         just before that strip is written, while it is in cache: a caller
         reducing over the block (row and column sums) then reads it from
-        memory once instead of twice.  The CRC returned is that of the whole
-        chunk as stored (an edge chunk padded with zeros, as zarr stores it);
-        a caller records it to recognise the chunk later (:meth:`ChunkReader.read`'s ``expect``).
+        memory once instead of twice.  The digest returned
+        (:func:`~dkpca.storage.integrity.digest`) is that of the whole chunk as
+        stored (an edge chunk padded with zeros, as zarr stores it); a caller
+        records it to recognise the chunk later (:meth:`ChunkReader.read`'s ``expect``).
         """
         rows = data.shape[0] if data.ndim < 2 else max(1, strip_bytes // max(1, data[0].nbytes))
         strips = [(s, min(s + rows, data.shape[0])) for s in range(0, data.shape[0], rows)]
@@ -148,11 +159,11 @@ class ChunkWriter:
                     visit(s, e)
             arr = zarr.open_array(self.store, path=self.path, mode="r+")
             arr[tuple(slice(c * s, c * s + e) for c, s, e in zip(coords, self.chunks, data.shape, strict=True))] = data
-            return padded_crc(data, self.chunks)
+            return padded_digest(data, self.chunks)
         path = os.path.join(self.raw_dir, *map(str, coords))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.partial"
-        crc = 0
+        crc, hashed = 0, xxhash.xxh3_64()
         try:
             if not self.direct:
                 # buffered: each strip is visited and checksummed just before it is copied out
@@ -163,6 +174,7 @@ class ChunkWriter:
                         strip = np.asarray(data[s:e])
                         if self.crc:  # google_crc32c takes arrays (not memoryviews)
                             crc = google_crc32c.extend(crc, strip)
+                        hashed.update(strip)
                         f.write(memoryview(strip).cast("B"))
                     if self.crc:
                         f.write(crc.to_bytes(CHECKSUM_BYTES, "little"))
@@ -170,14 +182,14 @@ class ChunkWriter:
                 if visit is not None:
                     for s, e in strips:
                         visit(s, e)
-                crc = google_crc32c.value(data)
-                trailer = crc.to_bytes(CHECKSUM_BYTES, "little") if self.crc else b""
+                hashed.update(data)
+                trailer = google_crc32c.value(data).to_bytes(CHECKSUM_BYTES, "little") if self.crc else b""
                 if not write_direct(tmp, data, trailer):
                     with open(tmp, "wb", buffering=0) as f:
                         f.write(memoryview(data).cast("B"))
                         f.write(trailer)
             os.replace(tmp, path)
-            return crc
+            return hashed.intdigest() | 1  # as integrity.digest
         except BaseException:
             # a full disk or a kill mid-write leaves no temporary file behind
             with contextlib.suppress(FileNotFoundError):
@@ -194,7 +206,8 @@ class ChunkReader:
     with ``MAP_POPULATE``, which maps a cached file's pages in one call and
     copies nothing: measured at n = 20,000, a float32 pass took 0.37 s this
     way against 0.42-0.49 s with ``readinto``, which pays for the checksum.
-    Its size and CRC-32C are checked before it is used.  Otherwise the chunk
+    Its size, and its digest against the one recorded when it was written
+    (``expect``; else its CRC-32C), are checked before it is used.  Otherwise the chunk
     goes through zarr (whose codec verifies the checksum) into a reused
     per-thread buffer, after checking that it exists.
 
@@ -219,9 +232,9 @@ class ChunkReader:
              expect: int | None = None) -> np.ndarray:
         """Chunk ``(I, J)``, whose region has ``shape``: a read-only view (raw path) or a per-thread buffer.
 
-        ``expect``: the CRC-32C recorded when the chunk was written
-        (:meth:`ChunkWriter.write`); a chunk whose own checksum is intact but
-        differs (another chunk's file put in its place) is refused too.
+        ``expect``: the digest recorded when the chunk was written
+        (:meth:`ChunkWriter.write`); checked instead of the CRC-32C (cheaper, and
+        it also refuses an intact chunk that is not the one written there).
         """
         if self.raw_dir is not None:
             return self._read_file(I, J, expect)[: shape[0], : shape[1]]
@@ -236,8 +249,7 @@ class ChunkReader:
         except ValueError as exc:  # the crc32c codec's mismatch, or the bytes codec's wrong size
             raise CorruptChunkError(self.store, self.path, (I, J), f"unreadable ({exc})") from None
         if expect is not None:
-            crc = padded_crc(buf, self.chunks)
-            verify_crc(self.store, self.path, (I, J), crc, crc.to_bytes(CHECKSUM_BYTES, "little"), expect)
+            verify_digest(self.store, self.path, (I, J), padded_digest(buf, self.chunks), expect)
         return buf
 
     def _read_file(self, I: int, J: int, expect: int | None) -> np.ndarray:
@@ -264,8 +276,10 @@ class ChunkReader:
                     trailer = f.read()
         finally:
             os.close(fd)
-        if self.crc:
-            verify_crc(self.store, self.path, (I, J), google_crc32c.value(full), trailer, expect)
+        if expect is not None:
+            verify_digest(self.store, self.path, (I, J), digest(full), expect)
+        elif self.crc:
+            verify_crc(self.store, self.path, (I, J), google_crc32c.value(full), trailer)
         return full.reshape(self.chunks)
 
 

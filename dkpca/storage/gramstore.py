@@ -6,14 +6,16 @@ Layout, inside a :class:`~dkpca.storage.fitstore.FitStore`::
       K                 n x n, square chunks, blocks I <= J only
       partial_sums      nb x n: [J, rows of I] = sums over the columns of block (I, J) or its mirror
       diag              n: k(x_i, x_i) as stored
-      done              nb x nb uint64 completion markers, one chunk per block: DONE | CRC-32C of K's chunk
+      done              nb x nb uint64 completion markers, one chunk per block: the digest of K's chunk
       row_sums          n, float64 (written once every block is done)
 
 A block task writes K's chunk, its sums, then its marker (:class:`GramWriters`);
-a rerun trusts the markers and nothing else.  The marker records the CRC-32C
-of the K chunk it vouches for, so a chunk file that is intact but not the one
-written there (another block's, a stale copy) is refused on read like a
-corrupt one.  Version-1 markers (uint8, value 1) record no checksum.
+a rerun trusts the markers and nothing else.  The marker is the digest
+(:func:`~dkpca.storage.integrity.digest`, never 0) of the K chunk it vouches
+for, and the solver's reads check it: a chunk file that is corrupt, or intact
+but not the one written there (another block's, a stale copy), is refused.
+Stores whose ``gram`` attributes do not name the digest (``marker``) have
+markers that record none (uint8 1) and are checked by CRC only.
 """
 
 from __future__ import annotations
@@ -31,22 +33,14 @@ from ..kernels import Kernel, from_dict
 from ..linalg.grid import block_bounds, n_blocks
 from .chunks import ChunkReader, ChunkWriter, remove_partials
 from .fitstore import FitStore, json_safe, remove_member
-from .integrity import CorruptChunkError, check_chunks, create_array, read_verified, read_whole
+from .integrity import DIGEST, CorruptChunkError, check_chunks, create_array, read_verified, read_whole
 
 __all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "fit_footprint", "InsufficientDiskSpace",
            "check_disk_space",
-           "probe_array", "read_done_markers", "recorded_crc", "DONE"]
+           "probe_array", "read_done_markers", "recorded_digests"]
 
 GROUP = "gram"
 
-#: a done marker's flag bit; the low 32 bits hold the CRC-32C of K's chunk
-DONE = 1 << 32
-
-
-def recorded_crc(marker: int) -> int | None:
-    """The CRC-32C of K's chunk that a done marker records (None: not done, or an old marker without one)."""
-    marker = int(marker)
-    return marker & 0xFFFFFFFF if marker & DONE else None
 
 
 class InsufficientDiskSpace(OSError):
@@ -149,11 +143,11 @@ class GramInfo:
     computed_blocks: int = 0
     build_seconds: float = 0.0
     probe_product: np.ndarray | None = None
-    markers: np.ndarray | None = None
+    digests: np.ndarray | None = None
 
-    def expected_crc(self, I: int, J: int) -> int | None:
-        """The CRC-32C recorded for K's chunk ``(I, J)`` when it was built (None if unrecorded)."""
-        return None if self.markers is None else recorded_crc(self.markers[I, J])
+    def expected_digest(self, I: int, J: int) -> int | None:
+        """The digest recorded for K's chunk ``(I, J)`` when it was built (None if unrecorded)."""
+        return None if self.digests is None else int(self.digests[I, J]) or None
 
     @property
     def n_blocks(self) -> int:
@@ -185,7 +179,7 @@ class GramWriters:
         the block then gets no sums and no marker.  The marker goes last: only
         a block whose data and sums are all on disk is ever trusted by a rerun.
         """
-        crc = self.K.write((I, J), blk, visit=visit)
+        digest = self.K.write((I, J), blk, visit=visit)
         if check is not None:
             check()
         self.partial_sums.write((J, I), row_sums[None])
@@ -193,10 +187,15 @@ class GramWriters:
             self.partial_sums.write((I, J), col_sums[None])
         else:
             self.diag.write((I,), np.ascontiguousarray(np.diagonal(blk)))
-        if self.done.dtype == "uint8":  # a store built before markers recorded checksums
+        if self.done.dtype == "uint8":  # a store built before markers recorded digests
             self.done.write((I, J), np.ones((1, 1), np.uint8))
         else:
-            self.done.write((I, J), np.full((1, 1), DONE | crc, np.uint64))
+            self.done.write((I, J), np.full((1, 1), digest, np.uint64))
+
+
+def recorded_digests(gram: zarr.Group, markers: np.ndarray) -> np.ndarray | None:
+    """The K chunks' digests the ``markers`` record (0: not done), or None for a store whose markers record none."""
+    return markers if gram.attrs.get("marker") == DIGEST else None
 
 
 def read_done_markers(done: zarr.Array) -> np.ndarray:
@@ -261,7 +260,7 @@ class GramStore:
         check_disk_space(self.store, needed if needed is not None else gram_bytes(n, block, dtype))
         g = root.create_group(GROUP)
         # Attributes first: an interrupted build is then recognisable as ours.
-        g.attrs.update(json_safe({**want, "complete": False}))
+        g.attrs.update(json_safe({**want, "complete": False, "marker": DIGEST}))
         _create_K(g, (n, n), block, dtype)
         create_array(g, "partial_sums", shape=(nb, n), chunks=(1, block), dtype="float64", fill_value=0.0)
         create_array(g, "diag", shape=(n,), chunks=(block,), dtype=dtype, fill_value=0.0)
@@ -302,6 +301,7 @@ class GramStore:
         g = self.store.open()[GROUP]
         bounds = block_bounds(int(g.attrs["n"]), int(g.attrs["block"]))
         markers = read_done_markers(g["done"])
+        digests = recorded_digests(g, markers)
         reader = ChunkReader.of(self.store.path, g["K"])
         sums, diag = g["partial_sums"], g["diag"]
         bad = []
@@ -311,7 +311,10 @@ class GramStore:
                     continue
                 j0, j1 = bounds[J]
                 try:
-                    reader.read(I, J, (i1 - i0, j1 - j0), purpose="verify", expect=recorded_crc(markers[I, J]))
+                    reader.read(I, J, (i1 - i0, j1 - j0), purpose="verify",
+                                expect=None if digests is None else int(digests[I, J]))
+                    if digests is not None:  # the digest stood in for the CRC on the solver's path: check both
+                        reader.read(I, J, (i1 - i0, j1 - j0), purpose="verify")
                     for a, b in {(J, I), (I, J)}:
                         check_chunks(sums, [(a, b)])
                         read_verified(sums, (slice(a, a + 1), slice(*bounds[b])))
@@ -356,4 +359,4 @@ class GramStore:
             raise ValueError(f"the Gram matrix in {self.store.path!r} is incomplete; rerun the fit to finish it.")
         return GramInfo(store=self.store, n=a["n"], block=a["block"], dtype=np.dtype(a["dtype"]),
                         kernel=from_dict(a["kernel"]), row_sums=read_whole(g["row_sums"]),
-                        diag_sum=float(a["diag_sum"]), markers=read_done_markers(g["done"]))
+                        diag_sum=float(a["diag_sum"]), digests=recorded_digests(g, read_done_markers(g["done"])))
