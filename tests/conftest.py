@@ -277,3 +277,28 @@ def s3_keys(url: str) -> list[str]:
         return sorted(k[len(root) + 1:] for k in fs.find(root))
     except FileNotFoundError:
         return []
+
+
+def race_in_rounds(script: str, argv, rounds: int, sync_dir, timeout: float = 60) -> None:
+    """Run two racer processes (``python -c script *argv(name)``, names "a" and "b") in lockstep rounds.
+
+    Round ``i`` starts when ``go{i}`` appears in ``sync_dir``; each racer
+    writes ``r{i}.{name}`` ("won" or "lost") and waits for ``done{i}``.
+    Asserts exactly one winner per round and that both racers exit 0.
+    """
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    racers = [subprocess.Popen([sys.executable, "-c", script, *argv(name)], env=env, stderr=subprocess.PIPE,
+                               text=True) for name in ("a", "b")]
+    try:
+        for i in range(rounds):
+            (sync_dir / f"go{i}").touch()
+            results = [sync_dir / f"r{i}.{name}" for name in ("a", "b")]
+            wait_until(lambda rs=results: all(r.exists() for r in rs) or any(p.poll() for p in racers), timeout,
+                       what=f"both racers' answers in round {i}")
+            assert sorted(r.read_text() for r in results) == ["lost", "won"], f"round {i}"
+            (sync_dir / f"done{i}").touch()
+        errs = [p.communicate(timeout=60)[1] for p in racers]
+    finally:
+        for p in racers:
+            p.kill()
+    assert [p.returncode for p in racers] == [0, 0], errs

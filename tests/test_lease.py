@@ -15,7 +15,7 @@ import pytest
 
 from dkpca.storage.lock import LOCK_NAME, StoreLockedError, exclusive, lease_seconds
 
-from .conftest import ROOT, wait_until
+from .conftest import race_in_rounds, wait_until
 
 
 def _lock(store) -> str:
@@ -177,21 +177,6 @@ def test_racing_takeovers_have_exactly_one_winner(tmp_path):
     rounds = 5
     for i in range(rounds):
         _write_lock(tmp_path / f"s{i}", host="node042", age=1000.0, lease=300.0)  # stale, of a requeued job
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(tmp_path), name, str(rounds)], env=env,
-                               stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
-    try:
-        for i in range(rounds):
-            (tmp_path / f"go{i}").touch()
-            results = [tmp_path / f"r{i}.{name}" for name in ("a", "b")]
-            wait_until(lambda rs=results: all(r.exists() for r in rs) or any(p.poll() for p in racers), 60,
-                       what=f"both racers' answers in round {i}")
-            assert sorted(r.read_text() for r in results) == ["lost", "won"], f"round {i}"
-            (tmp_path / f"done{i}").touch()
-        errs = [p.communicate(timeout=60)[1] for p in racers]
-    finally:
-        for p in racers:
-            p.kill()
-    assert [p.returncode for p in racers] == [0, 0], errs
+    race_in_rounds(_RACER, lambda name: [str(tmp_path), name, str(rounds)], rounds, tmp_path)
     for i in range(rounds):  # the winner released; nothing else left behind
         assert os.listdir(tmp_path / f"s{i}") == []

@@ -30,7 +30,7 @@ from dkpca.storage import LOCK_NAME, FitStore, SolverCheckpoint, StoreLockedErro
 from dkpca.storage.lock import exclusive
 from dkpca.storage.lockfiles import UnlockableStoreError
 
-from .conftest import ROOT, kill_group, make_data, reference_eigh, s3_keys, spawn, wait_until
+from .conftest import ROOT, kill_group, make_data, race_in_rounds, reference_eigh, s3_keys, spawn, wait_until
 
 GAMMA = 0.2
 
@@ -276,22 +276,7 @@ def test_racing_fits_on_s3_have_exactly_one_winner(s3_bucket, tmp_path):
     rounds = 4
     for i in range(rounds // 2, rounds):
         _put_lock(f"{s3_bucket}/s{i}", heartbeat=time.time() - 1000)  # a dead job's lease
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    racers = [subprocess.Popen([sys.executable, "-c", _RACER, s3_bucket, name, str(rounds), str(tmp_path)],
-                               env=env, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
-    try:
-        for i in range(rounds):
-            (tmp_path / f"go{i}").touch()
-            results = [tmp_path / f"r{i}.{name}" for name in ("a", "b")]
-            wait_until(lambda rs=results: all(r.exists() for r in rs) or any(p.poll() for p in racers), 120,
-                       what=f"both racers' answers in round {i}")
-            assert sorted(r.read_text() for r in results) == ["lost", "won"], f"round {i}"
-            (tmp_path / f"done{i}").touch()
-        errs = [p.communicate(timeout=60)[1] for p in racers]
-    finally:
-        for p in racers:
-            p.kill()
-    assert [p.returncode for p in racers] == [0, 0], errs
+    race_in_rounds(_RACER, lambda name: [s3_bucket, name, str(rounds), str(tmp_path)], rounds, tmp_path, timeout=120)
     assert s3_keys(s3_bucket) == []  # every winner released; no claim left behind
 
 
