@@ -159,7 +159,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
     if logger.isEnabledFor(logging.INFO):
         logger.info("%s", make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, choice.solver,
                                     choice.reason, choice.gram, req.store.path, tol=req.tol,
-                                    max_passes=req.max_passes, measure=False))
+                                    max_passes=req.max_passes, measure=False, fraction=req.fraction))
     timings: dict[str, float] = {}
     rng = as_generator(req.random_state)
     t = time.perf_counter()

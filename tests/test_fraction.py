@@ -205,8 +205,14 @@ def test_cli_refuses_a_bad_k_in_one_line(tmp_path, value, message):
     out = subprocess.run(dkpca_cmd("fit", data, "-k", value, "--no-progress"), capture_output=True, text=True,
                          timeout=120)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
-    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
-    assert lines[-1].startswith("dkpca") and "error:" in lines[-1]
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("dkpca: error: "), out.stderr
+    assert message in lines[0]
+
+
+def test_plan_with_a_fraction_says_k_grows(tmp_path):
+    plan = dkpca.plan(write_data(tmp_path / "d.zarr", make_data(300)), n_components=0.9, measure=False)
+    assert plan.fraction == 0.9
+    assert "n_components=0.9: the first round; k grows" in str(plan).splitlines()[0]
 
 
 def test_no_warning_when_reached():

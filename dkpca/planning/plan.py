@@ -106,6 +106,8 @@ class Plan:
     pass_seconds: float | None = None
     total_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
+    #: n_components given as a fraction of explained variance: k above is its first round's
+    fraction: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -114,8 +116,10 @@ class Plan:
         m = self.measured
         stored = self.gram == "store"
         lines = [
-            f"plan: n={self.n_samples}, d={self.n_features}, k={self.n_components}, "
-            f"kernel {self.kernel.get('name', self.kernel)}",
+            f"plan: n={self.n_samples}, d={self.n_features}, k={self.n_components}"
+            + (f" (n_components={self.fraction}: the first round; k grows until that fraction of the variance "
+               "is explained)" if self.fraction is not None else "")
+            + f", kernel {self.kernel.get('name', self.kernel)}",
             f"  solver:        {self.solver} ({self.solver_reason})",
             f"  Gram matrix:   {'stored in ' + self.store if stored else 'recomputed every pass (not stored)'}",
             f"  chunk shape:   {self.chunk_shape[0]} x {self.chunk_shape[1]} {self.dtype} "
@@ -184,7 +188,7 @@ def cluster_resources(cluster: Any) -> dict[str, Any]:
 
 def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str,
               store: str, tol: float = 1e-6, max_passes: int = 60, resources: dict | None = None,
-              measure: bool = True) -> Plan:
+              measure: bool = True, fraction: float | None = None) -> Plan:
     """Plan for a validated dask array ``X`` (row chunks = ``block``) and resolved kernel.
 
     ``measure=False`` does no work beyond arithmetic on the sizes (the pass
@@ -217,6 +221,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     passes, note = (estimate_passes(X, kernel, k, ell, tol, mp, solver) if measure or solver == "dense"
                     else (mp, f"at most max_passes={mp}; not estimated"))
     p = Plan(
+        fraction=fraction,
         n_samples=n, n_features=d, n_components=k, kernel=kernel.to_dict(), solver=solver, solver_reason=reason,
         gram=gram, dtype=dtype.name, block=block, n_row_blocks=nb, n_block_tasks=tasks,
         chunk_shape=(min(block, n), min(block, n)), chunk_bytes=min(block, n) ** 2 * item, gram_bytes=gbytes,
@@ -288,4 +293,5 @@ max_passes, gram
     c = choose(req.n, req.n_components, req.solver, req.gram, X=req.X if measure else None, kernel=req.kernel,
                dtype=req.dtype, block=req.block, store=path, tol=req.tol, max_passes=req.max_passes)
     return make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, c.solver, c.reason, c.gram, path,
-                     tol=req.tol, max_passes=req.max_passes, resources=cluster_resources(cluster), measure=measure)
+                     tol=req.tol, max_passes=req.max_passes, resources=cluster_resources(cluster), measure=measure,
+                     fraction=req.fraction)
