@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -308,7 +309,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
         try:  # the chunks are sound; is the content a valid model?
             load(a.store)
         except ValueError as exc:
-            findings[findings.index(model)] = type(model)("model", False, f"model: {exc}")
+            findings[findings.index(model)] = dataclasses.replace(model, ok=False, text=f"model: {exc}")
     for f in findings:
         print(f"{'ok ' if f.ok else 'BAD'}  {f.text}")
     damaged = [f.part for f in findings if not f.ok]

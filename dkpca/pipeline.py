@@ -183,17 +183,15 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         if req.overwrite:
             ckpt.clear()
         op, gram_report, res = _build_and_solve(req, Xs, fp, choice.solver, choice.gram, rng, ckpt, timings)
-        t = time.perf_counter() - timings["solve"]  # the policy's time counts as solving
+        t = time.perf_counter()
         centering = res.info.pop("centering", None)
         if centering is not None:  # nystrom: statistics of the approximation it solved
             op.centering = Centering(centering["row_means"], centering["grand_mean"], centering["diag_sum"])
         pass_seconds = res.info.pop("pass_seconds", None) or (op.pass_seconds[-res.passes:] if res.passes else [])
         # scikit-learn's spectrum rules, with the thresholds of K's precision
-        res = postprocess(res, remove_zero=True, precision=req.dtype)
-        if req.fraction is not None:
-            res = keep_fraction(res, op.trace, req.fraction)
-            _warn_fraction_short(res, req.max_passes, stacklevel=3)
-        timings["solve"] = time.perf_counter() - t
+        res = _keep_fraction(postprocess(res, remove_zero=True, precision=req.dtype), op, req.fraction,
+                             req.max_passes)
+        timings["solve"] += time.perf_counter() - t  # the policy's time counts as solving
         if not res.converged:
             warnings.warn(
                 f"{choice.solver} solver stopped after {res.passes} passes with relative residual "
@@ -238,14 +236,10 @@ def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name
                 solver_opts["checkpoint"] = ckpt
             timings["gram"] = time.perf_counter() - t
             t = time.perf_counter()
-            solve = get_solver(solver_name)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                opts = dict(tol=req.tol, max_passes=req.max_passes, rng=rng, callback=_log_pass, **solver_opts)
-                if req.fraction is None:
-                    res = solve(op, req.n_components, **opts)
-                else:
-                    res = solve_fraction(solve, op, req.fraction, k=working_k(req.n, solver_name), **opts)
+                res = _solve(solver_name, op, req.n_components, req.fraction, tol=req.tol,
+                             max_passes=req.max_passes, rng=rng, callback=_log_pass, **solver_opts)
             timings["solve"] = time.perf_counter() - t
             return op, gram_report, res
         except CorruptChunkError as exc:
@@ -315,17 +309,30 @@ def _report(res, op, solver_name: str, reason: str, auto: dict, tol: float, gram
     }
 
 
-def _warn_fraction_short(res: EigResult, max_passes: int | None, stacklevel: int) -> None:
-    """The one warning for a fraction of explained variance that was not reached (all components are kept)."""
+def _solve(solver_name: str, op: CenteredKernelOperator, k: int, fraction: float | None, **opts: Any) -> EigResult:
+    """The solver's top-``k`` eigenpairs, or, for a ``fraction`` of explained variance, rounds of growing k."""
+    solve = get_solver(solver_name)
+    if fraction is None:
+        return solve(op, k, **opts)
+    return solve_fraction(solve, op, fraction, k=working_k(op.n, solver_name), **opts)
+
+
+def _keep_fraction(res: EigResult, op: CenteredKernelOperator, fraction: float | None,
+                   max_passes: int | None) -> EigResult:
+    """``res`` cut to the fewest components reaching ``fraction`` (None: as it is), warning once if none does."""
+    if fraction is None:
+        return res
+    res = keep_fraction(res, op.trace, fraction)
     f = res.info["fraction"]
     if f["reached"] or f.get("complete"):
-        return  # a complete spectrum falls short only by rounding
+        return res  # a complete spectrum falls short only by rounding
     warnings.warn(
         f"n_components={f['target']}: the {res.eigenvalues.size} components computed in {res.passes} passes "
         f"explain {f['explained']:.4%} of the variance, short of {f['target']:.4%}; all of them are kept. Raise "
         f"max_passes (it was {max_passes}, for all rounds together) or tol, or use solver='dense' for small n.",
-        ConvergenceWarning, stacklevel=stacklevel,
+        ConvergenceWarning, stacklevel=4,
     )
+    return res
 
 
 def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: float, max_passes: int | None,
@@ -347,18 +354,12 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
     if solver == "arpack":  # with an int k (fractions are refused by check_kernel_pca_params)
         res = get_solver("arpack")(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
     else:
-        solve = get_solver(solver)
         opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if solver == "dense" else
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))
-        if fraction is None:
-            res = solve(op, k, **opts)
-        else:
-            res = solve_fraction(solve, op, fraction, k=working_k(op.n, solver), **opts)
+        res = _solve(solver, op, k, fraction, **opts)
         if solver != "dense" and not res.converged:
             warnings.warn(f"solver={solver!r} stopped after {res.passes} passes above tol={tol:g}; raise max_iter, "
                           "or use eigen_solver='dense' or 'arpack'.", ConvergenceWarning, stacklevel=3)
-    res = postprocess(res, remove_zero=remove_zero or fraction is not None, precision=K.dtype)
-    if fraction is not None:
-        res = keep_fraction(res, op.trace, fraction)
-        _warn_fraction_short(res, max_passes, stacklevel=3)
+    res = _keep_fraction(postprocess(res, remove_zero=remove_zero or fraction is not None, precision=K.dtype), op,
+                         fraction, max_passes)
     return res, op.centering

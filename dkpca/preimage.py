@@ -40,7 +40,7 @@ import numpy as np
 import scipy.linalg
 
 from .kernels import RBF, Kernel, Linear
-from .linalg import DEFAULT_BLOCK, Centering, dense_rows
+from .linalg import DEFAULT_BLOCK, Centering, as_dense, dense_rows
 
 __all__ = [
     "METHODS",
@@ -77,12 +77,7 @@ def take_rows(X: Any, idx: np.ndarray) -> np.ndarray:
     read fastest).
     """
     uniq, inv = np.unique(idx.ravel(), return_inverse=True)
-    rows = X[uniq]
-    if hasattr(rows, "toarray"):
-        rows = rows.toarray()
-    elif hasattr(rows, "compute"):
-        rows = rows.compute()
-    rows = np.asarray(rows, dtype=np.float64)
+    rows = as_dense(X[uniq])
     return rows[inv].reshape(idx.shape + (rows.shape[1],))
 
 

@@ -90,6 +90,15 @@ def _reach(address: str | None = None, scheduler_file: str | None = None) -> Cli
 
 
 def _wait_for_workers(client: Client, spec: ClusterSpec | None, timeout: float | None, what: str) -> None:
+    """Wait for the workers of ``spec`` (one if None), then log the dashboard link once; closes ``client`` if not."""
+    try:
+        _await_workers(client, spec, timeout, what)
+    except BaseException:
+        client.close()
+        raise
+
+
+def _await_workers(client: Client, spec: ClusterSpec | None, timeout: float | None, what: str) -> None:
     n = spec.dkpca("workers", 1) if spec is not None else 1
     if timeout is None:
         timeout = spec.dkpca("timeout", DEFAULT_TIMEOUT) if spec is not None else parse_timedelta(
@@ -207,11 +216,7 @@ def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | No
             raise ClusterConfigError(f"{spec.source}: dkpca.cluster.backend is 'scheduler' but no "
                                      "'scheduler-address' is set; add e.g. 'scheduler-address: tls://host:8786'.")
         client = _reach(address=address)
-        try:
-            _wait_for_workers(client, spec, timeout, f"Dask scheduler {address}")
-        except BaseException:
-            client.close()
-            raise
+        _wait_for_workers(client, spec, timeout, f"Dask scheduler {address}")
         return client
     _check_memory(spec, memory_per_worker)
     scale, adapt = spec.dkpca("scale"), spec.dkpca("adapt")
@@ -235,11 +240,7 @@ def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | No
         if adapt:
             cluster.adapt(**adapt)
         client = cluster.get_client() if spec.backend == "gateway" else Client(cluster, set_as_default=True)
-        try:
-            _wait_for_workers(client, spec, timeout, what)
-        except BaseException:
-            client.close()
-            raise
+        _wait_for_workers(client, spec, timeout, what)
     except BaseException:
         cluster.close()
         raise
@@ -269,11 +270,7 @@ def _open(target: Target, scheduler_file: str | os.PathLike | None, timeout: flo
         spec = cluster_spec(target)
         with spec.applied():
             return _start(spec, cleanup, timeout, memory_per_worker)
-    try:
-        _wait_for_workers(client, spec, timeout, what)
-    except BaseException:
-        client.close()
-        raise
+    _wait_for_workers(client, spec, timeout, what)
     return client
 
 

@@ -87,14 +87,18 @@ def scatter_sum(pairs: list[tuple[int, int]], tasks: list, nb: int, fan_in: int 
     return [tree_sum(parts, fan_in) for parts in contrib]
 
 
-def dense_rows(Y: Any, start: int, stop: int) -> np.ndarray:
-    """Rows ``start:stop`` of a numpy / zarr / h5py / scipy sparse / dask array, as dense float64."""
-    part = Y[start:stop]
+def as_dense(part: Any) -> np.ndarray:
+    """A slice of a numpy / zarr / h5py / scipy sparse / dask array, as dense float64."""
     if hasattr(part, "toarray"):
         part = part.toarray()
     elif hasattr(part, "compute"):
         part = part.compute()
     return np.asarray(part, dtype=np.float64)
+
+
+def dense_rows(Y: Any, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of a numpy / zarr / h5py / scipy sparse / dask array, as dense float64."""
+    return as_dense(Y[start:stop])
 
 
 def kernel_product(kernel: Any, X: np.ndarray, Y: Any, W: np.ndarray,

@@ -248,7 +248,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
 
 def plan(
     source: Any,
-    n_components: int = 2,
+    n_components: int | float = 2,
     kernel: Any = "rbf",
     gamma: float | None = None,
     degree: int = 3,

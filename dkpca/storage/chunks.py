@@ -48,7 +48,7 @@ from .integrity import (
 )
 
 __all__ = ["chunk_file", "ChunkWriter", "ChunkReader", "write_direct", "use_direct_io", "DIRECT_IO_FRACTION",
-           "remove_partials"]
+           "partials", "remove_partials"]
 
 #: K larger than this fraction of the machine's memory is written with O_DIRECT
 DIRECT_IO_FRACTION = 0.5
@@ -105,9 +105,10 @@ class ChunkWriter:
 
     A task holding a writer opens no zarr metadata per block (measured ~7 ms a
     block for the four arrays a Gram task touches).  On a plain local layout a
-    full, C-contiguous chunk is written straight from its buffer, followed by
-    its CRC-32C (computed, with the chunk's digest, strip by strip while the strip is in cache), to a
-    temporary file renamed into place, so a reader or a crash never sees half
+    chunk is written straight from its buffer (an edge chunk padded to the
+    full shape first), followed by its CRC-32C (computed, with the chunk's
+    digest, strip by strip while the strip is in cache), to a temporary file
+    renamed into place, so a reader or a crash never sees half
     a chunk; anything else goes through zarr, which also writes whole chunks
     and their checksums.
     """
@@ -144,19 +145,19 @@ class ChunkWriter:
         rows = data.shape[0] if data.ndim < 2 else max(1, strip_bytes // max(1, data[0].nbytes))
         strips = [(s, min(s + rows, data.shape[0])) for s in range(0, data.shape[0], rows)]
         raw = self.raw_dir is not None and data.dtype == self.dtype
+        # only a buffered raw write of a full, contiguous chunk visits strips as it writes them
+        if visit is not None and not (raw and not self.direct and tuple(data.shape) == self.chunks
+                                      and data.flags.c_contiguous):
+            for s, e in strips:
+                visit(s, e)
+            visit = None
         if raw and tuple(data.shape) != self.chunks:
             # an edge chunk: stored padded to the full chunk shape with the fill value 0
             padded = np.zeros(self.chunks, dtype=self.dtype)
             padded[tuple(slice(0, e) for e in data.shape)] = data
-            if visit is not None:
-                for s, e in strips:
-                    visit(s, e)
-            data, visit = padded, None
+            data = padded
             strips = [(s, min(s + rows, data.shape[0])) for s in range(0, data.shape[0], rows)]
         if not raw or not data.flags.c_contiguous:
-            if visit is not None:
-                for s, e in strips:
-                    visit(s, e)
             arr = zarr.open_array(self.store, path=self.path, mode="r+")
             arr[tuple(slice(c * s, c * s + e) for c, s, e in zip(coords, self.chunks, data.shape, strict=True))] = data
             return padded_digest(data, self.chunks)
@@ -179,9 +180,6 @@ class ChunkWriter:
                     if self.crc:
                         f.write(crc.to_bytes(CHECKSUM_BYTES, "little"))
             else:
-                if visit is not None:
-                    for s, e in strips:
-                        visit(s, e)
                 hashed.update(data)
                 trailer = google_crc32c.value(data).to_bytes(CHECKSUM_BYTES, "little") if self.crc else b""
                 if not write_direct(tmp, data, trailer):
@@ -204,8 +202,9 @@ class ChunkReader:
     The counterpart of :class:`ChunkWriter`.  A plain chunk file (edge chunks
     are stored padded to the full chunk shape) is memory-mapped -- on Linux
     with ``MAP_POPULATE``, which maps a cached file's pages in one call and
-    copies nothing: measured at n = 20,000, a float32 pass took 0.37 s this
-    way against 0.42-0.49 s with ``readinto``, which pays for the checksum.
+    copies nothing: measured at n = 20,000 (``benchmarks/integrity.py``), an
+    unchecked float32 pass took 0.397 s this way against 0.462 s with
+    ``readinto``, which pays for the check (0.438 s checked).
     Its size, and its digest against the one recorded when it was written
     (``expect``; else its CRC-32C), are checked before it is used.  Otherwise the chunk
     goes through zarr (whose codec verifies the checksum) into a reused
@@ -229,15 +228,16 @@ class ChunkReader:
                    raw_dir=chunk_file(arr, ()), crc=has_checksum(arr))
 
     def read(self, I: int, J: int, shape: tuple[int, int], purpose: str = "op-block",
-             expect: int | None = None) -> np.ndarray:
+             expect: int | None = None, both: bool = False) -> np.ndarray:
         """Chunk ``(I, J)``, whose region has ``shape``: a read-only view (raw path) or a per-thread buffer.
 
         ``expect``: the digest recorded when the chunk was written
         (:meth:`ChunkWriter.write`); checked instead of the CRC-32C (cheaper, and
         it also refuses an intact chunk that is not the one written there).
+        ``both=True`` checks the CRC-32C as well, in the same read (``dkpca verify``).
         """
         if self.raw_dir is not None:
-            return self._read_file(I, J, expect)[: shape[0], : shape[1]]
+            return self._read_file(I, J, purpose, expect, both)[: shape[0], : shape[1]]
         buf = scratch(purpose, shape, self.dtype)
         arr = zarr.open_array(self.store, path=self.path, mode="r")
         if not chunk_exists(arr, (I, J)):
@@ -252,7 +252,7 @@ class ChunkReader:
             verify_digest(self.store, self.path, (I, J), padded_digest(buf, self.chunks), expect)
         return buf
 
-    def _read_file(self, I: int, J: int, expect: int | None) -> np.ndarray:
+    def _read_file(self, I: int, J: int, purpose: str, expect: int | None, both: bool) -> np.ndarray:
         count = self.chunks[0] * self.chunks[1]
         nbytes = count * np.dtype(self.dtype).itemsize
         want = nbytes + (CHECKSUM_BYTES if self.crc else 0)
@@ -270,7 +270,7 @@ class ChunkReader:
                 full = np.frombuffer(mapped, dtype=self.dtype, count=count)  # the array keeps the mapping
                 trailer = mapped[nbytes:]
             else:
-                full = scratch("op-block", (count,), self.dtype)
+                full = scratch(purpose, (count,), self.dtype)
                 with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
                     f.readinto(memoryview(full).cast("B"))
                     trailer = f.read()
@@ -278,24 +278,28 @@ class ChunkReader:
             os.close(fd)
         if expect is not None:
             verify_digest(self.store, self.path, (I, J), digest(full), expect)
-        elif self.crc:
+        if self.crc and (expect is None or both):
             verify_crc(self.store, self.path, (I, J), google_crc32c.value(full), trailer)
         return full.reshape(self.chunks)
 
 
+def partials(directory: str) -> list[str]:
+    """The temporary ``*.partial`` chunk files under ``directory`` (what a killed writer leaves)."""
+    return [os.path.join(dirpath, name) for dirpath, _, files in os.walk(directory)
+            for name in files if name.endswith(".partial")]
+
+
 def remove_partials(directory: str) -> int:
-    """Delete the temporary ``*.partial`` chunk files a killed writer left under ``directory``; how many.
+    """Delete the temporary chunk files a killed writer left under ``directory``; how many.
 
     Only the holder of the store's lock calls this, so no live writer's
     temporary file can be among them.
     """
     removed = 0
-    for dirpath, _, files in os.walk(directory):
-        for name in files:
-            if name.endswith(".partial"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(dirpath, name))
-                    removed += 1
+    for path in partials(directory):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed += 1
     return removed
 
 

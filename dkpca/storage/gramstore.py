@@ -281,7 +281,7 @@ class GramStore:
         if g.attrs.get("complete"):
             return
         # every sum is verified as read: a damaged one raises CorruptChunkError, which
-        # names the chunk, and the caller clears its block's marker (invalidate)
+        # names the chunk, and the caller clears its block's marker (repair)
         n, block = int(g.attrs["n"]), int(g.attrs["block"])
         ps = g["partial_sums"]
         check_chunks(ps)
@@ -311,10 +311,9 @@ class GramStore:
                     continue
                 j0, j1 = bounds[J]
                 try:
+                    # the digest stands in for the CRC on the solver's path: here both, in one read
                     reader.read(I, J, (i1 - i0, j1 - j0), purpose="verify",
-                                expect=None if digests is None else int(digests[I, J]))
-                    if digests is not None:  # the digest stood in for the CRC on the solver's path: check both
-                        reader.read(I, J, (i1 - i0, j1 - j0), purpose="verify")
+                                expect=None if digests is None else int(digests[I, J]), both=True)
                     for a, b in {(J, I), (I, J)}:
                         check_chunks(sums, [(a, b)])
                         read_verified(sums, (slice(a, a + 1), slice(*bounds[b])))
@@ -337,9 +336,8 @@ class GramStore:
         if error.array != f"{GROUP}/{name}" or name not in ("K", "partial_sums", "diag", "done", "row_sums"):
             return 0
         g = self.store.open_for_write()[GROUP]
-        c = error.chunk
-        blocks = {(min(c), max(c))} if name in ("K", "partial_sums", "done") else {(c[0], c[0])} if name == "diag" \
-            else set()
+        c = error.chunk  # K, partial_sums and done chunks are (I, J) or its mirror; diag is (I,); row_sums no block
+        blocks = set() if name == "row_sums" else {(min(c), max(c))}
         blocks |= {(I, J) for I, J, _ in self.damaged_blocks()}
         g.attrs.update({"complete": False})  # the row sums are reduced again
         for block in blocks:

@@ -16,6 +16,7 @@ import numpy as np
 import zarr
 
 from .checkpoint import GROUP as CHECKPOINT
+from .chunks import partials
 from .fitstore import DATA, FitStore
 from .gramstore import GROUP as GRAM
 from .gramstore import GramStore, read_done_markers
@@ -43,6 +44,11 @@ def _verify_array(arr: zarr.Array) -> None:
     check_chunks(arr)
     for c in chunk_coords(arr):
         read_verified(arr, tuple(slice(i * e, (i + 1) * e) for i, e in zip(c, arr.chunks, strict=True)))
+
+
+def _verify_group(group: zarr.Group) -> None:
+    for arr in group.array_values():
+        _verify_array(arr)
 
 
 def _data(root: zarr.Group) -> Finding:
@@ -92,8 +98,7 @@ def _model(store: FitStore, kind: str) -> Finding | None:
         return None if kind != "model" else Finding(kind, True, "model: none yet; a rerun of the fit solves")
     group = store.open()[name]
     try:
-        for arr in group.array_values():
-            _verify_array(arr)
+        _verify_group(group)
     except CorruptChunkError as exc:
         fix = ("a rerun of the fit solves again from the stored Gram matrix" if kind == "model" else
                "fit the sparse model again and save it")
@@ -109,8 +114,7 @@ def _checkpoint(root: zarr.Group) -> Finding | None:
     if slot not in g:
         return Finding("checkpoint", True, "solver checkpoint: none complete; a rerun starts the solver afresh")
     try:
-        for arr in g[slot].array_values():
-            _verify_array(arr)
+        _verify_group(g[slot])
     except CorruptChunkError as exc:
         return Finding("checkpoint", True, f"solver checkpoint: {exc}; harmless: a rerun starts the solver afresh")
     return Finding("checkpoint", True, f"solver checkpoint: pass {g.attrs.get('passes')} verified; a rerun "
@@ -120,7 +124,7 @@ def _checkpoint(root: zarr.Group) -> Finding | None:
 def _temporaries(store: FitStore) -> Finding | None:
     if store.is_url:
         return None
-    count = sum(name.endswith(".partial") for _, _, files in os.walk(store.path) for name in files)
+    count = len(partials(store.path))
     if not count:
         return None
     return Finding("temporaries", True, f"{count} temporary chunk files left by a killed writer; a rerun removes "
