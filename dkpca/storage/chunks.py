@@ -203,8 +203,8 @@ class ChunkReader:
     are stored padded to the full chunk shape) is memory-mapped -- on Linux
     with ``MAP_POPULATE``, which maps a cached file's pages in one call and
     copies nothing: measured at n = 20,000 (``benchmarks/integrity.py``), an
-    unchecked float32 pass took 0.397 s this way against 0.462 s with
-    ``readinto``, which pays for the check (0.438 s checked).
+    unchecked float32 pass took 0.408 s this way against 0.471 s with
+    ``readinto``, which pays for the check (0.447 s checked).
     Its size, and its digest against the one recorded when it was written
     (``expect``; else its CRC-32C), are checked before it is used.  Otherwise the chunk
     goes through zarr (whose codec verifies the checksum) into a reused
