@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -20,6 +21,20 @@ def clustered(n: int, d: int, seed: int = 0, n_clusters: int = 20) -> np.ndarray
     rng = np.random.default_rng(seed)
     centers = rng.standard_normal((n_clusters, d)) * 2
     return (centers[rng.integers(0, n_clusters, n)] + rng.standard_normal((n, d))).astype(np.float32)
+
+
+def load_usps(data_dir: Path, split: str = "train", n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """USPS digits as distributed (Hastie et al.): pixels in [-1, 1] (n, 256) float64, and labels (n,).
+
+    ``split`` is ``"train"`` (7291 digits) or ``"test"`` (2007); ``n`` keeps the first n rows.
+    """
+    path = Path(data_dir) / "usps" / f"zip.{split}.gz"
+    if not path.exists():
+        raise SystemExit(f"{path} not found; pass --data-dir pointing at the shared data directory")
+    with gzip.open(path, "rt") as f:
+        A = np.loadtxt(f, dtype=np.float64)
+    A = A[:n]
+    return np.ascontiguousarray(A[:, 1:]), A[:, 0].astype(int)
 
 
 def write_inputs(X: np.ndarray, workdir: Path, name: str) -> tuple[Path, Path]:

@@ -1,15 +1,28 @@
 """dkpca vs scikit-learn KernelPCA, each fit in its own process, in one run.
 
-    python benchmarks/compare.py [--sizes 2000 5000 10000 20000 40000] [--d 50] [--k 10]
+    python benchmarks/compare.py [--sizes 2000 3000 5000 10000 20000 40000] [--d 50] [--k 10]
 
 For each n: the same clustered data (rbf, gamma=1/d, k components) is fitted by
-scikit-learn (arpack, randomized, dense where n <= 10000) from a .npy file and
-by dkpca from a Zarr path (default settings: float32 store, auto solver).
-Reports wall time of the fit, peak RSS of the whole process tree (sampled
-every 50 ms), and the largest relative eigenvalue error against the most
-accurate reference available (sklearn dense in float64 where feasible, else
-dkpca in float64 with tol=1e-10).  Writes benchmarks/RESULTS.md's "compare"
-section and benchmarks/compare.png.
+
+* scikit-learn from a .npy file: ``sklearn-arpack``, ``sklearn-randomized``;
+  where n <= 10000 also ``sklearn-dense`` and ``sklearn-default``
+  (``KernelPCA(n_components=k, kernel="rbf")``, defaults otherwise);
+* scikit-learn's approximate peer ``sklearn-nystroem-pca``: ``Nystroem(rbf,
+  gamma=1/d, n_components=1000, random_state=0)`` then ``PCA(k)``, its
+  eigenvalues ``explained_variance_ * (n - 1)`` (see _child.py);
+* dkpca from a Zarr path (``dkpca``: default settings, float32 store, auto
+  solver) at every n; where n <= 10000 also the in-memory entry points
+  ``dkpca-numpy`` (``dkpca.fit(X)``, X a numpy array) and ``dkpca-KernelPCA``
+  (``dkpca.KernelPCA(n_components=k, kernel="rbf").fit(X)``, defaults otherwise).
+
+For ``dkpca`` and ``dkpca-numpy`` the child first calls ``dkpca.plan`` with the
+fit's arguments (measure=True) and the table gives its total-time estimate over
+the measured fit time ("plan est. / measured"; the plan's own wall time is in
+the notes and the JSON log).  Reports wall time of the fit, peak RSS of the whole
+process tree (sampled every 50 ms), and the largest relative eigenvalue error
+against the most accurate reference available (sklearn dense in float64 where
+feasible, else dkpca in float64 with tol=1e-10).  Writes benchmarks/RESULTS.md's
+"compare" section and benchmarks/compare.png.
 """
 
 from __future__ import annotations
@@ -23,14 +36,20 @@ import numpy as np
 from _common import HERE, clustered, machine, run_child, write_inputs
 from _results import update_section
 
+#: up to this n the in-memory entry points and scikit-learn's dense solvers run (n x n float64 in RAM)
+IN_MEMORY_MAX_N = 10000
+#: methods whose child first calls dkpca.plan with the fit's arguments
+PLANNED = ("dkpca", "dkpca-numpy")
+PLAN = json.dumps({"plan": True})
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 5000, 10000, 20000, 40000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 3000, 5000, 10000, 20000, 40000])
     ap.add_argument("--d", type=int, default=50)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--workdir", default=None)
-    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md or compare.png")
     a = ap.parse_args()
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dkpca-bench-"))
     rows = []
@@ -38,10 +57,14 @@ def main() -> None:
         X = clustered(n, a.d)
         npy, zpath = write_inputs(X, work, f"clustered_{n}_{a.d}")
         np.save(str(npy).replace(".npy", ".f64.npy"), X.astype(np.float64))
-        methods = ["dkpca", "sklearn-arpack", "sklearn-randomized"] + (["sklearn-dense"] if n <= 10000 else [])
-        results = {m: run_child([m, str(npy), str(zpath), str(a.k)]) for m in methods}
+        small = n <= IN_MEMORY_MAX_N
+        methods = (["dkpca"] + (["dkpca-numpy", "dkpca-KernelPCA"] if small else [])
+                   + ["sklearn-arpack", "sklearn-randomized"] + (["sklearn-dense", "sklearn-default"] if small else [])
+                   + ["sklearn-nystroem-pca"])
+        results = {m: run_child([m, str(npy), str(zpath), str(a.k)] + ([PLAN] if m in PLANNED else []))
+                   for m in methods}
         # reference: float64 dense (small n) or float64 dkpca with a tight tolerance
-        if n <= 10000:
+        if small:
             ref = run_child(["sklearn-dense", str(npy).replace(".npy", ".f64.npy"), str(zpath), str(a.k)])
             ref_name = "sklearn dense, float64"
         else:
@@ -53,31 +76,54 @@ def main() -> None:
             err = None
             if lam_ref is not None and "eigenvalues" in r:
                 err = float(np.max(np.abs(np.array(r["eigenvalues"]) - lam_ref) / lam_ref))
+            rep = r.get("report", {})
             rows.append({"n": n, "method": m, "fit_s": r.get("fit_s"), "peak_rss_gb": r.get("peak_rss_gb"),
                          "eig_rel_err": err, "reference": ref_name, "error": r.get("error"),
-                         "passes": r.get("report", {}).get("passes"),
-                         "solver": r.get("report", {}).get("solver"),
-                         "gram_s": r.get("report", {}).get("timings", {}).get("gram"),
-                         "solve_s": r.get("report", {}).get("timings", {}).get("solve")})
+                         "passes": rep.get("passes"), "solver": rep.get("solver", r.get("solver")),
+                         "gram_s": rep.get("timings", {}).get("gram"),
+                         "solve_s": rep.get("timings", {}).get("solve"),
+                         "plan_total_s": r.get("plan_total_s"), "plan_s": r.get("plan_s"),
+                         "plan_solver": r.get("plan_solver")})
             print(json.dumps(rows[-1]), flush=True)
-    table = ["| n | method | fit time (s) | vs arpack | peak RSS (GB) | max rel. eigenvalue error | notes |",
-             "|---:|---|---:|---:|---:|---:|---|"]
+    table = ["| n | method | fit time (s) | vs arpack | peak RSS (GB) | max rel. eigenvalue error "
+             "| plan est. / measured | notes |",
+             "|---:|---|---:|---:|---:|---:|---:|---|"]
     for n in a.sizes:
         arp = next((r for r in rows if r["n"] == n and r["method"] == "sklearn-arpack"), {})
         for r in (r for r in rows if r["n"] == n):
             speed = (f"{arp['fit_s'] / r['fit_s']:.2f}x" if r["fit_s"] and arp.get("fit_s") else "")
-            note = r["error"] or (f"{r['solver']}, {r['passes']} passes, Gram {r['gram_s']:.1f}s, "
-                                  f"solve {r['solve_s']:.1f}s" if r["method"] == "dkpca" else "")
-            fmt = lambda v, f: (f % v) if v is not None else "—"  # noqa: E731
-            table.append(f"| {n} | {r['method']} | {fmt(r['fit_s'], '%.2f')} | {speed} | "
-                         f"{fmt(r['peak_rss_gb'], '%.2f')} | {fmt(r['eig_rel_err'], '%.1e')} | {note} |")
+            ratio = (f"{r['plan_total_s'] / r['fit_s']:.2f}" if r["plan_total_s"] is not None and r["fit_s"]
+                     else "")
+            table.append(f"| {n} | {r['method']} | {_fmt(r['fit_s'], '%.2f')} | {speed} | "
+                         f"{_fmt(r['peak_rss_gb'], '%.2f')} | {_fmt(r['eig_rel_err'], '%.1e')} | {ratio} | "
+                         f"{_note(r)} |")
     text = "\n".join(table)
     print(text)
-    _plot(rows, a.sizes)
     if not a.no_write:
+        _plot(rows, a.sizes)
         update_section("compare", f"rbf kernel, d={a.d}, k={a.k}, clustered synthetic data; "
                        f"one process per fit; reference per n in `reference` column of the JSON log.\n"
                        f"Machine: {machine()}\n\n{text}\n\n![compare](compare.png)\n")
+
+
+def _fmt(v, f: str) -> str:
+    return (f % v) if v is not None else "—"
+
+
+def _note(r: dict) -> str:
+    """Solver chosen, passes and timings where the fit reports them; the plan's own wall time."""
+    if r["error"]:
+        return r["error"]
+    parts = []
+    if r["method"].startswith("dkpca") or r["method"] in ("sklearn-default", "sklearn-nystroem-pca"):
+        parts.append(r["solver"] or "")
+    if r["passes"] is not None:
+        parts.append(f"{r['passes']} passes")
+    if r["gram_s"] is not None:
+        parts.append(f"Gram {r['gram_s']:.1f}s, solve {r['solve_s']:.1f}s")
+    if r["plan_s"] is not None:
+        parts.append(f"plan took {r['plan_s']:.1f}s (est. {r['plan_total_s']:.1f}s, {r['plan_solver']})")
+    return ", ".join(p for p in parts if p)
 
 
 def _plot(rows, sizes) -> None:

@@ -24,7 +24,6 @@ Results go to benchmarks/RESULTS_solvers.md (one section per sub-command).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import tempfile
 import time
@@ -32,21 +31,12 @@ from pathlib import Path
 
 import _results
 import numpy as np
-from _common import HERE, clustered, machine, run_child, write_inputs
+from _common import HERE, clustered, load_usps, machine, run_child, write_inputs
 
 _results.PATH = HERE / "RESULTS_solvers.md"
 _results.HEADER = ("# dkpca solver benchmarks\n\nEach section is rewritten by the benchmark named in its title "
                    "(merged into RESULTS.md by hand).\n")
 THRESHOLDS = (1e-4, 1e-6, 1e-8)
-
-
-def load_usps(data_dir: Path, n: int) -> np.ndarray:
-    path = data_dir / "usps" / "zip.train.gz"
-    if not path.exists():
-        raise SystemExit(f"{path} not found; pass --data-dir pointing at the shared data directory")
-    with gzip.open(path, "rt") as f:
-        A = np.loadtxt(f, dtype=np.float64)
-    return np.ascontiguousarray(A[:n, 1:])
 
 
 class Timed:
@@ -86,7 +76,8 @@ def convergence(a) -> str:
 
     rng = np.random.default_rng(0)
     sets = [
-        (f"USPS train ({a.n_usps} x 256, rbf γ=1/256)", load_usps(Path(a.data_dir), a.n_usps), RBF(1 / 256)),
+        (f"USPS train ({a.n_usps} x 256, rbf γ=1/256)", load_usps(Path(a.data_dir), "train", a.n_usps)[0],
+         RBF(1 / 256)),
         (f"synthetic slow decay ({a.n_slow} x 40 Gaussian, rbf γ=0.5/40)", rng.standard_normal((a.n_slow, 40)),
          RBF(0.5 / 40)),
     ]
