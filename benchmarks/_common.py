@@ -48,15 +48,16 @@ def write_inputs(X: np.ndarray, workdir: Path, name: str) -> tuple[Path, Path]:
     return npy, zpath
 
 
-def run_child(args: list[str], timeout: float = 3600, env: dict | None = None) -> dict:
-    """Run ``python -m benchmarks._child ARGS`` and sample the peak RSS of its process tree.
+def run_child(args: list[str], timeout: float = 3600, env: dict | None = None, script: Path | None = None) -> dict:
+    """Run ``python benchmarks/_child.py ARGS`` (or ``python SCRIPT ARGS``) and sample the peak RSS of its
+    process tree.
 
     Returns the child's JSON result plus ``peak_rss_gb`` and ``wall_s`` (the
     child's own timing of the fit is in ``fit_s``).
     """
     import psutil
 
-    cmd = [sys.executable, str(HERE / "_child.py"), *args]
+    cmd = [sys.executable, str(script or HERE / "_child.py"), *args]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
