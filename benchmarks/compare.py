@@ -92,7 +92,7 @@ def main() -> None:
         arp = next((r for r in rows if r["n"] == n and r["method"] == "sklearn-arpack"), {})
         for r in (r for r in rows if r["n"] == n):
             speed = (f"{arp['fit_s'] / r['fit_s']:.2f}x" if r["fit_s"] and arp.get("fit_s") else "")
-            ratio = (f"{r['plan_total_s'] / r['fit_s']:.2f}" if r["plan_total_s"] is not None and r["fit_s"]
+            ratio = (f"{r['plan_total_s'] / r['fit_s']:.2g}" if r["plan_total_s"] is not None and r["fit_s"]
                      else "")
             table.append(f"| {n} | {r['method']} | {_fmt(r['fit_s'], '%.2f')} | {speed} | "
                          f"{_fmt(r['peak_rss_gb'], '%.2f')} | {_fmt(r['eig_rel_err'], '%.1e')} | {ratio} | "
@@ -122,7 +122,8 @@ def _note(r: dict) -> str:
     if r["gram_s"] is not None:
         parts.append(f"Gram {r['gram_s']:.1f}s, solve {r['solve_s']:.1f}s")
     if r["plan_s"] is not None:
-        parts.append(f"plan took {r['plan_s']:.1f}s (est. {r['plan_total_s']:.1f}s, {r['plan_solver']})")
+        est = "—" if r["plan_total_s"] is None else f"{r['plan_total_s']:.2g}s"
+        parts.append(f"plan took {r['plan_s']:.1f}s (est. {est}, {r['plan_solver']})")
     return ", ".join(p for p in parts if p)
 
 
