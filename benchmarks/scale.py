@@ -1,9 +1,11 @@
 """Scale runs: MNIST 60,000 x 784 from a Zarr path, synthetic n up to 200,000
-matrix-free, time vs number of workers, and a projection to a 100-node cluster.
+matrix-free, time vs number of workers, and a projection to a 100-node cluster
+(from rates measured in the run, dkpca's measured scheduler cost per task and an
+assumed filesystem bandwidth, through the planning functions ``dkpca plan`` uses).
 
     python benchmarks/scale.py mnist [--data-dir ../shared/data]
     python benchmarks/scale.py synthetic [--sizes 50000 100000 200000] [--gram auto|store|recompute]
-    python benchmarks/scale.py workers [--n 20000]
+    python benchmarks/scale.py workers [--n 20000] [--fs-bandwidth 100GB/s] [--nodes 100 --cores 32]
 
 Each fit runs in its own process; peak RSS is that of the whole process tree
 (LocalCluster workers included).  Results go to the "scale" section of
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from _common import HERE, clustered, machine, run_child, write_inputs
 from _results import update_section
+from dask.utils import parse_bytes
 
 
 def load_mnist(data_dir: Path) -> np.ndarray:
@@ -101,36 +104,71 @@ def cmd_workers(a) -> str:
         lines.append(f"| {label} | {r.get('fit_s', float('nan')):.2f} s | {t.get('gram', float('nan')):.2f} s | "
                      f"{t.get('solve', float('nan')):.2f} s | {r.get('report', {}).get('passes_over_K')} |")
         print(lines[-1], flush=True)
-    # Projection from measured per-entry costs (2 workers): build and pass cost per
-    # stored entry; scale to n = 1e6 on 100 nodes x 32 cores, assuming per-core
-    # rates as measured here and a parallel filesystem of 100 GB/s aggregate.
-    r2 = results["LocalCluster 2 workers"]["report"]
-    cores_here = 2
-    entries = a.n * a.n / 2
-    build_core_s_per_entry = r2["timings"]["gram"] * cores_here / entries
-    pass_core_s_per_entry = np.median(r2["pass_seconds"][1:] or [float("nan")]) * cores_here / entries
-    N, cores, fs_bw = 1_000_000, 100 * 32, 100e9
-    big_entries = N * N / 2
-    build_cpu, io = big_entries * build_core_s_per_entry / cores, big_entries * 4 / fs_bw
-    pass_cpu = big_entries * pass_core_s_per_entry / cores
-    build, per_pass = max(build_cpu, io), max(pass_cpu, io)
-    build_bound = "compute" if build_cpu > io else "filesystem"
-    pass_bound = "compute" if pass_cpu > io else "filesystem"
-    tasks = (N / 4096) ** 2 / 2
-    passes = r2["passes_over_K"]
-    lines += [
-        "",
-        f"Projection to n = 10⁶ on 100 nodes × 32 cores (3,200 workers), from the 2-worker run's measured "
-        f"per-entry costs ({build_core_s_per_entry * 1e9:.2f} core-ns per stored entry to build, "
-        f"{pass_core_s_per_entry * 1e9:.2f} core-ns per entry per pass), K in float32 = "
-        f"{big_entries * 4 / 1e12:.1f} TB on a parallel filesystem assumed at 100 GB/s aggregate: "
-        f"build ≈ {build / 60:.1f} min (bound by {build_bound}), each pass ≈ {per_pass:.0f} s "
-        f"(bound by {pass_bound}), {passes} passes ≈ {(build + passes * per_pass) / 60:.0f} min in all. "
-        f"With 4096² blocks that is {int(tasks):,} tasks per pass; at ~1 ms of scheduler time per task "
-        f"the scheduler adds ≈ {tasks / 1000:.0f} s per pass, so blocks of 16384² (≈ 1,900 tasks) "
-        "are the right choice there.",
-    ]
-    return "\n".join(lines)
+    return "\n".join(lines + ["", projection(a, X, results["LocalCluster 2 workers"]["report"])])
+
+
+def projection(a, X: np.ndarray, r2: dict) -> str:
+    """n = ``a.project_n`` on ``a.nodes`` x ``a.cores`` workers, by the planning functions ``dkpca plan`` uses.
+
+    Measured here: one thread's time per entry for each step of a fit
+    (``measure_blocks`` on this run's data, at this run's block) and the
+    passes of the 2-worker fit; the scheduler's cost per task is dkpca's
+    constant, measured by benchmarks/scheduler.py; the filesystem bandwidth
+    and the workers' memory are assumptions (options).
+    """
+    from dkpca.kernels import make_kernel
+    from dkpca.linalg import default_block_size
+    from dkpca.planning import SCHEDULER_SECONDS_PER_TASK, EntryRates, choose_block, estimate, measure_blocks
+    from dkpca.request import check_bandwidth
+    from dkpca.solvers.randomized import block_size
+
+    bw = check_bandwidth("--fs-bandwidth", a.fs_bandwidth)
+    mem = parse_bytes(a.memory_per_worker)
+    k, dtype = 10, np.dtype("float32")
+    block_here = r2["gram"]["block"]
+    m = measure_blocks(X, make_kernel("rbf").resolve(a.d), block_here, dtype, block_size(a.n, k), a.workdir)
+    rates = EntryRates.measured(m, block_here)
+    N, workers = int(a.project_n), a.nodes * a.cores
+    res = {"workers": workers, "threads_per_worker": 1, "memory_per_worker": mem, "distributed": True}
+    ell = block_size(N, k)
+    block = choose_block(N, d=a.d, ell=ell, itemsize=dtype.itemsize, gram="store", resources=res, rates=rates,
+                         fs_bandwidth=bw)
+    passes = int(r2["passes_over_K"])
+
+    def at(b: int) -> tuple:
+        build, sweep = estimate(N, b, gram="store", itemsize=dtype.itemsize, concurrency=workers, rates=rates,
+                                fs_bandwidth=bw)
+        return build, sweep, build.seconds + max(0, passes - 1) * sweep.seconds
+
+    entries = a.n * a.n / 2  # the 2-worker fit, end to end, as a cross-check of the per-block rates
+    fit_build = r2["timings"]["gram"] * 2 / entries * 1e9
+    fit_pass = float(np.median(r2["pass_seconds"][1:] or [float("nan")])) * 2 / entries * 1e9
+    out = [f"Projection to n = {N:,} on {a.nodes} nodes x {a.cores} cores ({workers:,} single-threaded workers), "
+           "from `dkpca.planning` (`choose_block`, `estimate`: the functions `dkpca plan --cluster ... "
+           "--fs-bandwidth` uses), K in float32, the first product fused into the build:", "",
+           "| input | value | source |", "|---|---:|---|",
+           f"| kernel block (per entry, one thread) | {rates.kernel * 1e9:.2f} ns | measured here (block "
+           f"{rates.edge}, d={a.d}) |",
+           f"| block write / read (per entry, one thread) | {rates.write * 1e9:.2f} / {rates.read * 1e9:.2f} ns | "
+           "measured here, this machine's disk |",
+           f"| block product (per entry, one thread) | {rates.product * 1e9:.2f} ns | measured here with "
+           f"l={block_size(a.n, k)} vectors (taken as is for the projection's l={ell}) |",
+           f"| 2-worker fit end to end (cross-check) | {fit_build:.2f} core-ns build, {fit_pass:.2f} core-ns per "
+           "pass, per stored entry | measured here |",
+           f"| passes over K | {passes} | measured here (n={a.n}; assumed the same at n={N:,}) |",
+           f"| scheduler per task | {SCHEDULER_SECONDS_PER_TASK * 1e3:.2g} ms | measured "
+           "(`SCHEDULER_SECONDS_PER_TASK`, benchmarks/scheduler.py) |",
+           f"| filesystem, aggregate | {bw / 1e9:.3g} GB/s | **assumed** (--fs-bandwidth) |",
+           f"| memory per worker | {mem / 2**30:.3g} GiB | **assumed** (--memory-per-worker) |", "",
+           "| block | tasks per pass | build | pass (bound) | scheduler per pass | share of a pass | total |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for b, why in ((default_block_size(N), "default"), (block, "chosen")):
+        build, sweep, total = at(b)
+        out.append(f"| {b} ({why}) | {sweep.tasks:,} | {build.seconds:.0f} s ({build.bound}) | {sweep.seconds:.1f} s "
+                   f"({sweep.bound}) | {sweep.scheduler:.1f} s | {100 * sweep.share:.1f} % | {total / 60:.1f} min |")
+        if b == block:
+            break
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -150,6 +188,11 @@ def main() -> None:
     w = sub.add_parser("workers")
     w.add_argument("--n", type=int, default=20000)
     w.add_argument("--d", type=int, default=50)
+    w.add_argument("--project-n", type=float, default=1e6, help="n of the projection")
+    w.add_argument("--nodes", type=int, default=100, help="nodes of the projected cluster")
+    w.add_argument("--cores", type=int, default=32, help="cores (single-threaded workers) per node")
+    w.add_argument("--fs-bandwidth", default="100GB/s", help="assumed aggregate filesystem bandwidth")
+    w.add_argument("--memory-per-worker", default="8GiB", help="assumed memory per worker")
     for p in (m, s, w):
         p.add_argument("--workdir", default=None)
         p.add_argument("--no-write", action="store_true")

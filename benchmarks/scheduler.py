@@ -1,60 +1,208 @@
-"""What the distributed scheduler costs per task here: graphs shaped like one solver pass, with no-op tasks.
+"""What the distributed scheduler costs per task: the graph of one solver pass, with stand-in tasks.
 
-    python benchmarks/scheduler.py [--workers 2] [--tasks 100 1000 5000 20000]
+    python benchmarks/scheduler.py [--workers 2] [--n 1e5 1e6 1e7] [--blocks 4096 8192 16384 32768 65536]
+                                   [--max-tasks 200000] [--budget 300] [--repeats 2] [--no-write]
 
-Each graph is ``tasks`` independent no-op "block" tasks summed by a tree of
-8-way additions (the shape of a pass: block products, then per-row-block
-tree sums), run on a LocalCluster as dkpca starts it (TLS, one thread per
-worker).  The tasks do nothing, so the time is the scheduler's, the
-workers' task handling and the messages between them.  A groundwork for
-issue 17 (the block sizes ``plan`` should pick for a cluster).
+For each n and block edge the graph is that of one pass over K as
+``CenteredKernelOperator.raw_matmat`` builds it (``dkpca/operator.py``): one
+piece of V per row block, one two-output task per upper-triangular block
+(I <= J) -- the same ``dask.delayed(..., pure=True, nout=2)`` call with the
+same arguments: a small frozen reader object, I, J, the block shape, V_I,
+V_J, a digest -- and ``dkpca.linalg.scatter_sum``'s 8-way tree sums per row
+block.  Only the payloads are stand-ins: V has one value per row block and a
+"block product" returns its inputs, so the time is the client's graph
+construction, the scheduler's work, the workers' task handling and the
+messages between them.  The task count is ``dkpca.linalg.pass_tasks(nb)``
+(checked against the graph).  The cluster is a LocalCluster started as
+dkpca starts one (``dkpca.cluster.connected``: TLS, one thread per worker).
+
+Rows are run in order of task count while the count is at most
+``--max-tasks`` and the time spent, with the row's time foreseen at the
+per-task cost so far, stays under ``--budget`` seconds; the rest
+(n = 1e7 at 4096 is ~9 million tasks) are marked *not run*, with the time
+the largest measured per-task cost would give -- a projection, not a
+measurement.  The scheduler's peak RSS is sampled during each run.  The
+per-task cost here is what ``dkpca.planning.SCHEDULER_SECONDS_PER_TASK``
+cites.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import threading
 import time
+from dataclasses import dataclass
 
 import dask
+import numpy as np
+import psutil
+from _common import machine
+from _results import update_section
 
 from dkpca.cluster import connected
 from dkpca.execution import compute
+from dkpca.linalg import n_blocks, pass_tasks, scatter_sum, upper_pairs
 
 
-def noop(i: int) -> int:
-    return i
+@dataclass(frozen=True)
+class StandInReader:
+    """In place of the frozen ``ChunkReader`` a stored pass sends with every block task."""
+
+    path: str = "/scratch/store.dkpca.zarr/gram/K"
+    shape: tuple[int, int] = (0, 0)
+    chunks: tuple[int, int] = (0, 0)
 
 
-def add(*parts: int) -> int:
-    return 0
+def stand_in_product(reader, I, J, shape, VI, VJ, expect):
+    """In place of ``_stored_product``: the two outputs ``(K_IJ V_J, K_IJ^T V_I)``, here V_J and V_I."""
+    return VJ, VI
 
 
-def pass_shaped_graph(n: int, fan_in: int = 8) -> tuple[object, int]:
-    """``n`` no-op tasks and their tree sum; (the final task, the number of tasks)."""
-    tasks = [dask.delayed(noop, pure=False)(i) for i in range(n)]
-    count = n
-    while len(tasks) > 1:
-        tasks = [dask.delayed(add, pure=False)(*tasks[i:i + fan_in]) for i in range(0, len(tasks), fan_in)]
-        count += len(tasks)
-    return tasks[0], count
+def pass_graph(nb: int) -> list:
+    """The per-row-block sums of one pass over ``nb`` row blocks, built as ``raw_matmat`` builds them."""
+    V = np.arange(nb, dtype=np.float64)[:, None]  # distinct pieces: pure=True would merge equal ones
+    reader = StandInReader(shape=(nb, nb), chunks=(1, 1))
+    pieces = [dask.delayed(V[i:i + 1], pure=True) for i in range(nb)]
+    pairs = upper_pairs(nb)
+    tasks = [dask.delayed(stand_in_product, pure=True, nout=2)(reader, I, J, (1, 1), pieces[I], pieces[J],
+                                                               I * nb + J) for I, J in pairs]
+    return scatter_sum(pairs, tasks, nb)
+
+
+def graph_size(outs: list) -> int:
+    """Tasks the scheduler receives for ``outs`` (the graph after dask's optimisation, the wrapper excluded)."""
+    return len(dict(dask.delayed(outs).__dask_graph__())) - 1
+
+
+class PeakRSS:
+    """The peak RSS of one process, sampled every 50 ms in a thread while in the ``with`` block."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> PeakRSS:
+        self.peak = self.proc.memory_info().rss
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def one_pass(nb: int, scheduler_pid: int) -> dict:
+    """Time one pass-shaped graph: the client building it, then computing it; the scheduler's peak RSS."""
+    with PeakRSS(scheduler_pid) as rss:
+        t0 = time.perf_counter()
+        outs = pass_graph(nb)
+        t1 = time.perf_counter()
+        compute(*outs)
+        t2 = time.perf_counter()
+    return {"build_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0, "rss": rss.peak}
+
+
+def cases(ns: list[int], blocks: list[int]) -> list[dict]:
+    """Every (n, block) with its row blocks and tasks per pass, by task count; equal grids measured once."""
+    out = []
+    for n in ns:
+        for b in blocks:
+            nb = n_blocks(n, b)
+            out.append({"n": n, "block": b, "nb": nb, "block_tasks": nb * (nb + 1) // 2, "tasks": pass_tasks(nb)})
+    return sorted(out, key=lambda c: (c["tasks"], c["n"]))
+
+
+def fmt_s(s: float) -> str:
+    return f"{s:.2f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--tasks", type=int, nargs="+", default=[100, 1000, 5000, 20000])
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (one thread each)")
+    ap.add_argument("--n", type=float, nargs="+", default=[1e5, 1e6, 1e7], help="sample counts")
+    ap.add_argument("--blocks", type=int, nargs="+", default=[4096, 8192, 16384, 32768, 65536], help="block edges")
+    ap.add_argument("--max-tasks", type=int, default=200_000, help="largest graph run (tasks per pass)")
+    ap.add_argument("--budget", type=float, default=300.0,
+                    help="seconds of measuring: a row is not run when the per-task cost so far foresees it ending "
+                         "later")
+    ap.add_argument("--repeats", type=int, default=2, help="runs per row below 20,000 tasks (the best counts)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/RESULTS.md alone")
     a = ap.parse_args()
-    with connected({"dkpca": {"cluster": {"local": {"n_workers": a.workers}}}}):
-        for n in a.tasks:
-            best, count = float("inf"), 0
-            for _ in range(a.repeats):
-                final, count = pass_shaped_graph(n)
-                t = time.perf_counter()
-                compute(final)
-                best = min(best, time.perf_counter() - t)
-            print(f"{n} block tasks ({count} with the tree sums): best {best:.2f} s = "
-                  f"{best / count * 1e3:.2f} ms per task", flush=True)
+    rows = cases([int(n) for n in a.n], a.blocks)
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    with connected({"dkpca": {"cluster": {"local": {"n_workers": a.workers}}}}) as client:
+        spid = client.run_on_scheduler(os.getpid)
+        one_pass(4, spid)  # warm-up: connections, function pickles
+        done: dict[int, dict] = {}
+        per_task = 0.0  # the last measured row's, to foresee the next row's time
+        for r in rows:
+            repeats = a.repeats if r["tasks"] < 20_000 else 1
+            foreseen = time.perf_counter() - start + r["tasks"] * per_task * repeats
+            if r["nb"] not in done and (r["tasks"] > a.max_tasks or foreseen > a.budget):
+                r["status"] = "not run"
+                continue
+            if r["nb"] not in done:
+                outs = pass_graph(r["nb"])
+                assert graph_size(outs) == r["tasks"], (graph_size(outs), r["tasks"])
+                del outs
+                runs = [one_pass(r["nb"], spid) for _ in range(repeats)]
+                best = min(runs, key=lambda x: x["total_s"])
+                best["rss"] = max(x["rss"] for x in runs)
+                done[r["nb"]] = best
+                per_task = best["total_s"] / r["tasks"]
+                print(f"n={r['n']:.0e} block={r['block']}: {r['tasks']} tasks, {best['total_s']:.2f} s = "
+                      f"{best['total_s'] / r['tasks'] * 1e3:.3f} ms per task", flush=True)
+            r.update(done[r["nb"]], status="measured")
+        same_process = spid == os.getpid()
+    measured = [r for r in rows if r["status"] == "measured"]
+    if not measured:
+        raise SystemExit("nothing measured: raise --max-tasks or --budget")
+    largest = max(measured, key=lambda r: r["tasks"])
+    per_task = largest["total_s"] / largest["tasks"]
+    lines = [
+        f"Machine: {machine()}; LocalCluster of {a.workers} worker(s) x 1 thread, TLS, as dkpca starts it "
+        f"(scheduler {'in the client process' if same_process else 'in its own process'}). 1-minute load "
+        f"average at the start: {load:.2f} (other processes on these cores inflate every figure below).",
+        "",
+        "One solver pass as `raw_matmat` builds it (V pieces, one 2-output task per upper-triangular block, "
+        "8-way tree sums per row block) with stand-in payloads: only the client, the scheduler and the "
+        "workers' task handling are timed. Block 4096 is dkpca's default (`DEFAULT_BLOCK`).",
+        "",
+        "| n | block | row blocks | block tasks | tasks per pass | status | graph built (client) | computed "
+        "| per pass | per task | scheduler RSS peak |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        head = f"| {r['n']:.0e} | {r['block']} | {r['nb']:,} | {r['block_tasks']:,} | {r['tasks']:,} |"
+        if r["status"] == "measured":
+            lines.append(f"{head} measured | {fmt_s(r['build_s'])} | {fmt_s(r['compute_s'])} | "
+                         f"{fmt_s(r['total_s'])} | {r['total_s'] / r['tasks'] * 1e3:.3f} ms | "
+                         f"{r['rss'] / 2**20:.0f} MiB |")
+        else:
+            lines.append(f"{head} **not run** (over {a.max_tasks:,} tasks or the {a.budget:.0f} s budget) | — | — "
+                         f"| ≈ {fmt_s(r['tasks'] * per_task)} *projected, not measured* | — | — |")
+    summary = (f"Per-task cost at the largest count measured ({largest['tasks']:,} tasks): "
+               f"**{per_task * 1e3:.3f} ms per task** (graph construction included); projections of the rows "
+               "not run use it, assuming it stays flat, which the rows above only show up to that count.")
+    if len({r["tasks"] for r in measured}) >= 2:
+        t = np.array([r["tasks"] for r in measured], dtype=float)
+        y = np.array([r["total_s"] for r in measured])
+        slope, icpt = np.polyfit(t, y, 1)
+        summary += (f" A straight line through the measured rows: {icpt:.2f} s + {slope * 1e3:.3f} ms x tasks "
+                    "(the marginal cost per task).")
+    lines += ["", summary]
+    text = "\n".join(lines)
+    print(text)
+    if not a.no_write:
+        update_section("scheduler", text + "\n", command=" ".join(["python benchmarks/scheduler.py", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

@@ -137,13 +137,18 @@ def build_parser() -> argparse.ArgumentParser:
     _kernel_args(pl)
     pl.add_argument("--solver", default="auto", choices=SOLVERS, help="eigensolver, as for fit")
     pl.add_argument("--store", default=None, help="store path, as for fit (default: INPUT.dkpca.zarr)")
-    pl.add_argument("--chunk-size", type=int, default=None, help="Gram block edge (default: about 4096, balanced)")
+    pl.add_argument("--chunk-size", type=int, default=None,
+                    help="Gram block edge (default: about 4096, balanced; for a cluster, chosen so that the scheduler "
+                         "takes under 5 %% of a pass)")
     pl.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="precision of the stored K")
     pl.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"], help="Gram mode, as for fit")
     pl.add_argument("--tol", type=float, default=1e-6, help="solver tolerance, as for fit")
     pl.add_argument("--max-passes", type=int, default=None, help="most passes over K (default: 60)")
     _cluster_args(pl, starts=False)
     pl.add_argument("--no-measure", action="store_true", help="sizes only, no timing sample")
+    pl.add_argument("--fs-bandwidth", default=None, metavar="RATE",
+                    help="assumed aggregate bandwidth of the store's filesystem, e.g. 100GB/s or bytes per second: "
+                         "a pass takes at least K's bytes / RATE (default: the filesystem keeps up)")
 
     i = sub.add_parser("info", help="print a fitted model's spectrum and solver report",
                        description="Print a fitted model's spectrum, explained variance, kernel and solver report.")
@@ -220,7 +225,7 @@ def cmd_fit(a: argparse.Namespace) -> int:
         need = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
                     coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
                     tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=False,
-                    ).memory_per_worker
+                    cluster_block=False).memory_per_worker  # fit's own block, not the one plan recommends
     with _client(a, need):
         model = fit(
             a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
@@ -247,7 +252,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
                  coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
                  tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=client or a.cluster,
-                 measure=not a.no_measure)
+                 measure=not a.no_measure, fs_bandwidth=a.fs_bandwidth)
     print(p)
     return 0
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from dask.utils import parse_bytes
 
 from .io import as_dask, input_path, open_input, split_member
 from .kernels import KERNEL_NAMES, Kernel, make_kernel
@@ -29,8 +30,8 @@ from .solvers.fraction import working_k
 from .storage import FitStore, is_url, relation
 
 __all__ = ["FitRequest", "make_request", "default_store_path", "GRAM_MODES", "check_n_components",
-           "check_n_components_spec", "check_int",
-           "check_real", "check_bool", "check_dtype", "check_random_state", "as_generator", "check_choice",
+           "check_n_components_spec", "check_int", "check_real", "check_bool", "check_dtype", "check_bandwidth",
+           "check_random_state", "as_generator", "check_choice",
            "check_kernel_pca_params", "check_out_of_core_params", "TemporaryStore"]
 
 GRAM_MODES = ("auto", "store", "recompute")
@@ -64,6 +65,25 @@ def check_real(name: str, value: Any, low: float | None = None, high: float | No
             what = f"a finite number{rng}"
         raise ValueError(f"{name}={value!r} is invalid; it must be {'None or ' if allow_none else ''}{what}.")
     return float(value)
+
+
+def check_bandwidth(name: str, value: Any) -> float | None:
+    """Bytes per second > 0: a number, or a size per second as Dask writes sizes (``"100GB/s"``, ``"2 GiB/s"``)."""
+    if value is None:
+        return None
+    number = None
+    if isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            number = float(parse_bytes(text[:-2] if text.lower().endswith("/s") else text))
+        except (ValueError, TypeError):
+            number = None
+    elif isinstance(value, numbers.Real) and not _is_bool(value):
+        number = float(value)
+    if number is None or not np.isfinite(number) or number <= 0:
+        raise ValueError(f"{name}={value!r} is invalid; it must be None or a bandwidth in bytes per second > 0: a "
+                         "number, or a size per second such as '100GB/s' or '2GiB/s'.")
+    return number
 
 
 def check_bool(name: str, value: Any) -> bool:

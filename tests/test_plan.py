@@ -10,10 +10,16 @@ import numpy as np
 import pytest
 
 import dkpca
+from dkpca import operator
+from dkpca.cli import main
+from dkpca.gram import build_gram
+from dkpca.io import as_dask, scan
+from dkpca.kernels import RBF
+from dkpca.linalg import cluster_block_size, default_block_size, pass_cost, pass_tasks, task_memory
 from dkpca.planning import plan
-from dkpca.storage import fitstore, gram_bytes
+from dkpca.storage import FitStore, fitstore, gram_bytes
 
-from .conftest import ROOT, dkpca_cmd, make_data, write_data
+from .conftest import ROOT, cli_error, dkpca_cmd, make_data, write_data
 
 
 def test_plan_sizes_without_computing(tmp_path):
@@ -79,6 +85,104 @@ def test_cli_plan_and_fit_logs_plan(tmp_path, blobs, caplog):
     with caplog.at_level(logging.INFO, logger="dkpca"):
         dkpca.fit(data, n_components=2, chunk_size=200, store=tmp_path / "s.zarr")
     assert "plan: n=600, d=6, k=2" in caplog.text and "Gram store:" in caplog.text
+
+
+# -- the scheduler's share of a pass and the block for a cluster (issue 17) -------------------
+#: a cluster configuration (nothing is started): many single-threaded workers with 8 GiB each
+MANY_WORKERS = {"dkpca": {"cluster": {"local": {"n_workers": 3200, "threads_per_worker": 1,
+                                                "memory_limit": "8GiB"}}}}
+BIG_N = 1_000_000
+
+
+def big_input():
+    """A lazy n = 10^6 array: the plan reads only its shape (measure=False)."""
+    import dask.array as da
+
+    return da.zeros((BIG_N, 20), chunks=(100_000, 20))
+
+
+def test_pass_tasks_counts_the_graph_of_a_pass(tmp_path, blobs, monkeypatch):
+    Xd = as_dask(blobs, block_rows=50)  # 12 row blocks: two levels of 8-way tree sums per row block
+    op = operator.StoredKernelOperator(build_gram(FitStore.at(tmp_path / "s.zarr"), Xd, RBF(0.1), scan(Xd),
+                                                  dtype="float64"))
+    seen = []
+
+    def counting(*outs, **kw):
+        import dask
+
+        seen.append(len(dict(dask.delayed(list(outs)).__dask_graph__())) - 1)  # less the list wrapping them
+        return dask.compute(*outs)
+
+    monkeypatch.setattr(operator, "compute", counting)
+    op.raw_matmat(np.arange(1200.0).reshape(600, 2))  # distinct pieces (equal ones would share a key)
+    assert seen == [pass_tasks(12)] and pass_tasks(12) == 3 * 78 + 12 * 3
+
+
+def test_cluster_block_size_from_plain_numbers():
+    kw = dict(concurrency=100, entry_seconds=6e-9, task_seconds=1e-3, d=20, ell=20, itemsize=4)
+    # 4082: 99,225 tasks = 99 s of scheduling against ~31 s of blocks; 32,258: 1,643 tasks, still 5.04 %;
+    # 62,500 (16 row blocks): 456 tasks = 0.46 s against 32 s, 1.4 %
+    assert cluster_block_size(BIG_N, memory_per_task=None, **kw) == 62_500
+    assert pass_cost(BIG_N, 32_258, **{k: kw[k] for k in ("concurrency", "entry_seconds", "task_seconds")}).share > 0.05
+    # memory caps the block; never below the default
+    assert cluster_block_size(BIG_N, memory_per_task=task_memory(16_130, 20, 20, 4), **kw) == 16_130
+    assert cluster_block_size(BIG_N, memory_per_task=1, **kw) == default_block_size(BIG_N)
+    # few tasks for the work: the default stays
+    assert cluster_block_size(BIG_N, memory_per_task=None, **{**kw, "concurrency": 1}) == default_block_size(BIG_N)
+
+
+def test_plan_chooses_a_larger_block_for_many_workers(tmp_path):
+    kw = dict(n_components=10, cluster=MANY_WORKERS, measure=False, gram="store", store=tmp_path / "s.zarr")
+    p = plan(big_input(), **kw)
+    fit_default = plan(big_input(), cluster_block=False, **kw)
+    assert fit_default.block == default_block_size(BIG_N) < p.block
+    assert p.tasks_per_pass == pass_tasks(p.n_row_blocks) < fit_default.tasks_per_pass
+    assert p.scheduling_share < fit_default.scheduling_share and fit_default.scheduling_share > 0.05
+    # within the workers' memory (8 GiB each, 80 % for block tasks)
+    assert p.memory_per_worker <= 0.8 * 8 * 2**30
+    if p.scheduling_share > 0.05:  # then the next larger block would not have fit
+        assert task_memory(2 * p.block, 20, p.subspace, 4) > 0.8 * 8 * 2**30
+    assert f"chunk_size={p.block} (--chunk-size {p.block})" in str(p)
+
+
+def test_plan_keeps_a_chunk_size_given_and_warns(tmp_path):
+    p = plan(big_input(), n_components=10, cluster=MANY_WORKERS, measure=False, gram="store",
+             store=tmp_path / "s.zarr", chunk_size=4096)
+    assert p.block == 4096 and "chunk_size=4096 as given" in str(p)
+    assert p.scheduling_share > 0.05
+    assert any(w.startswith("the scheduler takes ~") and "chunk_size=" in w for w in p.warnings), p.warnings
+
+
+def test_scheduling_share_in_table_and_dict(tmp_path):
+    p = plan(big_input(), n_components=10, cluster=MANY_WORKERS, measure=False, gram="store",
+             store=tmp_path / "s.zarr")
+    d = p.to_dict()
+    assert d["scheduling_share"] == p.scheduling_share > 0 and d["tasks_per_pass"] == p.tasks_per_pass > 0
+    assert d["scheduler_seconds"] == p.scheduler_seconds > 0 and d["distributed"] is True
+    assert (f"scheduling:    ~{p.tasks_per_pass} tasks per pass" in str(p)
+            and f"= {100 * p.scheduling_share:.1f} % of a pass" in str(p))
+
+
+def test_fs_bandwidth_bounds_a_pass(blobs):
+    slow = plan(blobs, n_components=2, gram="store", fs_bandwidth="1MB/s")
+    assert slow.fs_bandwidth == 1e6 and slow.pass_bound == "filesystem" and slow.build_bound == "filesystem"
+    assert slow.filesystem_seconds == pytest.approx(600 * 600 * 4 / 1e6)  # one 600 x 600 float32 block
+    assert slow.pass_seconds >= slow.filesystem_seconds
+    text = str(slow)
+    assert "per pass (bound by the filesystem)" in text and "an assumed 0.001 GB/s aggregate (an assumption" in text
+    fast = plan(blobs, n_components=2, gram="store", fs_bandwidth=1e15)
+    assert fast.pass_bound == "compute" and "per pass (bound by compute)" in str(fast)
+    assert plan(blobs, n_components=2, measure=False).fs_bandwidth is None
+    with pytest.raises(ValueError, match="fs_bandwidth='fast' is invalid"):
+        plan(blobs, fs_bandwidth="fast")
+
+
+def test_cli_plan_fs_bandwidth(tmp_path, blobs, capsys):
+    data = write_data(tmp_path / "d.zarr", blobs)
+    assert main(["plan", data, "-k", "2", "--no-measure", "--fs-bandwidth", "1GB/s"]) == 0
+    assert "an assumed 1 GB/s aggregate (an assumption, not measured)" in capsys.readouterr().out
+    err = cli_error(capsys, ["plan", data, "--fs-bandwidth", "lots"])
+    assert "fs_bandwidth='lots' is invalid" in err
 
 
 # -- display: HTML repr, plots, notebook -----------------------------------------

@@ -2,13 +2,22 @@
 
 Sizing lives here, in one named function (:func:`default_block_size`), so that
 the Gram build, the operators, planning and the model all agree on where a
-block starts and ends.
+block starts and ends.  Its cluster-aware sibling,
+:func:`cluster_block_size`, is what ``dkpca.plan`` recommends for a cluster:
+the smallest block edge, from the default up, whose pass keeps the
+scheduler's share under :data:`SCHEDULING_SHARE` -- from plain numbers (rates,
+concurrency, memory), with the cost of a pass at a block edge written once
+(:func:`pass_cost`).  :func:`pass_tasks` counts the tasks of one pass's graph
+and :func:`task_memory` the bytes one running block task holds.
 """
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "default_block_size", "rows_per_block", "block_bounds", "n_blocks",
-           "upper_pairs"]
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "SCHEDULING_SHARE", "default_block_size", "balanced_block",
+           "rows_per_block", "block_bounds", "n_blocks", "upper_pairs", "pass_tasks", "task_memory", "PassCost",
+           "pass_cost", "cluster_block_size"]
 
 #: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
 #: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
@@ -18,13 +27,23 @@ DEFAULT_BLOCK = 4096
 #: memory budget of one kernel block held by a loop or a task (a 4096^2 float64 block)
 BLOCK_BYTES = DEFAULT_BLOCK * DEFAULT_BLOCK * 8
 
+#: rows of a float32 block widened to float64 at a time in a product; 256 x 4096 x 8 B = 8 MiB stays in cache
+STRIP_ROWS = 256
+
+#: largest share of a pass the scheduler may take at the block :func:`cluster_block_size` picks
+SCHEDULING_SHARE = 0.05
+
 
 def default_block_size(n: int) -> int:
     """Square Gram block edge for ``n`` samples (the whole matrix when small)."""
-    if n <= DEFAULT_BLOCK:
+    return balanced_block(n, DEFAULT_BLOCK)
+
+
+def balanced_block(n: int, edge: int) -> int:
+    """The edge at most ``edge`` that cuts ``n`` rows into as few blocks, balanced so the last is not a sliver."""
+    if n <= edge:
         return n
-    # Balance the blocks so the last one is not a sliver.
-    nb = -(-n // DEFAULT_BLOCK)
+    nb = -(-n // edge)
     return -(-n // nb)
 
 
@@ -50,3 +69,108 @@ def n_blocks(n: int, block: int) -> int:
 def upper_pairs(nb: int) -> list[tuple[int, int]]:
     """Block coordinates ``(I, J)`` with ``I <= J``: the stored half of a symmetric K."""
     return [(I, J) for I in range(nb) for J in range(I, nb)]
+
+
+def pass_tasks(nb: int, fan_in: int = 8) -> int:
+    """Tasks in the graph of one pass over ``nb`` row blocks, as ``raw_matmat`` builds it.
+
+    One piece of V per row block, one two-output task per upper-triangular
+    block and a getter per output used (two off the diagonal, one on it),
+    and per row block a tree of ``fan_in``-way sums over its ``nb``
+    contributions (:func:`dkpca.linalg.scatter_sum`): ``3 P + nb S`` with
+    ``P = nb (nb + 1) / 2`` and ``S`` the sums of one tree.
+    """
+    pairs = nb * (nb + 1) // 2
+    sums, m = 0, nb
+    while m > 1:
+        m = -(-m // fan_in)
+        sums += m
+    return 3 * pairs + nb * sums
+
+
+def task_memory(block: int, d: int, ell: int, itemsize: int) -> int:
+    """Bytes one running block task holds.
+
+    The kernel block and the block read back for a pass (both kept as
+    per-thread scratch), a float64 strip for widening, two row blocks of X,
+    and the two V slices with their products.
+    """
+    return 2 * block * block * itemsize + STRIP_ROWS * block * 8 + 2 * block * d * 8 + 4 * block * ell * 8
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """One sweep over the upper-triangular blocks of K at one block edge (seconds).
+
+    ``compute`` is the block work spread over the concurrent tasks, ``io``
+    the bytes moved at the filesystem's aggregate bandwidth (0 when not
+    bounded), ``scheduler`` the scheduler's serial time for the graph's
+    tasks.  The scheduler is counted on top of the larger of the other two:
+    graph submission does not overlap the work.
+    """
+
+    block: int
+    tasks: int
+    compute: float
+    io: float
+    scheduler: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute, self.io) + self.scheduler
+
+    @property
+    def share(self) -> float:
+        """The scheduler's share of the sweep, in [0, 1]."""
+        return self.scheduler / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bound(self) -> str:
+        """``"filesystem"`` when moving the bytes takes longer than the block work, else ``"compute"``."""
+        return "filesystem" if self.io > self.compute else "compute"
+
+
+def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, task_seconds: float,
+              bytes_per_entry: float = 0.0, bandwidth: float | None = None) -> PassCost:
+    """The cost of one sweep over K's upper-triangular blocks of edge ``block``.
+
+    ``entry_seconds`` is one thread's time per entry of a block (its work
+    scales with the entries), ``task_seconds`` the scheduler's per task;
+    ``bytes_per_entry`` are moved through a filesystem of aggregate
+    ``bandwidth`` bytes/s (None: it keeps up).  The blocks are counted whole
+    (``P block^2`` entries), as the tasks run them.
+    """
+    block = min(block, n)
+    nb = n_blocks(n, block)
+    entries = nb * (nb + 1) // 2 * float(block) * block
+    tasks = pass_tasks(nb)
+    io = entries * bytes_per_entry / bandwidth if bandwidth else 0.0
+    return PassCost(block, tasks, entries * entry_seconds / max(1, concurrency), io, tasks * task_seconds)
+
+
+def cluster_block_size(n: int, *, concurrency: int, entry_seconds: float, task_seconds: float,
+                       memory_per_task: float | None, d: int, ell: int, itemsize: int,
+                       bytes_per_entry: float = 0.0, bandwidth: float | None = None,
+                       share: float = SCHEDULING_SHARE) -> int:
+    """Block edge for ``concurrency`` tasks at once: the scheduler under ``share`` of a pass, within memory.
+
+    From :func:`default_block_size` upwards, doubling the nominal edge (each
+    step quarters the tasks), the first balanced edge whose
+    :func:`pass_cost` has the scheduler at most ``share`` of the pass; never
+    one whose :func:`task_memory` exceeds ``memory_per_task`` bytes (None:
+    unknown, not limited), never smaller than the default.  The arguments
+    are :func:`pass_cost`'s and :func:`task_memory`'s.
+    """
+    nominal = DEFAULT_BLOCK
+    block = default_block_size(n)
+    while block < n:
+        cost = pass_cost(n, block, concurrency=concurrency, entry_seconds=entry_seconds, task_seconds=task_seconds,
+                         bytes_per_entry=bytes_per_entry, bandwidth=bandwidth)
+        if cost.share <= share:
+            break
+        nominal *= 2
+        bigger = balanced_block(n, nominal)
+        if memory_per_task is not None and task_memory(bigger, d, ell, itemsize) > memory_per_task:
+            break
+        block = bigger
+    return block

@@ -14,13 +14,10 @@ from typing import Any
 import dask
 import numpy as np
 
-from .grid import block_bounds, rows_per_block
+from .grid import STRIP_ROWS, block_bounds, rows_per_block
 from .workspace import scratch
 
 __all__ = ["block_products", "add", "tree_sum", "scatter_sum", "dense_rows", "kernel_product"]
-
-#: rows widened to float64 at a time; 256 x 4096 x 8 B = 8 MiB stays in cache
-STRIP_ROWS = 256
 
 
 def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,

@@ -1,8 +1,10 @@
-"""Planning above the solvers: measurements, the ``auto`` choice and the printable plan."""
+"""Planning above the solvers: measurements, the ``auto`` choice, time estimates and the printable plan."""
 
 from .auto import DENSE_MAX_N, SMALL_GRAM_BYTES, Choice, choose
+from .estimate import SCHEDULER_SECONDS_PER_TASK, EntryRates, choose_block, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 from .plan import Plan, cluster_resources, make_plan, plan
 
 __all__ = ["DENSE_MAX_N", "SMALL_GRAM_BYTES", "Choice", "choose", "estimate_passes", "lanczos_passes",
-           "measure_blocks", "Plan", "cluster_resources", "make_plan", "plan"]
+           "measure_blocks", "Plan", "cluster_resources", "make_plan", "plan", "SCHEDULER_SECONDS_PER_TASK",
+           "EntryRates", "choose_block", "estimate"]

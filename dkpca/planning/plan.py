@@ -15,8 +15,15 @@ estimate comes from a short measured sample on this machine:
   ``(lambda_{l+1} / lambda_k)^p`` per pass ``p`` (Halko et al. 2011, sec. 9).
 
 Times are scaled to the whole matrix and divided among the concurrent tasks
-(workers x threads); they assume the store's filesystem keeps up with all of
-them, so treat them as a lower bound on a shared filesystem.
+(workers x threads) (:mod:`dkpca.planning.estimate`); the distributed
+scheduler's serial time per pass (its measured cost per task x the pass's
+tasks) comes on top, and its share of a pass is printed.  The filesystem is
+assumed to keep up unless ``fs_bandwidth`` (an assumed aggregate bandwidth)
+is given: then a pass takes at least K's bytes / ``fs_bandwidth``.  For a
+cluster (``cluster=`` or an active client) without ``chunk_size``, the block
+edge is chosen so that the scheduler stays under 5 % of a pass within the
+workers' memory (:func:`dkpca.linalg.cluster_block_size`); ``dkpca.fit``
+keeps its own default, so the plan names the ``chunk_size`` to pass.
 """
 
 from __future__ import annotations
@@ -33,18 +40,15 @@ import psutil
 from ..cluster import cluster_spec, connected, is_scheduler_address, worker_resources
 from ..execution import active_client
 from ..kernels import Kernel
-from ..linalg import block_bounds
-from ..request import make_request
+from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
+from ..request import check_bandwidth, check_bool, make_request
 from ..solvers.randomized import block_size
 from ..storage import free_bytes, gram_bytes, json_safe
 from .auto import choose
+from .estimate import SCHEDULER_SECONDS_PER_TASK, WORKER_MEMORY_FRACTION, EntryRates, choose_block, estimate
 from .measure import estimate_passes, measure_blocks
 
 __all__ = ["plan", "Plan", "make_plan", "cluster_resources"]
-
-#: scheduling + zarr open cost per task (measured ~2-4 ms with dask's threaded
-#: scheduler on the development machine); dominates for small blocks
-_TASK_OVERHEAD = 3e-3
 
 
 def _fmt_bytes(b: float | None) -> str:
@@ -108,6 +112,23 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     #: n_components given as a fraction of explained variance: k above is its first round's
     fraction: float | None = None
+    #: how the block edge was set (the default, chunk_size, or chosen for the cluster)
+    block_reason: str = ""
+    #: tasks in one pass's graph, the scheduler's seconds for them and its share of a pass (0..1)
+    tasks_per_pass: int = 0
+    scheduler_seconds: float = 0.0
+    scheduling_share: float = 0.0
+    #: where the per-entry times behind the share come from: "measured" or "documented" (not measured)
+    rates_source: str = "documented"
+    #: the assumed aggregate filesystem bandwidth (bytes/s); None: the filesystem is assumed to keep up
+    fs_bandwidth: float | None = None
+    #: "compute" or "filesystem": what bounds a pass and the build
+    pass_bound: str = "compute"
+    build_bound: str | None = None
+    #: seconds a pass's bytes of K take at ``fs_bandwidth`` (0: not bounded or not stored)
+    filesystem_seconds: float = 0.0
+    #: planned for a distributed cluster (False: this machine's threads, no block choice or warning)
+    distributed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -126,6 +147,14 @@ class Plan:
             f"({_fmt_bytes(self.chunk_bytes)}), {self.n_row_blocks} row blocks, "
             f"{self.n_block_tasks} block tasks (upper triangle)",
         ]
+        if self.block_reason:
+            lines.append(f"  block:         {self.block_reason}")
+        rate = "the measured blocks" if self.rates_source == "measured" else "the documented rate, not measured"
+        share = (f"~{_fmt_seconds(self.scheduler_seconds)} of scheduler time = {100 * self.scheduling_share:.1f} % of "
+                 f"a pass (at {SCHEDULER_SECONDS_PER_TASK * 1e3:.2g} ms per task, measured by "
+                 f"benchmarks/scheduler.py; the pass from {rate})")
+        lines.append(f"  scheduling:    ~{self.tasks_per_pass} tasks per pass, " + (
+            share if self.distributed else f"on this machine's threads (a distributed scheduler: {share})"))
         if stored:
             lines.append(f"  Gram store:    {_fmt_bytes(self.gram_bytes)} on disk "
                          f"(free on that filesystem: {_fmt_bytes(self.free_bytes)})")
@@ -144,14 +173,25 @@ class Plan:
                                  r=_fmt_seconds(m.get("read_block")), p=_fmt_seconds(m.get("product_block")),
                                  e=int(m.get("edge", self.block)))
             )
+            build = (f"build {_fmt_seconds(self.build_seconds)} (bound by {self._bound(self.build_bound)}), "
+                     if stored else "")
             lines.append(
-                f"  estimate:      build {_fmt_seconds(self.build_seconds)}, {_fmt_seconds(self.pass_seconds)} "
-                f"per pass, total ~{_fmt_seconds(self.total_seconds)} (assumes the filesystem keeps up)"
+                f"  estimate:      {build}{_fmt_seconds(self.pass_seconds)} per pass (bound by "
+                f"{self._bound(self.pass_bound)}), total ~{_fmt_seconds(self.total_seconds)}"
             )
         else:
-            lines.append("  estimate:      not measured")
+            lines.append("  estimate:      not measured" + (f"; a pass is bound by {self._bound(self.pass_bound)}"
+                                                            if self.fs_bandwidth else ""))
+        lines.append("  filesystem:    " + (
+            f"an assumed {self.fs_bandwidth / 1e9:.3g} GB/s aggregate (an assumption, not measured): K's bytes take "
+            f"{_fmt_seconds(self.filesystem_seconds)} per pass" if self.fs_bandwidth else
+            "assumed to keep up (no fs_bandwidth given)"))
         lines += [f"  warning:       {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    @staticmethod
+    def _bound(bound: str | None) -> str:
+        return "the filesystem" if bound == "filesystem" else "compute"
 
     def _repr_html_(self) -> str:  # pragma: no cover - display only
         return "<pre>" + html.escape(str(self)) + "</pre>"
@@ -167,7 +207,10 @@ def _client_resources(client: Any) -> dict[str, Any]:
 
 
 def cluster_resources(cluster: Any) -> dict[str, Any]:
-    """Workers, threads per worker and memory per worker for ``cluster`` (see :func:`plan`)."""
+    """Workers, threads per worker and memory per worker for ``cluster`` (see :func:`plan`).
+
+    ``distributed`` is False only for this machine's threads (no cluster, no client).
+    """
     out: dict[str, Any] = {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
     client = cluster if hasattr(cluster, "scheduler_info") else active_client()
     if isinstance(cluster, (str, os.PathLike)) and not os.path.isfile(cluster) and is_scheduler_address(
@@ -178,9 +221,10 @@ def cluster_resources(cluster: Any) -> dict[str, Any]:
         out = worker_resources(cluster_spec(cluster))  # from the configuration; nothing is started
     elif client is not None:
         out = _client_resources(client)
+    out["distributed"] = True
     if out["workers"] is None and cluster is None and client is None:
         out = {"workers": 1, "threads_per_worker": os.cpu_count() or 1,
-               "memory_per_worker": psutil.virtual_memory().total}
+               "memory_per_worker": psutil.virtual_memory().total, "distributed": False}
     out["workers"] = out["workers"] or 1
     out["threads_per_worker"] = out["threads_per_worker"] or 1
     return out
@@ -188,38 +232,57 @@ def cluster_resources(cluster: Any) -> dict[str, Any]:
 
 def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str,
               store: str, tol: float = 1e-6, max_passes: int = 60, resources: dict | None = None,
-              measure: bool = True, fraction: float | None = None) -> Plan:
+              measure: bool = True, fraction: float | None = None, fs_bandwidth: float | None = None,
+              rates: EntryRates | None = None, block_reason: str = "") -> Plan:
     """Plan for a validated dask array ``X`` (row chunks = ``block``) and resolved kernel.
 
     ``measure=False`` does no work beyond arithmetic on the sizes (the pass
-    estimate is then ``max_passes``, except for the dense solver).
+    estimate is then ``max_passes``, except for the dense solver; the
+    scheduler's share uses the documented per-entry rates).  ``rates``:
+    per-entry times measured already (at another block edge), instead of
+    measuring here.  ``fs_bandwidth``: assumed aggregate bytes/s of the
+    store's filesystem (checked by the caller).
     """
     dtype = np.dtype(dtype)
     n, d = X.shape
     nb = len(block_bounds(n, block))
     tasks = nb * (nb + 1) // 2
-    ell = block_size(n, k) if solver != "dense" else k
+    ell = subspace(n, k, solver)
     res = resources if resources is not None else cluster_resources(None)
     conc = res["workers"] * res["threads_per_worker"]
     gbytes = gram_bytes(n, block, dtype) if gram == "store" else 0
     free = free_bytes(store)
     item = dtype.itemsize
-    # Per running task: the kernel block and the block read back for a pass
-    # (both kept as per-thread scratch), a float64 strip for widening, two row
-    # blocks of X, and the two V slices with their products.
-    per_task = 2 * block * block * item + 256 * block * 8 + 2 * block * d * 8 + 4 * block * ell * 8
+    per_task = task_memory(block, d, ell, item)
     per_worker = res["threads_per_worker"] * per_task
     client_mem = 6 * n * ell * 8 + 2 * n * 8 + (n * n * 8 * 2 if solver == "dense" else 0)
     warnings = []
     if free is not None and gbytes > free:
         warnings.append(f"the Gram store needs {_fmt_bytes(gbytes)} but only {_fmt_bytes(free)} is free there")
     avail = res.get("memory_per_worker")
-    if avail and per_worker > 0.8 * avail:
+    if avail and per_worker > WORKER_MEMORY_FRACTION * avail:
         warnings.append(f"{_fmt_bytes(per_worker)} per worker is close to or above its memory limit "
                         f"{_fmt_bytes(avail)}; use a smaller chunk_size")
     mp = max_passes or 60
     passes, note = (estimate_passes(X, kernel, k, ell, tol, mp, solver) if measure or solver == "dense"
                     else (mp, f"at most max_passes={mp}; not estimated"))
+    if rates is None and measure:
+        rates = EntryRates.measured(measure_blocks(X, kernel, block, dtype, ell, store), block)
+    rates = rates or EntryRates.documented(kernel, d)
+    build, sweep = estimate(n, block, gram=gram, itemsize=item, concurrency=conc, rates=rates,
+                            fs_bandwidth=fs_bandwidth)
+    if res.get("distributed", True) and sweep.share > SCHEDULING_SHARE:  # a local threads' task costs less
+        best = choose_block(n, d=d, ell=ell, itemsize=item, gram=gram, resources=res, rates=rates,
+                            fs_bandwidth=fs_bandwidth)
+        what = f"the scheduler takes ~{100 * sweep.share:.0f} % of each pass ({sweep.tasks} tasks at block {block})"
+        if best > block:
+            share = estimate(n, best, gram=gram, itemsize=item, concurrency=conc, rates=rates,
+                             fs_bandwidth=fs_bandwidth)[1].share
+            warnings.append(f"{what}; chunk_size={best} " + (
+                f"keeps it under {100 * SCHEDULING_SHARE:.0f} %" if share <= SCHEDULING_SHARE else
+                f"(the largest block the workers' memory allows) brings it to ~{100 * share:.0f} %"))
+        elif block < n:
+            warnings.append(f"{what}; a larger block would not fit the workers' memory")
     p = Plan(
         fraction=fraction,
         n_samples=n, n_features=d, n_components=k, kernel=kernel.to_dict(), solver=solver, solver_reason=reason,
@@ -228,22 +291,24 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         store=store, free_bytes=free, workers=res["workers"], threads_per_worker=res["threads_per_worker"],
         memory_per_task=per_task, memory_per_worker=per_worker, memory_available_per_worker=avail,
         client_memory=client_mem, subspace=ell, expected_passes=passes, passes_note=note, warnings=warnings,
+        block_reason=block_reason, tasks_per_pass=sweep.tasks, scheduler_seconds=sweep.scheduler,
+        scheduling_share=sweep.share, rates_source=rates.source, fs_bandwidth=fs_bandwidth,
+        pass_bound=sweep.bound, build_bound=build.bound if build is not None else None,
+        filesystem_seconds=sweep.io, distributed=bool(res.get("distributed", True)),
     )
-    if measure:
-        m = measure_blocks(X, kernel, block, dtype, ell, store)
-        p.measured = m
-        # diagonal blocks cost about half; (tasks + nb) / 2 full-block equivalents
-        eq = (tasks - nb) + nb / 2
-        if gram == "store":
-            p.build_seconds = (eq * (m["kernel_block"] + m["write_block"]) + tasks * _TASK_OVERHEAD) / conc
-            p.pass_seconds = tasks * (m["read_block"] + m["product_block"] + _TASK_OVERHEAD) / conc
-            fused = 1 if solver != "dense" else 0
-        else:
-            p.build_seconds = 0.0
-            p.pass_seconds = (eq * m["kernel_block"] + tasks * (m["product_block"] + _TASK_OVERHEAD)) / conc
-            fused = 0
+    if rates.source == "measured":
+        p.measured = rates.per_block(block)
+        p.build_seconds = build.seconds if build is not None else 0.0
+        p.pass_seconds = sweep.seconds
+        # the first product is fused into the build for the iterative solvers
+        fused = 1 if build is not None and solver != "dense" else 0
         p.total_seconds = p.build_seconds + max(0, passes - fused) * p.pass_seconds
     return p
+
+
+def subspace(n: int, k: int, solver: str) -> int:
+    """Columns of the block of vectors a pass multiplies (k for the dense solver)."""
+    return block_size(n, k) if solver != "dense" else k
 
 
 def plan(
@@ -263,6 +328,8 @@ def plan(
     gram: str = "auto",
     cluster: Any = None,
     measure: bool = True,
+    fs_bandwidth: float | str | None = None,
+    cluster_block: bool = True,
 ) -> Plan:
     """Describe a fit without computing K (same parameters as :func:`dkpca.fit`).
 
@@ -270,7 +337,8 @@ def plan(
     ----------
     source, n_components, kernel, gamma, degree, coef0, kernel_params, solver, store, chunk_size, dtype, tol, \
 max_passes, gram
-        As for :func:`dkpca.fit`.
+        As for :func:`dkpca.fit`.  For a cluster, ``chunk_size=None`` lets the
+        plan choose the block edge (see ``cluster_block``).
     cluster : str, dict or distributed.Client, optional
         A back end (``"slurm"``), a cluster file or configuration dict (sizes
         the workers from the Dask configuration without starting them), a
@@ -278,13 +346,30 @@ max_passes, gram
         machine's cores.
     measure : bool, default=True
         Time a few kernel blocks, one block write/read and one product, and
-        estimate passes from a subsample (a second or so); False gives sizes only.
+        estimate passes from a subsample (a second or so); False gives sizes
+        only (the scheduler's share then rests on documented per-entry rates,
+        :mod:`dkpca.planning.estimate`).
+    fs_bandwidth : float or str, optional
+        Assumed aggregate bandwidth of the store's filesystem, bytes/s or a
+        size per second (``"100GB/s"``): a pass then takes at least K's bytes
+        / ``fs_bandwidth``, the build at least K's bytes written / it, and the
+        plan says which bound applies.  Default: the filesystem keeps up.
+    cluster_block : bool, default=True
+        For a cluster (``cluster=`` or an active client) and ``chunk_size=None``:
+        choose the block edge so that the scheduler's time stays under 5 % of
+        a pass, within the workers' memory and no smaller than the default
+        (:func:`dkpca.linalg.cluster_block_size`).  ``dkpca.fit`` does not
+        choose it: pass the plan's ``block`` as ``chunk_size``.  False plans
+        with ``fit``'s default block.  A ``chunk_size`` given is kept, with a
+        warning when the scheduler's share is over 5 %.
 
     Returns
     -------
     Plan
         ``print(plan)`` for the table; attributes for the numbers.
     """
+    bandwidth = check_bandwidth("fs_bandwidth", fs_bandwidth)
+    cluster_block = check_bool("cluster_block", cluster_block)
     req = make_request(source, n_components, kernel, gamma, degree, coef0, kernel_params, solver, store, chunk_size,
                        dtype, tol, max_passes, gram=gram, create_store=False)
     # fit would create a temporary directory for in-memory input; a plan creates nothing
@@ -292,6 +377,20 @@ max_passes, gram
                                                                        "store.dkpca.zarr")
     c = choose(req.n, req.n_components, req.solver, req.gram, X=req.X if measure else None, kernel=req.kernel,
                dtype=req.dtype, block=req.block, store=path, tol=req.tol, max_passes=req.max_passes)
-    return make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, c.solver, c.reason, c.gram, path,
-                     tol=req.tol, max_passes=req.max_passes, resources=cluster_resources(cluster), measure=measure,
-                     fraction=req.fraction)
+    res = cluster_resources(cluster)
+    ell = subspace(req.n, req.n_components, c.solver)
+    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, req.dtype, ell, path),
+                                req.block) if measure else None
+    X, block = req.X, req.block
+    why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
+    if chunk_size is None and cluster_block and res["distributed"]:
+        best = choose_block(req.n, d=req.d, ell=ell, itemsize=req.dtype.itemsize, gram=c.gram, resources=res,
+                            rates=rates or EntryRates.documented(req.kernel, req.d), fs_bandwidth=bandwidth)
+        if best != block:
+            X, block = req.X.rechunk((best, req.d)), best
+            why = (f"{best}, chosen for this cluster (to keep the scheduler under {100 * SCHEDULING_SHARE:.0f} % "
+                   f"of a pass, as far as the workers' memory allows): pass chunk_size={best} (--chunk-size {best}) "
+                   f"to fit, whose default is {req.block}")
+    return make_plan(X, req.kernel, req.n_components, block, req.dtype, c.solver, c.reason, c.gram, path,
+                     tol=req.tol, max_passes=req.max_passes, resources=res, measure=measure,
+                     fraction=req.fraction, fs_bandwidth=bandwidth, rates=rates, block_reason=why)

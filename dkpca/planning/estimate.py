@@ -1,0 +1,122 @@
+"""Time estimates of a fit from per-entry rates: the build, a pass, the scheduler's share, a cluster's block.
+
+A sweep over K's upper-triangular blocks of edge b -- a solver pass, or the
+Gram build, whose graph has a pass's shape when the solver's first product
+is fused into it -- costs (:func:`dkpca.linalg.pass_cost`):
+
+* compute: ``P b^2`` entries x one thread's seconds per entry / the tasks
+  that run at once;
+* filesystem: K's bytes, read by a pass or written by the build, at an
+  *assumed* aggregate bandwidth ``fs_bandwidth`` (bytes/s) when one is
+  given; the larger of compute and filesystem binds;
+* scheduler: the graph's tasks x :data:`SCHEDULER_SECONDS_PER_TASK`,
+  serial, on top.
+
+The per-entry rates are measured (:func:`dkpca.planning.measure_blocks`,
+``plan(measure=True)``) or, when nothing is measured, the documented rates
+below.  :func:`choose_block` turns a cluster's resources into the plain
+numbers of :func:`dkpca.linalg.cluster_block_size`.  ``dkpca.plan`` and the
+projection of ``benchmarks/scale.py workers`` call these same functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..kernels import Kernel
+from ..linalg import PassCost, cluster_block_size, pass_cost
+
+__all__ = ["SCHEDULER_SECONDS_PER_TASK", "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND",
+           "WORKER_MEMORY_FRACTION", "EntryRates", "estimate", "choose_block"]
+
+#: The distributed scheduler's time per task, serial: a pass's graph (the
+#: client building it, submission, scheduling, the workers' task handling)
+#: divided by its tasks.  Measured by ``benchmarks/scheduler.py`` (section
+#: "scheduler" of benchmarks/RESULTS.md, ``--budget 150 --repeats 1``):
+#: 8.5 ms per task at 6,417 tasks, the largest graph that run measured (a
+#: pass at n = 10^6, block 16384; 8.47 ms marginal over 11 to 6,417 tasks),
+#: on a LocalCluster of 2 workers on the 2-core development machine while
+#: other work loaded it (load average 3) -- on a quiet scheduler host expect
+#: less.  Rerun the benchmark there and put its figure here.
+SCHEDULER_SECONDS_PER_TASK = 8.5e-3
+
+#: One thread's seconds per stored entry of a pass (read + product with
+#: float64 accumulation) when nothing is measured (``measure=False``):
+#: benchmarks/RESULTS.md, "ceiling-n100000-d50", a pass of 14.88 s over
+#: 5.0e9 stored entries on 2 cores.
+PASS_SECONDS_PER_ENTRY = 6e-9
+
+#: One thread's kernel flops per second building K (evaluation and write)
+#: when nothing is measured: the same section's build, 14.35 s for 5.0e9
+#: entries on 2 cores at d = 50 (110 flops an entry, ``Kernel.cost_per_entry``).
+KERNEL_FLOPS_PER_SECOND = 19e9
+
+#: the share of a worker's memory its block tasks may fill (the rest: Dask, the worker's own data)
+WORKER_MEMORY_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class EntryRates:
+    """One thread's seconds per block entry for each step of a fit, and where they come from.
+
+    ``source`` is ``"measured"`` (with ``edge``, the block edge timed) or
+    ``"documented"`` (the module's constants).
+    """
+
+    kernel: float
+    write: float
+    read: float
+    product: float
+    source: str
+    edge: int = 0
+
+    @classmethod
+    def measured(cls, m: dict[str, float], block: int) -> EntryRates:
+        """From :func:`dkpca.planning.measure_blocks`'s seconds per ``block x block`` block."""
+        e = float(block) * block
+        return cls(m["kernel_block"] / e, m["write_block"] / e, m["read_block"] / e, m["product_block"] / e,
+                   "measured", int(m.get("edge", block)))
+
+    @classmethod
+    def documented(cls, kernel: Kernel, d: int) -> EntryRates:
+        """:data:`PASS_SECONDS_PER_ENTRY` and :data:`KERNEL_FLOPS_PER_SECOND` (nothing measured)."""
+        return cls(kernel.cost_per_entry(d) / KERNEL_FLOPS_PER_SECOND, 0.0, 0.0, PASS_SECONDS_PER_ENTRY,
+                   "documented")
+
+    def per_block(self, block: int) -> dict[str, float]:
+        """Seconds per ``block x block`` block, as :func:`~dkpca.planning.measure_blocks` reports them."""
+        e = float(block) * block
+        return {"edge": self.edge or block, "kernel_block": self.kernel * e, "write_block": self.write * e,
+                "read_block": self.read * e, "product_block": self.product * e}
+
+    def pass_entry(self, gram: str) -> float:
+        """Per entry of a pass: read and multiply a stored block, or evaluate and multiply it."""
+        return self.read + self.product if gram == "store" else self.kernel + self.product
+
+    @property
+    def build_entry(self) -> float:
+        return self.kernel + self.write
+
+
+def estimate(n: int, block: int, *, gram: str, itemsize: int, concurrency: int, rates: EntryRates,
+             fs_bandwidth: float | None = None,
+             task_seconds: float = SCHEDULER_SECONDS_PER_TASK) -> tuple[PassCost | None, PassCost]:
+    """``(build, pass)`` at ``block``: the build is None when K is not stored (``gram="recompute"``)."""
+    stored = gram == "store"
+    kw = dict(concurrency=concurrency, task_seconds=task_seconds, bandwidth=fs_bandwidth,
+              bytes_per_entry=itemsize if stored else 0.0)
+    build = pass_cost(n, block, entry_seconds=rates.build_entry, **kw) if stored else None
+    return build, pass_cost(n, block, entry_seconds=rates.pass_entry(gram), **kw)
+
+
+def choose_block(n: int, *, d: int, ell: int, itemsize: int, gram: str, resources: dict[str, Any],
+                 rates: EntryRates, fs_bandwidth: float | None = None) -> int:
+    """:func:`dkpca.linalg.cluster_block_size` for ``resources`` (workers, threads and memory per worker)."""
+    threads = int(resources["threads_per_worker"])
+    mem = resources.get("memory_per_worker")
+    return cluster_block_size(
+        n, concurrency=int(resources["workers"]) * threads, entry_seconds=rates.pass_entry(gram),
+        task_seconds=SCHEDULER_SECONDS_PER_TASK,
+        memory_per_task=WORKER_MEMORY_FRACTION * mem / threads if mem else None, d=d, ell=ell, itemsize=itemsize,
+        bytes_per_entry=itemsize if gram == "store" else 0.0, bandwidth=fs_bandwidth)
