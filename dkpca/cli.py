@@ -116,9 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--store", default=None, help="store path (default: INPUT.dkpca.zarr beside the input)")
     f.add_argument("--chunk-size", type=int, default=None, help="Gram block edge (default: about 4096, balanced)")
     f.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="precision of the stored K")
-    f.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"],
-                   help="store K in Zarr, recompute its blocks every pass, or auto: store unless K does not fit "
-                        "on disk or recomputing is measured faster")
+    f.add_argument("--gram", default="auto", choices=["auto", "store", "recompute", "memory"],
+                   help="store K in Zarr, recompute its blocks every pass, hold it in memory, or auto: store "
+                        "unless K does not fit on disk or recomputing is measured faster")
     f.add_argument("--tol", type=float, default=1e-6, help="stop when every residual is below tol x the largest "
                                                             "eigenvalue")
     f.add_argument("--max-passes", type=int, default=None, help="most passes over K (default: 60)")
@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="Gram block edge (default: about 4096, balanced; for a cluster, chosen so that the scheduler "
                          "takes under 5 %% of a pass)")
     pl.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="precision of the stored K")
-    pl.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"], help="Gram mode, as for fit")
+    pl.add_argument("--gram", default="auto", choices=["auto", "store", "recompute", "memory"],
+                    help="Gram mode, as for fit")
     pl.add_argument("--tol", type=float, default=1e-6, help="solver tolerance, as for fit")
     pl.add_argument("--max-passes", type=int, default=None, help="most passes over K (default: 60)")
     _cluster_args(pl, starts=False)

@@ -48,6 +48,7 @@ from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
 from .linalg import rows_per_block
 from .pipeline import fit as pipeline_fit
 from .pipeline import solve_kernel_matrix
+from .planning import in_memory_solver
 from .request import (
     as_generator,
     check_choice,
@@ -146,8 +147,12 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         Above ``RIDGE_EXACT_MAX_N`` training points (or ``n_landmarks``) the map
         is fitted on a random subset of landmark points.
     eigen_solver : {"auto", "dense", "arpack", "randomized", "lanczos"}, default="auto"
-        In memory, ``"auto"`` follows scikit-learn (ARPACK when n > 200 and
-        ``n_components < 10``, else dense).  ``"arpack"`` runs
+        In memory, ``"auto"`` chooses by measured cost
+        (:func:`dkpca.planning.in_memory_solver`): dense when n <= 200, for
+        a fraction of explained variance, ``n_components=None`` or
+        ``n_components >= n / 10``; else ARPACK (scikit-learn's rule, dense
+        whenever ``n_components >= 10``, took 12 s at n=5000 where ARPACK
+        takes 1 s).  ``"arpack"`` runs
         ``scipy.sparse.linalg.eigsh`` on the centred operator (never forming
         K~; one K-vector product per ARPACK step).  ``"randomized"`` is
         dkpca's subspace iteration, stopped by residual (``tol``), and
@@ -369,9 +374,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         k = n if spec is None else spec if fraction else min(n, spec)
         solver = self.eigen_solver
         if solver == "auto":
-            # scikit-learn's rule, so that "auto" runs the same algorithm; a fraction needs the
-            # spectrum's sum up to an unknown k, which one dense eigh gives (as PCA's "full")
-            solver = "arpack" if n > 200 and not fraction and k < 10 else "dense"
+            solver, _ = in_memory_solver(n, k, fraction)  # by measured cost, not scikit-learn's k < 10
         if solver == "arpack":
             # scikit-learn's tolerance, iteration limit and starting vector
             tol, passes = self.tol, None

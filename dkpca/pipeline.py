@@ -18,6 +18,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from .execution import compute
 from .gram import build_gram
 from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
@@ -87,11 +88,14 @@ def fit(
     gamma, degree, coef0, kernel_params
         Kernel parameters with scikit-learn's names and defaults
         (``gamma=None`` -> 1/n_features).
-    solver : {"auto", "dense", "randomized", "lanczos", "nystrom"}, default="auto"
+    solver : {"auto", "dense", "randomized", "lanczos", "nystrom", "arpack"}, default="auto"
         Eigensolver; ``auto`` is dense for small n, else block Lanczos (or
         randomized subspace iteration when the Krylov basis would not fit in
-        memory); ``nystrom`` is approximate and only on request.  The choice
-        and its reason are in ``model.report``.
+        memory); with K held in memory (``gram="memory"``) dense for tiny n
+        or a large share of the spectrum, else ``arpack``
+        (``scipy.sparse.linalg.eigsh``, in memory only); ``nystrom`` is
+        approximate and only on request.  The choice and its reason are in
+        ``model.report``.
     store : str, optional
         Store root, always kept.  Default: ``<input>.dkpca.zarr`` beside a path
         input; for in-memory input a new temporary directory that lives as long
@@ -110,12 +114,14 @@ def fit(
         Seed of the solver's starting block.
     overwrite : bool, default=False
         Replace a store that holds another data set or kernel.
-    gram : {"auto", "store", "recompute"}, default="auto"
+    gram : {"auto", "store", "recompute", "memory"}, default="auto"
         ``store`` writes K to Zarr once and reads it each pass; ``recompute``
-        evaluates kernel blocks from X every pass and stores no K; ``auto``
-        recomputes when K does not fit on the store's disk or when the
-        measured cost of a pass says it is faster (see
-        :func:`dkpca.planning.choose`).
+        evaluates kernel blocks from X every pass and stores no K;
+        ``memory`` evaluates K once into memory (float64; not resumable);
+        ``auto`` holds K in memory when the input is in memory, its store
+        temporary and K fits (about n <= 11,500), else recomputes when K does
+        not fit on the store's disk or when the measured cost of a pass says
+        it is faster (see :func:`dkpca.planning.choose`), else stores.
     progress : bool or callable, default=False
         True: progress on stderr (a bar on a terminal or in Jupyter, a line
         per tenth of the work in a log); a callable receives
@@ -153,7 +159,8 @@ def fit(
 def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
     """:func:`fit` from its validated request; the model owns ``req.temporary`` (if any)."""
     choice = choose(req.n, req.n_components, req.solver, req.gram, X=req.X, kernel=req.kernel, dtype=req.dtype,
-                    block=req.block, store=req.store.path, tol=req.tol, max_passes=req.max_passes)
+                    block=req.block, store=req.store.path, tol=req.tol, max_passes=req.max_passes,
+                    temporary=req.temporary is not None, fraction=req.fraction is not None)
     # The plan logged is made from the sizes alone: logging never changes the work done.  It is made
     # only when logged (a notebook that printed dkpca.plan already does not get it twice).
     if logger.isEnabledFor(logging.INFO):
@@ -189,7 +196,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
             op.centering = Centering(centering["row_means"], centering["grand_mean"], centering["diag_sum"])
         pass_seconds = res.info.pop("pass_seconds", None) or (op.pass_seconds[-res.passes:] if res.passes else [])
         # scikit-learn's spectrum rules, with the thresholds of K's precision
-        res = _keep_fraction(postprocess(res, remove_zero=True, precision=req.dtype), op, req.fraction,
+        precision = np.float64 if choice.gram == "memory" else req.dtype
+        res = _keep_fraction(postprocess(res, remove_zero=True, precision=precision), op, req.fraction,
                              req.max_passes)
         timings["solve"] += time.perf_counter() - t  # the policy's time counts as solving
         if not res.converged:
@@ -262,6 +270,14 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
     gram_report: dict[str, Any] = {"mode": gram, "dtype": dt.name, "block": block}
     solver_opts: dict[str, Any] = {}
     probe = None
+    if gram == "memory":
+        # K evaluated once into memory (float64): no store, no fused start block, no checkpoints (see
+        # planning.choose: chosen where there is nothing to reuse or resume).
+        gram_report["mode"], gram_report["dtype"] = "memory", "float64"
+        t = time.perf_counter()
+        op = InMemoryKernelOperator(req.kernel.block(np.asarray(compute(Xs)[0]), None, np.float64))
+        gram_report["build_seconds"] = time.perf_counter() - t
+        return op, gram_report, solver_opts
     if solver_name in ("randomized", "lanczos"):
         probe = start_block(n, block_size(n, req.n_components), rng)
         solver_opts["start"] = probe

@@ -34,7 +34,7 @@ __all__ = ["FitRequest", "make_request", "default_store_path", "GRAM_MODES", "ch
            "check_random_state", "as_generator", "check_choice",
            "check_kernel_pca_params", "check_out_of_core_params", "TemporaryStore"]
 
-GRAM_MODES = ("auto", "store", "recompute")
+GRAM_MODES = ("auto", "store", "recompute", "memory")
 
 
 def _is_bool(v: Any) -> bool:
@@ -358,8 +358,12 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
     """
     solver = check_choice("solver", solver, SOLVERS)
     gram = check_choice("gram", gram, GRAM_MODES)
-    if solver == "nystrom" and gram == "store":
-        raise ValueError("gram='store' does not apply to solver='nystrom', which never reads K; "
+    if solver == "arpack" and gram in ("store", "recompute"):
+        raise ValueError(f"solver='arpack' needs K in memory (each ARPACK step is a product with one vector: out of "
+                         f"core a whole pass over K), not gram={gram!r}; use gram='memory' or 'auto', or "
+                         "solver='lanczos'.")
+    if solver == "nystrom" and gram in ("store", "memory"):
+        raise ValueError(f"gram={gram!r} does not apply to solver='nystrom', which never forms K; "
                          "use gram='auto' or 'recompute'.")
     dt = check_dtype("dtype", dtype)
     tol_f = check_real("tol", tol, 0.0, 1.0, what="a number in [0, 1), e.g. 1e-6")
@@ -377,6 +381,10 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
     k = check_n_components(n_components, n)
     fraction = k if isinstance(k, float) else None
     if fraction is not None:
+        if solver == "arpack":
+            raise ValueError(f"n_components={fraction} (a fraction of explained variance) is not reached by "
+                             "solver='arpack', which needs the number of components up front; use 'auto', 'dense' "
+                             "or 'lanczos'.")
         if solver == "nystrom":
             raise ValueError(f"n_components={fraction} (a fraction of explained variance) needs the exact spectrum "
                              "of K~; solver='nystrom' approximates it. Pass an integer n_components, or another "

@@ -41,7 +41,7 @@ def test_fit_info_transform(tmp_path, data_path, blobs):
     np.testing.assert_allclose(dkpca.load(store).eigenvalues_, lam_ref, rtol=1e-8)
 
     again = run("fit", str(data_path), "--n-components", "4", "--gamma", "0.1", "--dtype", "float64",
-                "--chunk-size", "200", "--no-progress")
+                "--chunk-size", "200", "--solver", "dense", "--no-progress")
     assert "Gram blocks: 0 computed, 6 reused" in again.stdout
 
     info = run("info", str(store))
@@ -62,7 +62,7 @@ def test_fit_info_transform(tmp_path, data_path, blobs):
         # usage errors, found by argparse: the same one line and prefix, never argparse's "dkpca fit: error:"
         (["fit"], "the following arguments are required: INPUT"),
         (["fit", "{data}", "--kernel", "gauss"], "argument --kernel: invalid choice: 'gauss'"),
-        (["plan", "{data}", "--solver", "arpack"], "argument --solver: invalid choice: 'arpack'"),
+        (["plan", "{data}", "--solver", "arpack", "--gram", "store"], "solver='arpack' needs K in memory"),
         (["fit", "{data}", "-k", "two"], "argument --n-components/-k: 'two' is neither an integer"),
         (["info", "{data}", "--no-such-option"], "unrecognized arguments: --no-such-option"),
         (["bogus"], "invalid choice: 'bogus'"),

@@ -292,7 +292,8 @@ def test_out_of_core_agrees_with_in_memory(tmp_path, gen, source):
     else:
         Xin = str(tmp_path / "x.zarr")
         zarr.create_array(Xin, data=X)
-    kw = {"kernel": "rbf", "gamma": 0.2, "fit_inverse_transform": True, "alpha": 0.1}
+    # the same (direct) solver on both paths: agreement to rounding, not to an iterative tolerance
+    kw = {"kernel": "rbf", "gamma": 0.2, "fit_inverse_transform": True, "alpha": 0.1, "eigen_solver": "dense"}
     mem = KernelPCA(4, **kw).fit(X)
     ooc = KernelPCA(4, dtype="float64", chunk_size=100, store=str(tmp_path / "s.dkpca.zarr"), **kw).fit(Xin)
     assert isinstance(ooc.model_, dkpca.KPCAModel) and os.path.isdir(ooc.model_.store)
@@ -332,8 +333,10 @@ DASK_CHUNKS = ((70, 80, 100), (2, 3))
 
 def test_dask_in_dask_out_out_of_core(tmp_path, gen):
     """fit_transform and transform of dask arrays return dask arrays with their row chunks; same values as numpy."""
-    mem = KernelPCA(3, kernel="rbf", gamma=0.2)
-    ooc = KernelPCA(3, kernel="rbf", gamma=0.2, dtype="float64", store=str(tmp_path / "s.dkpca.zarr"))
+    # one direct solver on both paths: the same values to rounding
+    mem = KernelPCA(3, kernel="rbf", gamma=0.2, eigen_solver="dense")
+    ooc = KernelPCA(3, kernel="rbf", gamma=0.2, dtype="float64", store=str(tmp_path / "s.dkpca.zarr"),
+                    eigen_solver="dense")
     Z = ooc.fit_transform(da.from_array(gen, chunks=DASK_CHUNKS))
     assert isinstance(Z, da.Array) and Z.chunks == (DASK_CHUNKS[0], (3,))
     np.testing.assert_allclose(Z.compute(), mem.fit_transform(gen), atol=1e-10)
@@ -398,3 +401,10 @@ def test_dtype_check_fails_like_sklearn_on_precomputed():
 
 
 # SparseKernelPCA (dkpca/sparse.py) runs check_estimator in tests/test_sparse.py.
+
+
+def test_auto_in_memory_chooses_by_cost_not_by_k_below_10():
+    """k=10 of n=1000: ARPACK (scikit-learn's rule would take the 10x slower dense eigh); k >= n/10: dense."""
+    X = np.random.default_rng(0).standard_normal((1000, 5))
+    assert KernelPCA(10, kernel="rbf").fit(X).eigen_solver_ == "arpack"
+    assert KernelPCA(100, kernel="rbf").fit(X).eigen_solver_ == "dense"

@@ -144,3 +144,44 @@ def test_store_path_is_absolute_and_survives_chdir(tmp_path, blobs, monkeypatch)
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     np.testing.assert_allclose(dkpca.load(model.store).transform(blobs[:5]), want, rtol=1e-12)
+
+
+# -- K held in memory (gram="memory") --------------------------------------------------
+
+
+def test_in_memory_input_holds_K_in_memory_and_matches_the_reference():
+    """numpy input without store=: K evaluated once into memory, ARPACK, no Gram store written."""
+    X = np.random.default_rng(3).standard_normal((400, 6))
+    lam_ref, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 5)
+    with dkpca.fit(X, 5, gamma=0.2, random_state=0) as m:
+        assert (m.report["solver"], m.report["gram"]["mode"]) == ("arpack", "memory"), m.report["solver_reason"]
+        # float64 K and ARPACK to machine precision: eigenvalues to rounding, not to a float32 store
+        np.testing.assert_allclose(m.eigenvalues_, lam_ref, rtol=1e-10)
+        assert not os.path.exists(os.path.join(m.store, "gram"))
+        # transform = K~ u / sqrt(lambda) differs from sqrt(lambda) u by residual / sqrt(lambda) <= tol lambda_1 / ..
+        bound = 1e-6 * lam_ref[0] / np.sqrt(lam_ref[-1])
+        np.testing.assert_allclose(m.transform(X[:7]), m.embedding_[:7], atol=bound)
+
+
+@pytest.mark.parametrize("solver", ["dense", "lanczos", "arpack"])
+def test_gram_memory_is_exact_for_every_solver(tmp_path, solver):
+    X = np.random.default_rng(4).standard_normal((300, 4))
+    lam_ref, _ = reference_eigh(rbf_kernel(X, gamma=0.3), 4)
+    m = dkpca.fit(X, 4, gamma=0.3, solver=solver, gram="memory", store=tmp_path / "s.zarr", tol=1e-10,
+                  random_state=0)
+    assert m.report["gram"]["mode"] == "memory"
+    np.testing.assert_allclose(m.eigenvalues_, lam_ref, rtol=1e-9)
+    np.testing.assert_allclose(dkpca.load(tmp_path / "s.zarr").eigenvalues_, m.eigenvalues_)
+
+
+def test_a_given_store_keeps_K_stored():
+    """store= asks for a store that outlives the model: K is stored (a refit reuses it)."""
+    c = planning.choose(2000, 5, "auto", "auto", memory_bytes=16 * 10**9, free_bytes=10**13, temporary=False)
+    assert c.gram == "store"
+
+
+def test_gram_memory_that_does_not_fit_is_refused_before_work():
+    with pytest.raises(ValueError, match="needs K in memory.*gram='store'"):
+        planning.choose(50_000, 5, "auto", "memory", memory_bytes=8 * 10**9)
+    with pytest.raises(ValueError, match="solver=arpack needs K in memory"):
+        planning.choose(50_000, 5, "arpack", "auto", memory_bytes=8 * 10**9)

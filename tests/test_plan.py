@@ -46,7 +46,7 @@ def test_plan_sizes_without_computing(tmp_path):
 
 
 def test_plan_dense_and_recompute(blobs):
-    p = plan(blobs, n_components=2, measure=False)
+    p = plan(blobs, n_components=2, solver="dense", measure=False)
     assert p.solver == "dense" and p.expected_passes == 1 and not p.measured and "not measured" in str(p)
     q = plan(blobs, n_components=2, gram="recompute", solver="randomized", chunk_size=200)
     assert q.gram_bytes == 0 and "recomputed every pass" in str(q) and q.build_seconds == 0
@@ -211,3 +211,19 @@ def test_plot_without_matplotlib(monkeypatch, tmp_path, blobs):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match=r"pip install 'dkpca\[plot\]'"):
         model.plot_spectrum()
+
+
+def test_plan_counts_the_dense_eigh(blobs):
+    """The dense solver's O(n^3) eigh is in the estimate (measured on a small matrix, scaled by n^3)."""
+    p = plan(blobs, n_components=2, solver="dense")
+    assert p.solve_seconds is not None and p.solve_seconds > 0
+    assert p.total_seconds >= p.solve_seconds and "dense eigh" in str(p)
+    q = plan(blobs, n_components=2, solver="lanczos", gram="store")
+    assert q.solve_seconds is None and "dense eigh" not in str(q)
+
+
+def test_dense_solve_estimate_scales_as_n_cubed():
+    from dkpca.planning.measure import dense_solve_seconds
+
+    small, large = dense_solve_seconds(400, 4, sample=400), dense_solve_seconds(4000, 40, sample=400)
+    assert large == pytest.approx(small * 1000, rel=0.6)  # same sample timed twice: timing noise only

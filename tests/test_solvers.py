@@ -471,7 +471,13 @@ _CHEAP_DISK = {"kernel_block": 0.5, "write_block": 0.02, "read_block": 0.02, "pr
 
 
 @pytest.mark.parametrize("kw, solver, gram, why", [
-    (dict(n=2000, k=5), "dense", "store", "dense eigh"),
+    (dict(n=200, k=5), "dense", "store", "dense eigh"),
+    (dict(n=2000, k=5), "lanczos", "store", "block Lanczos"),
+    (dict(n=2000, k=5, temporary=True), "arpack", "memory", "ARPACK"),
+    (dict(n=2000, k=300, temporary=True), "dense", "memory", "share of the spectrum"),
+    (dict(n=2000, k=5, temporary=True, fraction=True), "dense", "memory", "fraction"),
+    (dict(n=20_000, k=5, temporary=True), "lanczos", "store", "block Lanczos"),
+    (dict(n=2000, k=5, solver="arpack"), "arpack", "memory", "only with K in memory"),
     (dict(n=10_000, k=3000), "dense", "store", "most of the spectrum"),
     (dict(n=50_000, k=10, measured=_CHEAP_DISK), "lanczos", "store", "measured pass"),
     (dict(n=50_000, k=10, measured=_CHEAP_KERNEL), "lanczos", "recompute", "measured pass"),
@@ -498,7 +504,7 @@ def test_choose_solver_compat_and_names(tmp_path):
     assert choose(100, 2, "auto").solver == "dense"
     c = choose(100, 2, "lanczos")
     assert (c.solver, c.reason) == ("lanczos", "solver=lanczos: solver requested; gram=store: requested")
-    assert set(SOLVERS) == {"auto", "dense", "randomized", "lanczos", "nystrom"}
+    assert set(SOLVERS) == {"auto", "dense", "randomized", "lanczos", "nystrom", "arpack"}
     # names are validated once, at the front end (dkpca.request), before any data is read
     X = np.zeros((10, 2))
     with pytest.raises(ValueError, match="solver='magic'"):

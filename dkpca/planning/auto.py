@@ -21,16 +21,40 @@ from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 
-__all__ = ["Choice", "choose", "DENSE_MAX_N", "SMALL_GRAM_BYTES"]
+__all__ = ["Choice", "choose", "DENSE_MAX_N", "DENSE_K_SHARE", "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES",
+           "memory_gram_fits", "in_memory_solver"]
 
-#: n up to which ``auto`` solves densely: the dense K~ (n^2 float64) plus
-#: eigh's workspace stay well under a GB and eigh beats repeated passes.
-DENSE_MAX_N = 3000
+#: n up to which ``auto`` solves densely (scikit-learn's threshold too): the
+#: eigh's O(n^3) beats iterating only for tiny n.  Measured on the 2-core
+#: development machine (rbf, d=50, k=10, K in memory, 2026-11-23): eigh
+#: (top k) 0.09 s at n=1000, 1.0 s at 2000, 2.9 s at 3000, 14 s at 5000,
+#: against ARPACK's 0.09, 0.14, 0.47, 1.1 s and block Lanczos' 0.17, 0.58, 0.81, 1.7 s.
+DENSE_MAX_N = 200
+
+#: share of the spectrum (k / n) from which the dense eigh beats the
+#: iterative solvers on a K held in memory: at n=2000, k=300 eigh took 1.4 s,
+#: ARPACK 10.3 s and block Lanczos 11.0 s; at n=7291 (USPS), k=256 eigh took
+#: 67 s and ARPACK 26 s (same machine and day).
+DENSE_K_SHARE = 0.1
 
 #: Gram stores up to this size are stored without measuring (``gram="auto"``):
 #: K stays in the page cache, a refit reuses it, and the choice -- hence the
 #: rounding of the result -- does not depend on a timing.
 SMALL_GRAM_BYTES = 1 << 30
+
+#: ``gram="auto"`` holds K in memory (float64, n^2 x 8 bytes) up to this size
+#: when its store would be temporary anyway (in-memory input without
+#: ``store=``): nothing to reuse or resume, so the store's writes, checksums
+#: and reads are pure cost (n <= ~11,500).
+MEMORY_GRAM_BYTES = 1 << 30
+
+
+def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int = MEMORY_GRAM_BYTES) -> bool:
+    """Whether an n x n float64 K fits ``budget`` and a quarter of the available memory."""
+    if memory_bytes is None:
+        memory_bytes = int(psutil.virtual_memory().available)
+    need = 8 * n * n
+    return need <= budget and need <= 0.25 * memory_bytes
 
 
 @dataclass
@@ -56,15 +80,37 @@ class Choice:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+def in_memory_solver(n: int, k: int, fraction: bool = False) -> tuple[str, str]:
+    """``(solver, reason)`` for a K held in memory (``gram="memory"``, the estimator's in-memory fit).
+
+    Dense for tiny n, for a fraction of explained variance (its sum up to an
+    unknown k, which one eigh gives) and for a large share of the spectrum
+    (``k >= DENSE_K_SHARE n``); else ARPACK: with K in memory a product
+    with one vector costs a seventh of one with a block of 20 (memory bound),
+    and ARPACK needs the fewest such products (see :data:`DENSE_MAX_N`).
+    """
+    if n <= DENSE_MAX_N:
+        return "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
+    if fraction:
+        return "dense", "a fraction of explained variance: one dense eigh gives the whole spectrum"
+    if k >= DENSE_K_SHARE * n:
+        return "dense", f"k={k} >= {DENSE_K_SHARE:g} n: for that share of the spectrum a dense eigh is cheaper"
+    return "arpack", (f"K is in memory and k={k} < {DENSE_K_SHARE:g} n: ARPACK (one-vector products, the fewest "
+                      "of them) is the cheapest")
+
+
 def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None, kernel=None,
            dtype: Any = "float32", block: int | None = None, store: str | None = None, tol: float = 1e-6,
            max_passes: int = 60, free_bytes: int | None = None, memory_bytes: int | None = None,
-           measured: dict[str, float] | None = None, workers: int | None = None) -> Choice:
+           measured: dict[str, float] | None = None, workers: int | None = None, temporary: bool = False,
+           fraction: bool = False) -> Choice:
     """Resolve ``solver="auto"`` and ``gram="auto"``; says why.
 
     Rules, in order (each is a sentence of ``reason``):
 
     solver
+        * K held in memory (``gram`` is or resolves to ``memory``):
+          :func:`in_memory_solver` (dense or ARPACK);
         * ``n <= DENSE_MAX_N``: ``dense`` (an in-memory eigh beats repeated passes);
         * ``k > n / 4`` and two n x n float64 arrays fit in half the memory: ``dense``;
         * else ``lanczos`` if its smallest Krylov basis (3 blocks of l columns,
@@ -74,6 +120,10 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
           approximate ``nystrom``: ask for it.
     gram
         * ``nystrom`` never reads K: ``recompute`` (no Gram store);
+        * ``temporary`` (in-memory input without ``store=``: the store would
+          be removed with the model) and K in float64 fits
+          ``MEMORY_GRAM_BYTES`` and a quarter of the memory: ``memory`` (K
+          evaluated once into memory; no store writes, checksums or reads);
         * K (upper-triangular blocks) does not fit in 90 % of the free disk
           space at the store: ``recompute``;
         * ``dense`` reads K once: ``store`` (one build, reusable by a refit);
@@ -113,6 +163,8 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         ``product_block``) and ``passes`` instead of measuring.
     workers : int, optional
         Concurrent block tasks (default: the active client's threads, else CPUs).
+    temporary : bool, default=False
+        The store is a temporary directory (in-memory input without ``store=``).
 
     Returns
     -------
@@ -120,11 +172,21 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     """
     details: dict[str, Any] = {}
     reasons: list[str] = []
-    if memory_bytes is None and (solver == "auto"):
+    if memory_bytes is None and (solver in ("auto", "arpack") or gram in ("auto", "memory")):
         memory_bytes = int(psutil.virtual_memory().available)
     ell = block_size(n, k)
+    if gram == "memory" or solver == "arpack":
+        if not memory_gram_fits(n, memory_bytes, budget=8 * n * n):
+            raise ValueError(f"{'solver=arpack' if solver == 'arpack' else 'gram=memory'} needs K in memory: "
+                             f"{8 * n * n / 1e9:.2f} GB in float64, more than a quarter of the memory available; "
+                             "use gram='store' (or 'auto') and another solver.")
+        gram = "memory" if solver == "arpack" and gram == "auto" else gram
+    memory = gram == "memory" or (gram == "auto" and solver != "nystrom" and temporary
+                                  and memory_gram_fits(n, memory_bytes))
     if solver != "auto":
         name, why = solver, "solver requested"
+    elif memory:
+        name, why = in_memory_solver(n, k, fraction)
     elif n <= DENSE_MAX_N:
         name, why = "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
     elif k > n // 4 and 16 * n * n <= 0.5 * memory_bytes:
@@ -140,9 +202,13 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         details["memory_bytes"] = memory_bytes
 
     if gram != "auto":
-        mode, why = gram, "requested"
+        mode, why = gram, ("ARPACK takes one pass per one-vector product: only with K in memory"
+                           if name == "arpack" else "requested")
     elif name == "nystrom":
         mode, why = "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
+    elif memory:
+        mode, why = "memory", (f"the input is in memory and its store temporary (nothing to reuse or resume), and "
+                               f"K ({8 * n * n / 1e6:.0f} MB in float64) fits in memory: evaluated once, no store")
     else:
         blk = min(block or n, n)
         d = int(X.shape[1]) if X is not None else 0

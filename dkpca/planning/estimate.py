@@ -27,8 +27,8 @@ from typing import Any
 from ..kernels import Kernel
 from ..linalg import PassCost, cluster_block_size, pass_cost
 
-__all__ = ["SCHEDULER_SECONDS_PER_TASK", "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND",
-           "WORKER_MEMORY_FRACTION", "EntryRates", "estimate", "choose_block"]
+__all__ = ["SCHEDULER_SECONDS_PER_TASK", "LOCAL_SECONDS_PER_TASK", "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND",
+           "WORKER_MEMORY_FRACTION", "EntryRates", "estimate", "choose_block", "memory_estimate"]
 
 #: The distributed scheduler's time per task, serial: a pass's graph (the
 #: client building it, submission, scheduling, the workers' task handling)
@@ -40,6 +40,12 @@ __all__ = ["SCHEDULER_SECONDS_PER_TASK", "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS
 #: other work loaded it (load average 3) -- on a quiet scheduler host expect
 #: less.  Rerun the benchmark there and put its figure here.
 SCHEDULER_SECONDS_PER_TASK = 8.5e-3
+
+#: The same for dask's local threaded scheduler (no cluster): a pass-shaped
+#: graph of no-op tasks (8-way tree sums) through ``dkpca.execution.compute``
+#: took 0.16-0.31 ms per task at 116 to 5,717 tasks on the 2-core development
+#: machine (AMD EPYC, 2026-11-23, while another fit ran).
+LOCAL_SECONDS_PER_TASK = 0.3e-3
 
 #: One thread's seconds per stored entry of a pass (read + product with
 #: float64 accumulation) when nothing is measured (``measure=False``):
@@ -120,3 +126,13 @@ def choose_block(n: int, *, d: int, ell: int, itemsize: int, gram: str, resource
         task_seconds=SCHEDULER_SECONDS_PER_TASK,
         memory_per_task=WORKER_MEMORY_FRACTION * mem / threads if mem else None, d=d, ell=ell, itemsize=itemsize,
         bytes_per_entry=itemsize if gram == "store" else 0.0, bandwidth=fs_bandwidth)
+
+
+def memory_estimate(n: int, *, concurrency: int, rates: EntryRates) -> tuple[float, float]:
+    """``(build, pass)`` seconds with K held in memory (``gram="memory"``): no tasks, no I/O.
+
+    All n^2 entries are evaluated once; a pass is one GEMM with K (a single
+    product per entry: ``rates.product`` times both products of a block).
+    """
+    entries = float(n) * n
+    return entries * rates.kernel / max(1, concurrency), entries * rates.product / 2 / max(1, concurrency)

@@ -24,12 +24,15 @@ from ..kernels import Kernel
 from ..linalg import Centering, block_products
 from ..storage import ChunkReader, ChunkWriter, probe_array
 
-__all__ = ["measure_blocks", "estimate_passes", "lanczos_passes", "MAX_MEASURE_EDGE", "SPECTRUM_SAMPLE"]
+__all__ = ["measure_blocks", "estimate_passes", "lanczos_passes", "dense_solve_seconds", "MAX_MEASURE_EDGE",
+           "SPECTRUM_SAMPLE", "DENSE_SAMPLE"]
 
 #: blocks larger than this are measured at this edge and scaled (entries ~ edge^2)
 MAX_MEASURE_EDGE = 4096
 #: subsample size for the spectrum estimate (an m x m dense eigh: ~0.2 s)
 SPECTRUM_SAMPLE = 1000
+#: edge of the symmetric matrix whose eigh is timed to estimate the dense solver (out of cache, ~0.1 s)
+DENSE_SAMPLE = 800
 
 
 def _best_time(f: Any, repeat: int = 2) -> float:
@@ -84,6 +87,20 @@ def lanczos_passes(p_subspace: int, tol: float, max_passes: int) -> int:
     gamma = 2.0 / g - 1.0
     rho = 1.0 / (gamma + np.sqrt(gamma * gamma - 1.0))
     return int(min(max_passes, max(2, np.ceil(np.log(tol) / np.log(rho)) + 1)))
+
+
+def dense_solve_seconds(n: int, k: int, sample: int = DENSE_SAMPLE) -> float:
+    """Seconds of the dense solver's ``eigh`` (top ``k``) on an n x n K~, on this machine.
+
+    Timed on a random symmetric ``m x m`` matrix (``m = min(n, sample)``) and
+    scaled by ``(n / m)^3``: the tridiagonal reduction, O(n^3), dominates.
+    """
+    m = max(2, min(n, sample))
+    A = np.random.default_rng(0).standard_normal((m, m))
+    A += A.T
+    km = max(1, min(m, round(k * m / n)))
+    t = _best_time(lambda: scipy.linalg.eigh(A, subset_by_index=(m - km, m - 1), check_finite=False))
+    return t * (n / m) ** 3
 
 
 def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_passes: int, solver: str,

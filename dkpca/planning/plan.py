@@ -35,20 +35,26 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-import psutil
 
-from ..cluster import cluster_spec, connected, is_scheduler_address, worker_resources
-from ..execution import active_client
 from ..kernels import Kernel
 from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
 from ..request import check_bandwidth, check_bool, make_request
 from ..solvers.randomized import block_size
 from ..storage import free_bytes, gram_bytes, json_safe
 from .auto import choose
-from .estimate import SCHEDULER_SECONDS_PER_TASK, WORKER_MEMORY_FRACTION, EntryRates, choose_block, estimate
-from .measure import estimate_passes, measure_blocks
+from .estimate import (
+    LOCAL_SECONDS_PER_TASK,
+    SCHEDULER_SECONDS_PER_TASK,
+    WORKER_MEMORY_FRACTION,
+    EntryRates,
+    choose_block,
+    estimate,
+    memory_estimate,
+)
+from .measure import dense_solve_seconds, estimate_passes, measure_blocks
+from .resources import cluster_resources
 
-__all__ = ["plan", "Plan", "make_plan", "cluster_resources"]
+__all__ = ["plan", "Plan", "make_plan"]
 
 
 def _fmt_bytes(b: float | None) -> str:
@@ -109,6 +115,8 @@ class Plan:
     build_seconds: float | None = None
     pass_seconds: float | None = None
     total_seconds: float | None = None
+    #: the dense solver's eigh (measured on a small matrix, scaled by n^3); None for iterative solvers
+    solve_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
     #: n_components given as a fraction of explained variance: k above is its first round's
     fraction: float | None = None
@@ -142,7 +150,8 @@ class Plan:
                "is explained)" if self.fraction is not None else "")
             + f", kernel {self.kernel.get('name', self.kernel)}",
             f"  solver:        {self.solver} ({self.solver_reason})",
-            f"  Gram matrix:   {'stored in ' + self.store if stored else 'recomputed every pass (not stored)'}",
+            "  Gram matrix:   " + ("stored in " + self.store if stored else "held in memory (float64), no store"
+                                     if self.gram == "memory" else "recomputed every pass (not stored)"),
             f"  chunk shape:   {self.chunk_shape[0]} x {self.chunk_shape[1]} {self.dtype} "
             f"({_fmt_bytes(self.chunk_bytes)}), {self.n_row_blocks} row blocks, "
             f"{self.n_block_tasks} block tasks (upper triangle)",
@@ -150,11 +159,11 @@ class Plan:
         if self.block_reason:
             lines.append(f"  block:         {self.block_reason}")
         rate = "the measured blocks" if self.rates_source == "measured" else "the documented rate, not measured"
-        share = (f"~{_fmt_seconds(self.scheduler_seconds)} of scheduler time = {100 * self.scheduling_share:.1f} % of "
-                 f"a pass (at {SCHEDULER_SECONDS_PER_TASK * 1e3:.2g} ms per task, measured by "
-                 f"benchmarks/scheduler.py; the pass from {rate})")
-        lines.append(f"  scheduling:    ~{self.tasks_per_pass} tasks per pass, " + (
-            share if self.distributed else f"on this machine's threads (a distributed scheduler: {share})"))
+        where, per_task = (("the distributed scheduler", SCHEDULER_SECONDS_PER_TASK) if self.distributed else
+                           ("dask's threaded scheduler", LOCAL_SECONDS_PER_TASK))
+        lines.append(f"  scheduling:    ~{self.tasks_per_pass} tasks per pass, ~{_fmt_seconds(self.scheduler_seconds)} "
+                     f"of {where} = {100 * self.scheduling_share:.1f} % of a pass (at {per_task * 1e3:.2g} ms per "
+                     f"task, measured by benchmarks/scheduler.py; the pass from {rate})")
         if stored:
             lines.append(f"  Gram store:    {_fmt_bytes(self.gram_bytes)} on disk "
                          f"(free on that filesystem: {_fmt_bytes(self.free_bytes)})")
@@ -177,7 +186,9 @@ class Plan:
                      if stored else "")
             lines.append(
                 f"  estimate:      {build}{_fmt_seconds(self.pass_seconds)} per pass (bound by "
-                f"{self._bound(self.pass_bound)}), total ~{_fmt_seconds(self.total_seconds)}"
+                f"{self._bound(self.pass_bound)}), "
+                + (f"dense eigh {_fmt_seconds(self.solve_seconds)}, " if self.solve_seconds is not None else "")
+                + f"total ~{_fmt_seconds(self.total_seconds)}"
             )
         else:
             lines.append("  estimate:      not measured" + (f"; a pass is bound by {self._bound(self.pass_bound)}"
@@ -195,39 +206,6 @@ class Plan:
 
     def _repr_html_(self) -> str:  # pragma: no cover - display only
         return "<pre>" + html.escape(str(self)) + "</pre>"
-
-
-def _client_resources(client: Any) -> dict[str, Any]:
-    workers = client.scheduler_info().get("workers", {})
-    if not workers:
-        return {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
-    w = next(iter(workers.values()))
-    return {"workers": len(workers), "threads_per_worker": w.get("nthreads", 1),
-            "memory_per_worker": w.get("memory_limit")}
-
-
-def cluster_resources(cluster: Any) -> dict[str, Any]:
-    """Workers, threads per worker and memory per worker for ``cluster`` (see :func:`plan`).
-
-    ``distributed`` is False only for this machine's threads (no cluster, no client).
-    """
-    out: dict[str, Any] = {"workers": None, "threads_per_worker": None, "memory_per_worker": None}
-    client = cluster if hasattr(cluster, "scheduler_info") else active_client()
-    if isinstance(cluster, (str, os.PathLike)) and not os.path.isfile(cluster) and is_scheduler_address(
-            os.fspath(cluster)):
-        with connected(os.fspath(cluster)) as c:  # a running scheduler: ask it
-            out = _client_resources(c)
-    elif cluster is not None and client is not cluster:
-        out = worker_resources(cluster_spec(cluster))  # from the configuration; nothing is started
-    elif client is not None:
-        out = _client_resources(client)
-    out["distributed"] = True
-    if out["workers"] is None and cluster is None and client is None:
-        out = {"workers": 1, "threads_per_worker": os.cpu_count() or 1,
-               "memory_per_worker": psutil.virtual_memory().total, "distributed": False}
-    out["workers"] = out["workers"] or 1
-    out["threads_per_worker"] = out["threads_per_worker"] or 1
-    return out
 
 
 def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str,
@@ -255,7 +233,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     item = dtype.itemsize
     per_task = task_memory(block, d, ell, item)
     per_worker = res["threads_per_worker"] * per_task
-    client_mem = 6 * n * ell * 8 + 2 * n * 8 + (n * n * 8 * 2 if solver == "dense" else 0)
+    client_mem = 6 * n * ell * 8 + 2 * n * 8 + n * n * 8 * ((solver == "dense") * 2 + (gram == "memory"))
     warnings = []
     if free is not None and gbytes > free:
         warnings.append(f"the Gram store needs {_fmt_bytes(gbytes)} but only {_fmt_bytes(free)} is free there")
@@ -269,9 +247,11 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     if rates is None and measure:
         rates = EntryRates.measured(measure_blocks(X, kernel, block, dtype, ell, store), block)
     rates = rates or EntryRates.documented(kernel, d)
+    distributed = bool(res.get("distributed", True))
     build, sweep = estimate(n, block, gram=gram, itemsize=item, concurrency=conc, rates=rates,
-                            fs_bandwidth=fs_bandwidth)
-    if res.get("distributed", True) and sweep.share > SCHEDULING_SHARE:  # a local threads' task costs less
+                            fs_bandwidth=fs_bandwidth,
+                            task_seconds=SCHEDULER_SECONDS_PER_TASK if distributed else LOCAL_SECONDS_PER_TASK)
+    if distributed and sweep.share > SCHEDULING_SHARE:
         best = choose_block(n, d=d, ell=ell, itemsize=item, gram=gram, resources=res, rates=rates,
                             fs_bandwidth=fs_bandwidth)
         what = f"the scheduler takes ~{100 * sweep.share:.0f} % of each pass ({sweep.tasks} tasks at block {block})"
@@ -294,7 +274,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         block_reason=block_reason, tasks_per_pass=sweep.tasks, scheduler_seconds=sweep.scheduler,
         scheduling_share=sweep.share, rates_source=rates.source, fs_bandwidth=fs_bandwidth,
         pass_bound=sweep.bound, build_bound=build.bound if build is not None else None,
-        filesystem_seconds=sweep.io, distributed=bool(res.get("distributed", True)),
+        filesystem_seconds=sweep.io, distributed=distributed,
     )
     if rates.source == "measured":
         p.measured = rates.per_block(block)
@@ -302,7 +282,12 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         p.pass_seconds = sweep.seconds
         # the first product is fused into the build for the iterative solvers
         fused = 1 if build is not None and solver != "dense" else 0
+        if gram == "memory":
+            (p.build_seconds, p.pass_seconds), fused = memory_estimate(n, concurrency=conc, rates=rates), 0
         p.total_seconds = p.build_seconds + max(0, passes - fused) * p.pass_seconds
+        if solver == "dense":  # the O(n^3) eigh, not only the one read of K
+            p.solve_seconds = dense_solve_seconds(n, k)
+            p.total_seconds += p.solve_seconds
     return p
 
 
@@ -376,10 +361,12 @@ max_passes, gram
     path = req.store.path if req.store is not None else os.path.join(tempfile.gettempdir(), "dkpca-<new>",
                                                                        "store.dkpca.zarr")
     c = choose(req.n, req.n_components, req.solver, req.gram, X=req.X if measure else None, kernel=req.kernel,
-               dtype=req.dtype, block=req.block, store=path, tol=req.tol, max_passes=req.max_passes)
+               dtype=req.dtype, block=req.block, store=path, tol=req.tol, max_passes=req.max_passes,
+               temporary=req.store is None)
     res = cluster_resources(cluster)
     ell = subspace(req.n, req.n_components, c.solver)
-    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, req.dtype, ell, path),
+    dt = np.dtype(np.float64) if c.gram == "memory" else req.dtype  # K in memory is float64
+    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, dt, ell, path),
                                 req.block) if measure else None
     X, block = req.X, req.block
     why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"

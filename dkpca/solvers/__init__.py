@@ -38,7 +38,7 @@ __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postpro
 
 #: Solvers ``dkpca.fit`` accepts (``auto``: resolved by :func:`dkpca.planning.choose`).
 #: ARPACK is not among them: out of core each of its single-vector steps would be a pass over K.
-SOLVERS = ("auto", "dense", "randomized", "lanczos", "nystrom")
+SOLVERS = ("auto", "dense", "randomized", "lanczos", "nystrom", "arpack")
 
 #: solver name -> the module whose ``solve`` it is
 _TABLE: Mapping[str, str] = MappingProxyType({
