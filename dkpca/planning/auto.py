@@ -45,8 +45,11 @@ SMALL_GRAM_BYTES = 1 << 30
 #: ``gram="auto"`` holds K in memory (float64, n^2 x 8 bytes) up to this size
 #: when its store would be temporary anyway (in-memory input without
 #: ``store=``): nothing to reuse or resume, so the store's writes, checksums
-#: and reads are pure cost (n <= ~11,500).
-MEMORY_GRAM_BYTES = 1 << 30
+#: and reads are pure cost.  256 MiB (n <= ~5,800): beyond it a stored K with
+#: block Lanczos was faster here (benchmarks/compare.py, 2026-11-23: n=5000
+#: 1.09 s in memory vs 1.26 s stored; n=10,000 4.27 s in memory -- the float64
+#: kernel evaluation alone 2.1 s -- vs 2.66 s stored).
+MEMORY_GRAM_BYTES = 1 << 28
 
 
 def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int = MEMORY_GRAM_BYTES) -> bool:
