@@ -195,9 +195,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         if centering is not None:  # nystrom: statistics of the approximation it solved
             op.centering = Centering(centering["row_means"], centering["grand_mean"], centering["diag_sum"])
         pass_seconds = res.info.pop("pass_seconds", None) or (op.pass_seconds[-res.passes:] if res.passes else [])
-        # scikit-learn's spectrum rules, with the thresholds of K's precision
-        precision = np.float64 if choice.gram == "memory" else req.dtype
-        res = _keep_fraction(postprocess(res, remove_zero=True, precision=precision), op, req.fraction,
+        # scikit-learn's spectrum rules, with the thresholds of the precision K is held in
+        res = _keep_fraction(postprocess(res, remove_zero=True, precision=op.dtype), op, req.fraction,
                              req.max_passes)
         timings["solve"] += time.perf_counter() - t  # the policy's time counts as solving
         if not res.converged:
@@ -273,7 +272,7 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
     if gram == "memory":
         # K evaluated once into memory (float64): no store, no fused start block, no checkpoints (see
         # planning.choose: chosen where there is nothing to reuse or resume).
-        gram_report["mode"], gram_report["dtype"] = "memory", "float64"
+        gram_report["dtype"] = "float64"
         t = time.perf_counter()
         op = InMemoryKernelOperator(req.kernel.block(np.asarray(compute(Xs)[0]), None, np.float64))
         gram_report["build_seconds"] = time.perf_counter() - t

@@ -15,10 +15,10 @@ import numpy as np
 import psutil
 
 from ..execution import n_workers_threads
-from ..linalg import block_bounds
 from ..solvers.randomized import block_size
 from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
+from .estimate import EntryRates, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 
 __all__ = ["Choice", "choose", "DENSE_MAX_N", "DENSE_K_SHARE", "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES",
@@ -52,12 +52,12 @@ SMALL_GRAM_BYTES = 1 << 30
 MEMORY_GRAM_BYTES = 1 << 28
 
 
-def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int = MEMORY_GRAM_BYTES) -> bool:
-    """Whether an n x n float64 K fits ``budget`` and a quarter of the available memory."""
+def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int | None = MEMORY_GRAM_BYTES) -> bool:
+    """Whether an n x n float64 K fits ``budget`` (None: no budget, as when asked for) and a quarter of the memory."""
     if memory_bytes is None:
         memory_bytes = int(psutil.virtual_memory().available)
     need = 8 * n * n
-    return need <= budget and need <= 0.25 * memory_bytes
+    return (budget is None or need <= budget) and need <= 0.25 * memory_bytes
 
 
 @dataclass
@@ -179,7 +179,7 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         memory_bytes = int(psutil.virtual_memory().available)
     ell = block_size(n, k)
     if gram == "memory" or solver == "arpack":
-        if not memory_gram_fits(n, memory_bytes, budget=8 * n * n):
+        if not memory_gram_fits(n, memory_bytes, budget=None):
             raise ValueError(f"{'solver=arpack' if solver == 'arpack' else 'gram=memory'} needs K in memory: "
                              f"{8 * n * n / 1e9:.2f} GB in float64, more than a quarter of the memory available; "
                              "use gram='store' (or 'auto') and another solver.")
@@ -249,13 +249,13 @@ def compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes
     p = int(measured.get("passes", max_passes))
     if name == "lanczos":
         p = lanczos_passes(p, tol, max_passes)
-    nb = len(block_bounds(n, blk))
-    tasks = nb * (nb + 1) // 2
-    eq = (tasks - nb) + nb / 2  # diagonal blocks cost half
-    kb, wb, rb, pb = (measured[key] for key in ("kernel_block", "write_block", "read_block", "product_block"))
-    build = eq * (kb + wb) / workers
-    pass_store = tasks * (rb + pb) / workers
-    pass_recompute = (eq * kb + tasks * pb) / workers
+    # The plan's own cost model (planning.estimate); the scheduler's time is left out (task_seconds=0):
+    # both modes run graphs of the same shape, so it does not decide between them.
+    kw = dict(itemsize=np.dtype(dtype).itemsize, concurrency=workers, rates=EntryRates.measured(measured, blk),
+              task_seconds=0.0)
+    build_cost, store_pass = estimate(n, blk, gram="store", **kw)
+    build, pass_store = build_cost.seconds, store_pass.seconds
+    pass_recompute = estimate(n, blk, gram="recompute", **kw)[1].seconds
     t_store = build + max(0, p - 1) * pass_store
     t_recompute = p * pass_recompute
     details.update({"measured": {key: float(v) for key, v in measured.items()}, "expected_passes": p,
