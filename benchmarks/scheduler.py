@@ -6,10 +6,13 @@
 For each n and block edge the graph is that of one pass over K as
 ``CenteredKernelOperator.raw_matmat`` builds it (``dkpca/operator.py``): one
 piece of V per row block, one two-output task per upper-triangular block
-(I <= J) -- the same ``dask.delayed(..., pure=True, nout=2)`` call with the
-same arguments: a small frozen reader object, I, J, the block shape, V_I,
-V_J, a digest -- and ``dkpca.linalg.scatter_sum``'s 8-way tree sums per row
-block.  Only the payloads are stand-ins: V has one value per row block and a
+(I <= J) -- the same ``dask.delayed(..., pure=True)`` call with the same
+arguments: a small frozen reader object, I, J, the block shape, V_I, V_J, a
+digest -- and ``dkpca.linalg.scatter_sum``'s 8-way tree sums per row block,
+which read the block tasks' outputs directly.  That is the graph of a pass
+on a cluster with at least as many worker threads as blocks; with fewer,
+a pass runs one task per worker thread (``dkpca.execution.shares``) and the
+scheduler has less to do.  Only the payloads are stand-ins: V has one value per row block and a
 "block product" returns its inputs, so the time is the client's graph
 construction, the scheduler's work, the workers' task handling and the
 messages between them.  The task count is ``dkpca.linalg.pass_tasks(nb)``
@@ -43,7 +46,7 @@ from _results import update_section
 
 from dkpca.cluster import connected
 from dkpca.execution import compute
-from dkpca.linalg import n_blocks, pass_tasks, scatter_sum, upper_pairs
+from dkpca.linalg import FAN_IN, n_blocks, pass_tasks, scatter_sum, touched_rows, upper_pairs
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,11 @@ def pass_graph(nb: int) -> list:
     reader = StandInReader(shape=(nb, nb), chunks=(1, 1))
     pieces = [dask.delayed(V[i:i + 1], pure=True) for i in range(nb)]
     pairs = upper_pairs(nb)
-    tasks = [dask.delayed(stand_in_product, pure=True, nout=2)(reader, I, J, (1, 1), pieces[I], pieces[J],
-                                                               I * nb + J) for I, J in pairs]
-    return scatter_sum(pairs, tasks, nb)
+    tasks = [dask.delayed(stand_in_product, pure=True)(reader, I, J, (1, 1), pieces[I], pieces[J], I * nb + J)
+             for I, J in pairs]
+    if len(tasks) <= FAN_IN:  # raw_matmat adds these few outputs itself (gather_sum)
+        return tasks
+    return scatter_sum([touched_rows([p]) for p in pairs], tasks, nb)
 
 
 def graph_size(outs: list) -> int:

@@ -31,10 +31,10 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .execution import compute
+from .execution import compute, placed, placement
 from .io import Fingerprint
 from .kernels import Kernel, NonFiniteKernelError
-from .linalg import block_bounds, block_products, scatter_sum, scratch
+from .linalg import block_bounds, block_products, pair_weights, scatter_sum, scratch, touched_rows
 from .storage import FitStore, GramInfo, GramStore, GramWriters, gram_bytes, use_direct_io
 
 __all__ = ["build_gram"]
@@ -151,17 +151,18 @@ def build_gram(
         bounds = block_bounds(n, block)
         fuse = probe is not None and len(todo) == total
         pieces = [dask.delayed(probe[a:b], pure=True) for a, b in bounds] if fuse else [None] * nb
-        tasks = [
-            dask.delayed(_build_block, pure=True, nout=2 if fuse else None)(
-                out, I, J, rows[I], rows[J], kernel, dtype.name, pieces[I], pieces[J],
-                dask_key_name=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}")
-            for I, J in todo
-        ]
+        tasks = []
+        for (I, J), worker in zip(todo, placement(pair_weights(bounds, todo)), strict=True):
+            with placed(worker):
+                tasks.append(dask.delayed(_build_block, pure=True)(
+                    out, I, J, rows[I], rows[J], kernel, dtype.name, pieces[I], pieces[J],
+                    dask_key_name=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}"))
         label = f"Gram matrix: {len(todo)} of {total} blocks to compute"
         if fuse:
             # every block task feeds some row block's sum, so this builds all of K
             probe_product = np.concatenate(
-                compute(*scatter_sum(todo, tasks, nb), label=label, threads=threads, progress=progress), axis=0)
+                compute(*scatter_sum([touched_rows([p]) for p in todo], tasks, nb), label=label, threads=threads,
+                        progress=progress), axis=0)
         else:
             compute(*tasks, label=label, threads=threads, progress=progress)
     gs.finish()

@@ -27,9 +27,21 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .execution import active_client, compute
+from .execution import active_client, compute, placed, shares
 from .kernels import Kernel, NonFiniteKernelError
-from .linalg import Centering, block_bounds, block_products, scatter_sum, scratch, upper_pairs
+from .linalg import (
+    FAN_IN,
+    Centering,
+    block_bounds,
+    block_products,
+    gather_sum,
+    group_products,
+    pair_weights,
+    scatter_sum,
+    scratch,
+    touched_rows,
+    upper_pairs,
+)
 from .storage import ChunkReader, GramInfo
 
 __all__ = ["CenteredKernelOperator", "StoredKernelOperator", "MatrixFreeKernelOperator", "InMemoryKernelOperator"]
@@ -93,7 +105,11 @@ class CenteredKernelOperator:
         self._primed = (V, KV)
 
     # -- to be provided by subclasses -------------------------------------
-    def _block_task(self, I: int, J: int, VI: Any, VJ: Any) -> Any:  # pragma: no cover
+    #: ``(K_IJ V_J, K_IJ^T V_I)`` of one block from ``block_args``'s arguments (a module-level function)
+    block_func: Any = None
+
+    def block_args(self, I: int, J: int, VI: Any, VJ: Any) -> tuple:  # pragma: no cover
+        """The arguments of ``block_func`` for block (I, J) with V's row pieces ``VI``, ``VJ``."""
         raise NotImplementedError
 
     def read_block(self, I: int, J: int) -> np.ndarray:  # pragma: no cover
@@ -143,8 +159,16 @@ class CenteredKernelOperator:
         pieces = [dask.delayed(V[a:b], pure=True) for a, b in bounds]
         nb = len(bounds)
         pairs = upper_pairs(nb)
-        tasks = [self._block_task(I, J, pieces[I], pieces[J]) for I, J in pairs]
-        return np.concatenate(compute(*scatter_sum(pairs, tasks, nb)), axis=0)
+        tasks, rows = [], []
+        for worker, members in shares(pair_weights(bounds, pairs)):
+            group = [pairs[i] for i in members]
+            with placed(worker):
+                tasks.append(dask.delayed(group_products, pure=True)(
+                    self.block_func, group, [self.block_args(I, J, pieces[I], pieces[J]) for I, J in group]))
+            rows.append(touched_rows(group))
+        if len(tasks) <= FAN_IN:  # a small cluster's few shares: added here, no sum tasks
+            return np.concatenate(gather_sum(rows, list(compute(*tasks)), nb), axis=0)
+        return np.concatenate(compute(*scatter_sum(rows, tasks, nb)), axis=0)
 
     def matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
         """``K~ @ V`` for ``V`` of shape (n, l); counts one pass.
@@ -198,10 +222,11 @@ class StoredKernelOperator(CenteredKernelOperator):
         # K's chunk layout is resolved once here, not per block per pass.
         self.reader = gram.reader()
 
-    def _block_task(self, I, J, VI, VJ):
+    block_func = staticmethod(_stored_product)
+
+    def block_args(self, I, J, VI, VJ):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
-        return dask.delayed(_stored_product, pure=True, nout=2)(self.reader, I, J, (i1 - i0, j1 - j0), VI, VJ,
-                                                                self.gram.expected_digest(I, J))
+        return (self.reader, I, J, (i1 - i0, j1 - j0), VI, VJ, self.gram.expected_digest(I, J))
 
     def read_block(self, I, J):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
@@ -277,9 +302,10 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
         diag_parts = [dask.delayed(_diag_sum)(r, kernel, self.dtype.name) for r in self._rows]
         self.centering = Centering.from_row_sums(raw[:, 0], float(sum(compute(*diag_parts))))
 
-    def _block_task(self, I, J, VI, VJ):
-        return dask.delayed(_matrix_free_product, pure=True, nout=2)(
-            I, J, self._rows[I], self._rows[J], self.kernel, self.dtype.name, VI, VJ)
+    block_func = staticmethod(_matrix_free_product)
+
+    def block_args(self, I, J, VI, VJ):
+        return (I, J, self._rows[I], self._rows[J], self.kernel, self.dtype.name, VI, VJ)
 
     def read_block(self, I, J):
         XI = self._rows[I].compute()

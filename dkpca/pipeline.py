@@ -8,6 +8,7 @@ anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -18,7 +19,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from .execution import compute
+from .execution import compute, serial_blas
 from .gram import build_gram
 from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
@@ -243,7 +244,7 @@ def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name
                 solver_opts["checkpoint"] = ckpt
             timings["gram"] = time.perf_counter() - t
             t = time.perf_counter()
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), serial_blas() if "start" in solver_opts else contextlib.nullcontext():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = _solve(solver_name, op, req.n_components, req.fraction, tol=req.tol,
                              max_passes=req.max_passes, rng=rng, callback=_log_pass, **solver_opts)

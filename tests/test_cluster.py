@@ -445,3 +445,47 @@ def test_plan_sizes_a_cluster_file_without_starting_it(tmp_path, monkeypatch, bl
 def test_scheduler_backend_needs_an_address():
     with pytest.raises(dc.ClusterConfigError, match="scheduler-address"):
         dc.connect({"dkpca": {"cluster": {"backend": "scheduler"}}})
+
+
+# -- a pass on a cluster: a fixed, balanced share of K's blocks per worker thread ----------
+def test_shares_are_balanced_and_the_same_every_pass(proc_cluster):
+    from dkpca.execution import placement, shares
+    from dkpca.linalg import block_bounds, pair_weights, upper_pairs
+
+    pairs = upper_pairs(7)
+    weights = pair_weights(block_bounds(650, 100), pairs)  # a short edge block: weights differ three ways
+    with Client(proc_cluster.address):
+        first, again, where = shares(weights), shares(weights), placement(weights)
+    assert first == again and len(first) == 2  # two single-thread workers: one share each, every pass alike
+    assert sorted(i for _, members in first for i in members) == list(range(len(pairs)))
+    loads = [sum(weights[i] for i in members) for _, members in first]
+    assert max(loads) - min(loads) <= max(weights)  # largest-first greedy: within one block of even
+    assert {w for w, _ in first} == set(where) and all(where[i] == w for w, members in first for i in members)
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_pass_on_a_cluster_runs_one_task_per_worker_thread_and_is_exact(proc_cluster, tmp_path, blobs, monkeypatch,
+                                                                         stored):
+    from dkpca import execution, operator
+    from dkpca.gram import build_gram
+    from dkpca.io import as_dask, scan
+    from dkpca.kernels import RBF
+    from dkpca.storage import FitStore
+
+    Xd = as_dask(blobs, block_rows=100)  # 6 row blocks, 21 blocks of K
+    V = np.random.default_rng(1).standard_normal((600, 3))
+    seen = []
+
+    def counting(*tasks, **kw):
+        seen.append(len(tasks))
+        return execution.compute(*tasks, **kw)
+
+    monkeypatch.setattr(operator, "compute", counting)
+    with Client(proc_cluster.address):
+        op = (operator.StoredKernelOperator(build_gram(FitStore.at(tmp_path / "s.zarr"), Xd, RBF(0.1), scan(Xd),
+                                                       dtype="float64"))
+              if stored else operator.MatrixFreeKernelOperator(Xd, RBF(0.1), dtype=np.float64))
+        seen.clear()
+        KV = op.raw_matmat(V)
+    assert seen == [2]  # two shares, their partial sums added by the caller: no per-block or sum tasks
+    np.testing.assert_allclose(KV, rbf_kernel(blobs, gamma=0.1) @ V, rtol=1e-12, atol=1e-12)  # float64 K: exact

@@ -115,15 +115,19 @@ def test_pass_tasks_counts_the_graph_of_a_pass(tmp_path, blobs, monkeypatch):
 
     monkeypatch.setattr(operator, "compute", counting)
     op.raw_matmat(np.arange(1200.0).reshape(600, 2))  # distinct pieces (equal ones would share a key)
-    assert seen == [pass_tasks(12)] and pass_tasks(12) == 3 * 78 + 12 * 3
+    assert seen == [pass_tasks(12)] and pass_tasks(12) == 12 + 78 + 12 * 3  # V pieces, blocks, sums
 
 
 def test_cluster_block_size_from_plain_numbers():
     kw = dict(concurrency=100, entry_seconds=6e-9, task_seconds=1e-3, d=20, ell=20, itemsize=4)
-    # 4082: 99,225 tasks = 99 s of scheduling against ~31 s of blocks; 32,258: 1,643 tasks, still 5.04 %;
-    # 62,500 (16 row blocks): 456 tasks = 0.46 s against 32 s, 1.4 %
-    assert cluster_block_size(BIG_N, memory_per_task=None, **kw) == 62_500
-    assert pass_cost(BIG_N, 32_258, **{k: kw[k] for k in ("concurrency", "entry_seconds", "task_seconds")}).share > 0.05
+    # one task per block: 4082: 39,200 tasks = 39 s of scheduling against ~30 s of blocks; 16,130: 2,573 tasks,
+    # still 7.8 %; 32,259 (31 row blocks): 682 tasks = 0.68 s against 31 s, 2.2 %
+    assert cluster_block_size(BIG_N, memory_per_task=None, **kw) == 32_259
+    cost = {k: kw[k] for k in ("concurrency", "entry_seconds", "task_seconds")}
+    assert pass_cost(BIG_N, 16_130, **cost).share > 0.05
+    # one task per worker thread (a pass on a cluster): 8,131: 2,191 tasks, 6.8 %; 16,130: 720 tasks, 2.3 %
+    assert cluster_block_size(BIG_N, memory_per_task=None, shares=100, **kw) == 16_130
+    assert pass_cost(BIG_N, 8_131, shares=100, **cost).share > 0.05
     # memory caps the block; never below the default
     assert cluster_block_size(BIG_N, memory_per_task=task_memory(16_130, 20, 20, 4), **kw) == 16_130
     assert cluster_block_size(BIG_N, memory_per_task=1, **kw) == default_block_size(BIG_N)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "SCHEDULING_SHARE", "default_block_size", "balanced_block",
-           "rows_per_block", "block_bounds", "n_blocks", "upper_pairs", "pass_tasks", "task_memory", "PassCost",
-           "pass_cost", "cluster_block_size"]
+           "rows_per_block", "block_bounds", "n_blocks", "upper_pairs", "pass_tasks", "pair_weights", "task_memory",
+           "PassCost", "pass_cost", "cluster_block_size"]
 
 #: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
 #: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
@@ -71,21 +71,37 @@ def upper_pairs(nb: int) -> list[tuple[int, int]]:
     return [(I, J) for I in range(nb) for J in range(I, nb)]
 
 
-def pass_tasks(nb: int, fan_in: int = 8) -> int:
+def pass_tasks(nb: int, fan_in: int = 8, shares: int | None = None) -> int:
     """Tasks in the graph of one pass over ``nb`` row blocks, as ``raw_matmat`` builds it.
 
-    One piece of V per row block, one two-output task per upper-triangular
-    block and a getter per output used (two off the diagonal, one on it),
-    and per row block a tree of ``fan_in``-way sums over its ``nb``
-    contributions (:func:`dkpca.linalg.scatter_sum`): ``3 P + nb S`` with
-    ``P = nb (nb + 1) / 2`` and ``S`` the sums of one tree.
+    One piece of V per row block; one task per upper-triangular block
+    (``P = nb (nb + 1) / 2``), or on a cluster one per worker thread
+    (``shares``, at most P; :func:`dkpca.execution.shares`); then per row
+    block a tree of ``fan_in``-way sums over the tasks contributing to it
+    (:func:`dkpca.linalg.scatter_sum`), except that up to ``fan_in`` tasks'
+    outputs are added by the caller (:func:`dkpca.linalg.gather_sum`).
     """
     pairs = nb * (nb + 1) // 2
-    sums, m = 0, nb
-    while m > 1:
+    tasks = pairs if shares is None else min(pairs, max(1, shares))
+    if tasks <= fan_in:
+        return nb + tasks
+    sums, m = 0, min(nb, tasks)  # a row block receives from at most nb blocks
+    while True:
         m = -(-m // fan_in)
         sums += m
-    return 3 * pairs + nb * sums
+        if m <= 1:
+            break
+    return nb + tasks + nb * sums
+
+
+def pair_weights(bounds: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> list[float]:
+    """The relative cost of each block task ``(I, J)`` of a pass or a build: its area, twice off the diagonal.
+
+    An off-diagonal block makes two products (``K_IJ V_J`` and ``K_IJ^T V_I``)
+    to the diagonal block's one; edge blocks are smaller.  Used to balance a
+    pass's blocks over a cluster's workers.
+    """
+    return [(bounds[I][1] - bounds[I][0]) * (bounds[J][1] - bounds[J][0]) * (1 if I == J else 2) for I, J in pairs]
 
 
 def task_memory(block: int, d: int, ell: int, itemsize: int) -> int:
@@ -131,19 +147,21 @@ class PassCost:
 
 
 def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, task_seconds: float,
-              bytes_per_entry: float = 0.0, bandwidth: float | None = None) -> PassCost:
+              bytes_per_entry: float = 0.0, bandwidth: float | None = None, shares: int | None = None) -> PassCost:
     """The cost of one sweep over K's upper-triangular blocks of edge ``block``.
 
     ``entry_seconds`` is one thread's time per entry of a block (its work
     scales with the entries), ``task_seconds`` the scheduler's per task;
     ``bytes_per_entry`` are moved through a filesystem of aggregate
     ``bandwidth`` bytes/s (None: it keeps up).  The blocks are counted whole
-    (``P block^2`` entries), as the tasks run them.
+    (``P block^2`` entries), as the tasks run them.  ``shares``: the graph's
+    block tasks are one per worker thread (a pass on a cluster; see
+    :func:`pass_tasks`).
     """
     block = min(block, n)
     nb = n_blocks(n, block)
     entries = nb * (nb + 1) // 2 * float(block) * block
-    tasks = pass_tasks(nb)
+    tasks = pass_tasks(nb, shares=shares)
     io = entries * bytes_per_entry / bandwidth if bandwidth else 0.0
     return PassCost(block, tasks, entries * entry_seconds / max(1, concurrency), io, tasks * task_seconds)
 
@@ -151,7 +169,7 @@ def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, tas
 def cluster_block_size(n: int, *, concurrency: int, entry_seconds: float, task_seconds: float,
                        memory_per_task: float | None, d: int, ell: int, itemsize: int,
                        bytes_per_entry: float = 0.0, bandwidth: float | None = None,
-                       share: float = SCHEDULING_SHARE) -> int:
+                       share: float = SCHEDULING_SHARE, shares: int | None = None) -> int:
     """Block edge for ``concurrency`` tasks at once: the scheduler under ``share`` of a pass, within memory.
 
     From :func:`default_block_size` upwards, doubling the nominal edge (each
@@ -165,7 +183,7 @@ def cluster_block_size(n: int, *, concurrency: int, entry_seconds: float, task_s
     block = default_block_size(n)
     while block < n:
         cost = pass_cost(n, block, concurrency=concurrency, entry_seconds=entry_seconds, task_seconds=task_seconds,
-                         bytes_per_entry=bytes_per_entry, bandwidth=bandwidth)
+                         bytes_per_entry=bytes_per_entry, bandwidth=bandwidth, shares=shares)
         if cost.share <= share:
             break
         nominal *= 2

@@ -4,7 +4,9 @@ A symmetric K is visited one upper-triangular block ``K_IJ`` (I <= J) at a
 time; each block contributes ``K_IJ V_J`` to row block I and ``K_IJ^T V_I``
 to row block J (:func:`block_products`), so a pass reads every stored block
 exactly once.  :func:`scatter_sum` adds the contributions landing in each row
-block inside the task graph.
+block inside the task graph, taking each straight out of its block task's
+pair of outputs (no getter task per output: a third of a pass's tasks, and of
+the scheduler's work, on a cluster).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import numpy as np
 from .grid import STRIP_ROWS, block_bounds, rows_per_block
 from .workspace import scratch
 
-__all__ = ["block_products", "add", "tree_sum", "scatter_sum", "dense_rows", "kernel_product"]
+#: operands of one sum task (tree sums), and the most task outputs a caller adds itself (:func:`gather_sum`)
+FAN_IN = 8
+
+__all__ = ["FAN_IN", "block_products", "add", "add_outputs", "tree_sum", "touched_rows", "group_products",
+           "scatter_sum", "gather_sum", "dense_rows", "kernel_product"]
 
 
 def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
@@ -58,30 +64,86 @@ def add(*parts: np.ndarray) -> np.ndarray:
     return out
 
 
-def tree_sum(parts: list, fan_in: int = 8) -> Any:
+def add_outputs(*refs: tuple[Any, int]) -> np.ndarray:
+    """Sum of ``outputs[i]`` over ``(outputs, i)`` pairs: one output each of multi-output tasks (a new array)."""
+    outputs, i = refs[0]
+    out = outputs[i].copy()
+    for outputs, i in refs[1:]:
+        out += outputs[i]
+    return out
+
+
+def tree_sum(parts: list, fan_in: int = FAN_IN, first: Any = add) -> Any:
     """Lazy sum of delayed arrays in a tree of ``fan_in``-way additions.
 
     A partial result is freed as soon as it has been added, so memory stays a
-    few operands per worker however many parts there are.
+    few operands per worker however many parts there are.  ``first`` adds the
+    leaves (:func:`add_outputs` for ``(task, index)`` pairs; it runs even for
+    a single part, to pick its output).
     """
-    while len(parts) > 1:
-        parts = [dask.delayed(add, pure=True)(*parts[i:i + fan_in]) for i in range(0, len(parts), fan_in)]
+    func = first
+    while len(parts) > 1 or func is not add:
+        parts = [dask.delayed(func, pure=True)(*parts[i:i + fan_in]) for i in range(0, len(parts), fan_in)]
+        func = add
     return parts[0]
 
 
-def scatter_sum(pairs: list[tuple[int, int]], tasks: list, nb: int, fan_in: int = 8) -> list:
-    """Per row block R, the lazy sum of every block product landing in R.
+def touched_rows(pairs: list[tuple[int, int]]) -> list[int]:
+    """The row blocks that the blocks ``pairs`` contribute to (I, and J off the diagonal), in order."""
+    return sorted({I for I, _ in pairs} | {J for I, J in pairs if I != J})
 
-    ``tasks[i]`` is a 2-output delayed ``(K_IJ V_J, K_IJ^T V_I)`` for
-    ``pairs[i] = (I, J)``; memory stays O(n l) plus a few blocks per worker,
-    instead of holding all nb^2 / 2 partial products until the end.
+
+def group_products(func: Any, pairs: list[tuple[int, int]], args: list[tuple]) -> tuple[np.ndarray, ...] | None:
+    """``func(*a)`` -> ``(K_IJ V_J, K_IJ^T V_I or None)`` for each block of a group, summed per row block.
+
+    One output per row block of ``touched_rows(pairs)``, in that order (None
+    when ``func`` returns nothing, as a build without a probe): a group's
+    partial sums are reduced where it ran, and only they travel.
     """
+    acc: dict[int, np.ndarray] = {}
+    for (I, J), a in zip(pairs, args, strict=True):
+        out = func(*a)
+        if out is None:
+            continue
+        for R, y in ((I, out[0]), (J, out[1])):
+            if y is None:
+                continue
+            if R in acc:
+                acc[R] += y
+            else:
+                acc[R] = y
+    return tuple(acc[R] for R in touched_rows(pairs)) if acc else None
+
+
+def _contributions(rows: list[list[int]], outputs: list, nb: int) -> list[list[tuple[Any, int]]]:
+    """Per row block R, the ``(output, index)`` pairs landing in R."""
     contrib: list[list] = [[] for _ in range(nb)]
-    for (I, J), t in zip(pairs, tasks, strict=True):
-        contrib[I].append(t[0])
-        if I != J:
-            contrib[J].append(t[1])
-    return [tree_sum(parts, fan_in) for parts in contrib]
+    for rs, out in zip(rows, outputs, strict=True):
+        for i, R in enumerate(rs):
+            contrib[R].append((out, i))
+    return contrib
+
+
+def scatter_sum(rows: list[list[int]], tasks: list, nb: int, fan_in: int = FAN_IN) -> list:
+    """Per row block R, the lazy sum of every task output landing in R.
+
+    ``tasks[i]`` is a delayed tuple with one output per row block of
+    ``rows[i]`` (a block task's ``(K_IJ V_J, K_IJ^T V_I)`` for rows ``[I, J]``,
+    or a group's, :func:`group_products`); each sum reads its operand out of
+    that tuple itself.  Memory stays O(n l) plus a few blocks per worker,
+    instead of holding all partial products until the end.
+    """
+    return [tree_sum(parts, fan_in, first=add_outputs) for parts in _contributions(rows, tasks, nb)]
+
+
+def gather_sum(rows: list[list[int]], outputs: list, nb: int) -> list[np.ndarray]:
+    """:func:`scatter_sum` of computed outputs, here and now: for a few tasks (at most ``FAN_IN``).
+
+    A few shares' partial sums (a small cluster's pass) are added by the
+    caller: no sum tasks, no transfers between workers, and at most
+    ``FAN_IN`` times O(n l) received.
+    """
+    return [add_outputs(*parts) for parts in _contributions(rows, outputs, nb)]
 
 
 def as_dense(part: Any) -> np.ndarray:

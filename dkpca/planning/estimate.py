@@ -32,14 +32,15 @@ __all__ = ["SCHEDULER_SECONDS_PER_TASK", "LOCAL_SECONDS_PER_TASK", "PASS_SECONDS
 
 #: The distributed scheduler's time per task, serial: a pass's graph (the
 #: client building it, submission, scheduling, the workers' task handling)
-#: divided by its tasks.  Measured by ``benchmarks/scheduler.py`` (section
-#: "scheduler" of benchmarks/RESULTS.md, ``--budget 150 --repeats 1``):
-#: 8.5 ms per task at 6,417 tasks, the largest graph that run measured (a
-#: pass at n = 10^6, block 16384; 8.47 ms marginal over 11 to 6,417 tasks),
-#: on a LocalCluster of 2 workers on the 2-core development machine while
-#: other work loaded it (load average 3) -- on a quiet scheduler host expect
-#: less.  Rerun the benchmark there and put its figure here.
-SCHEDULER_SECONDS_PER_TASK = 8.5e-3
+#: divided by its tasks.  Measured by ``benchmarks/scheduler.py
+#: --max-tasks 200000 --budget 600`` (section "scheduler" of
+#: benchmarks/RESULTS.md) on a quiet host: 7.97 ms per task at 15,606 tasks,
+#: the largest graph run (a pass at n = 10^7, block 65536), and 7.4-8.3 ms
+#: from 18 tasks up (marginal cost 7.97 ms); about two thirds of it is the
+#: client building the graph with dask.delayed (5.4 ms per task at 2,573
+#: tasks).  A LocalCluster of 2 TLS workers on the 2-core development
+#: machine, the scheduler in the client's process.
+SCHEDULER_SECONDS_PER_TASK = 8.0e-3
 
 #: The same for dask's local threaded scheduler (no cluster): a pass-shaped
 #: graph of no-op tasks (8-way tree sums) through ``dkpca.execution.compute``
@@ -106,14 +107,19 @@ class EntryRates:
 
 
 def estimate(n: int, block: int, *, gram: str, itemsize: int, concurrency: int, rates: EntryRates,
-             fs_bandwidth: float | None = None,
-             task_seconds: float = SCHEDULER_SECONDS_PER_TASK) -> tuple[PassCost | None, PassCost]:
-    """``(build, pass)`` at ``block``: the build is None when K is not stored (``gram="recompute"``)."""
+             fs_bandwidth: float | None = None, task_seconds: float = SCHEDULER_SECONDS_PER_TASK,
+             distributed: bool = True) -> tuple[PassCost | None, PassCost]:
+    """``(build, pass)`` at ``block``: the build is None when K is not stored (``gram="recompute"``).
+
+    ``distributed``: a pass's blocks run as one task per worker thread
+    (``concurrency`` of them); the build always runs one task per block.
+    """
     stored = gram == "store"
     kw = dict(concurrency=concurrency, task_seconds=task_seconds, bandwidth=fs_bandwidth,
               bytes_per_entry=itemsize if stored else 0.0)
     build = pass_cost(n, block, entry_seconds=rates.build_entry, **kw) if stored else None
-    return build, pass_cost(n, block, entry_seconds=rates.pass_entry(gram), **kw)
+    return build, pass_cost(n, block, entry_seconds=rates.pass_entry(gram), shares=concurrency if distributed else None,
+                            **kw)
 
 
 def choose_block(n: int, *, d: int, ell: int, itemsize: int, gram: str, resources: dict[str, Any],
@@ -125,7 +131,8 @@ def choose_block(n: int, *, d: int, ell: int, itemsize: int, gram: str, resource
         n, concurrency=int(resources["workers"]) * threads, entry_seconds=rates.pass_entry(gram),
         task_seconds=SCHEDULER_SECONDS_PER_TASK,
         memory_per_task=WORKER_MEMORY_FRACTION * mem / threads if mem else None, d=d, ell=ell, itemsize=itemsize,
-        bytes_per_entry=itemsize if gram == "store" else 0.0, bandwidth=fs_bandwidth)
+        bytes_per_entry=itemsize if gram == "store" else 0.0, bandwidth=fs_bandwidth,
+        shares=int(resources["workers"]) * threads)
 
 
 def memory_estimate(n: int, *, concurrency: int, rates: EntryRates) -> tuple[float, float]:

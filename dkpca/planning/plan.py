@@ -249,7 +249,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     rates = rates or EntryRates.documented(kernel, d)
     distributed = bool(res.get("distributed", True))
     build, sweep = estimate(n, block, gram=gram, itemsize=item, concurrency=conc, rates=rates,
-                            fs_bandwidth=fs_bandwidth,
+                            fs_bandwidth=fs_bandwidth, distributed=distributed,
                             task_seconds=SCHEDULER_SECONDS_PER_TASK if distributed else LOCAL_SECONDS_PER_TASK)
     if distributed and sweep.share > SCHEDULING_SHARE:
         best = choose_block(n, d=d, ell=ell, itemsize=item, gram=gram, resources=res, rates=rates,
