@@ -114,10 +114,10 @@ def cmd_workers(a) -> str:
     lines += ["", "1 -> 2 workers, parallel efficiency (time with 1 / (2 x time with 2)): Gram build "
               f"{one['report']['timings']['gram'] / (2 * two['report']['timings']['gram']):.0%}, pass "
               f"{one['pass_s'] / (2 * two['pass_s']):.0%}."]
-    return "\n".join(lines + ["", projection(a, X, results["LocalCluster 2 workers"]["report"])])
+    return "\n".join(lines + ["", projection(a, X, two)])
 
 
-def projection(a, X: np.ndarray, r2: dict) -> str:
+def projection(a, X: np.ndarray, fit2: dict) -> str:
     """n = ``a.project_n`` on ``a.nodes`` x ``a.cores`` workers, by the planning functions ``dkpca plan`` uses.
 
     Measured here: one thread's time per entry for each step of a fit
@@ -132,6 +132,7 @@ def projection(a, X: np.ndarray, r2: dict) -> str:
     from dkpca.request import check_bandwidth
     from dkpca.solvers.randomized import block_size
 
+    r2 = fit2["report"]
     bw = check_bandwidth("--fs-bandwidth", a.fs_bandwidth)
     mem = parse_bytes(a.memory_per_worker)
     k, dtype = 10, np.dtype("float32")
@@ -152,7 +153,7 @@ def projection(a, X: np.ndarray, r2: dict) -> str:
 
     entries = a.n * a.n / 2  # the 2-worker fit, end to end, as a cross-check of the per-block rates
     fit_build = r2["timings"]["gram"] * 2 / entries * 1e9
-    fit_pass = float(np.median(r2["pass_seconds"][1:] or [float("nan")])) * 2 / entries * 1e9
+    fit_pass = fit2["pass_s"] * 2 / entries * 1e9
     out = [f"Projection to n = {N:,} on {a.nodes} nodes x {a.cores} cores ({workers:,} single-threaded workers), "
            "from `dkpca.planning` (`choose_block`, `estimate`: the functions `dkpca plan --cluster ... "
            "--fs-bandwidth` uses), K in float32, the first product fused into the build:", "",

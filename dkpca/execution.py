@@ -45,9 +45,8 @@ from distributed import as_completed, default_client
 from distributed.utils import is_kernel
 from threadpoolctl import threadpool_limits
 
-__all__ = ["active_client", "n_workers_threads", "serial_blas", "placement", "shares", "placed",
-           "compute", "Progress",
-           "ProgressCallback"]
+__all__ = ["active_client", "n_workers_threads", "serial_blas", "placement", "shares", "placed", "compute",
+           "Progress", "ProgressCallback"]
 
 #: ``callback(label, done, total)``: a computation's progress, in tasks
 ProgressCallback = Callable[[str, int, int], None]
@@ -96,7 +95,7 @@ def _assign(weights: Sequence[float]) -> list[tuple[str, int]] | None:
     threads = client.nthreads() if client is not None else {}
     if not threads:
         return None
-    heap = [(0.0, addr, i) for addr, t in sorted(threads.items()) for i in range(max(1, t))]
+    heap = [(0.0, addr, i) for addr, t in sorted(threads.items()) for i in range(max(1, t))]  # sorted: a heap
     slot: list[tuple[str, int]] = [("", 0)] * len(weights)
     for task in sorted(range(len(weights)), key=lambda i: -weights[i]):
         load, addr, i = heapq.heappop(heap)

@@ -7,6 +7,7 @@ from .centering import Centering, ProjectionWeights, center_block, center_diagon
 from .grid import (
     BLOCK_BYTES,
     DEFAULT_BLOCK,
+    FAN_IN,
     SCHEDULING_SHARE,
     PassCost,
     balanced_block,
@@ -22,7 +23,6 @@ from .grid import (
     upper_pairs,
 )
 from .products import (
-    FAN_IN,
     add,
     add_outputs,
     as_dense,

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "SCHEDULING_SHARE", "default_block_size", "balanced_block",
-           "rows_per_block", "block_bounds", "n_blocks", "upper_pairs", "pass_tasks", "pair_weights", "task_memory",
-           "PassCost", "pass_cost", "cluster_block_size"]
+__all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "SCHEDULING_SHARE", "FAN_IN", "default_block_size",
+           "balanced_block", "rows_per_block", "block_bounds", "n_blocks", "upper_pairs", "pass_tasks", "pair_weights",
+           "task_memory", "PassCost", "pass_cost", "cluster_block_size"]
 
 #: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
 #: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
@@ -32,6 +32,10 @@ STRIP_ROWS = 256
 
 #: largest share of a pass the scheduler may take at the block :func:`cluster_block_size` picks
 SCHEDULING_SHARE = 0.05
+
+#: operands of one sum task (tree sums), and the most task outputs a caller adds itself
+#: (:func:`dkpca.linalg.gather_sum`)
+FAN_IN = 8
 
 
 def default_block_size(n: int) -> int:
@@ -71,7 +75,7 @@ def upper_pairs(nb: int) -> list[tuple[int, int]]:
     return [(I, J) for I in range(nb) for J in range(I, nb)]
 
 
-def pass_tasks(nb: int, fan_in: int = 8, shares: int | None = None) -> int:
+def pass_tasks(nb: int, fan_in: int = FAN_IN, shares: int | None = None) -> int:
     """Tasks in the graph of one pass over ``nb`` row blocks, as ``raw_matmat`` builds it.
 
     One piece of V per row block; one task per upper-triangular block

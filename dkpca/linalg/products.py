@@ -16,13 +16,10 @@ from typing import Any
 import dask
 import numpy as np
 
-from .grid import STRIP_ROWS, block_bounds, rows_per_block
+from .grid import FAN_IN, STRIP_ROWS, block_bounds, rows_per_block
 from .workspace import scratch
 
-#: operands of one sum task (tree sums), and the most task outputs a caller adds itself (:func:`gather_sum`)
-FAN_IN = 8
-
-__all__ = ["FAN_IN", "block_products", "add", "add_outputs", "tree_sum", "touched_rows", "group_products",
+__all__ = ["block_products", "add", "add_outputs", "tree_sum", "touched_rows", "group_products",
            "scatter_sum", "gather_sum", "dense_rows", "kernel_product"]
 
 
@@ -93,18 +90,15 @@ def touched_rows(pairs: list[tuple[int, int]]) -> list[int]:
     return sorted({I for I, _ in pairs} | {J for I, J in pairs if I != J})
 
 
-def group_products(func: Any, pairs: list[tuple[int, int]], args: list[tuple]) -> tuple[np.ndarray, ...] | None:
+def group_products(func: Any, pairs: list[tuple[int, int]], args: list[tuple]) -> tuple[np.ndarray, ...]:
     """``func(*a)`` -> ``(K_IJ V_J, K_IJ^T V_I or None)`` for each block of a group, summed per row block.
 
-    One output per row block of ``touched_rows(pairs)``, in that order (None
-    when ``func`` returns nothing, as a build without a probe): a group's
-    partial sums are reduced where it ran, and only they travel.
+    One output per row block of ``touched_rows(pairs)``, in that order: a
+    group's partial sums are reduced where it ran, and only they travel.
     """
     acc: dict[int, np.ndarray] = {}
     for (I, J), a in zip(pairs, args, strict=True):
         out = func(*a)
-        if out is None:
-            continue
         for R, y in ((I, out[0]), (J, out[1])):
             if y is None:
                 continue
@@ -112,7 +106,7 @@ def group_products(func: Any, pairs: list[tuple[int, int]], args: list[tuple]) -
                 acc[R] += y
             else:
                 acc[R] = y
-    return tuple(acc[R] for R in touched_rows(pairs)) if acc else None
+    return tuple(acc[R] for R in touched_rows(pairs))
 
 
 def _contributions(rows: list[list[int]], outputs: list, nb: int) -> list[list[tuple[Any, int]]]:

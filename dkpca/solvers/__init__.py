@@ -37,7 +37,8 @@ __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postpro
            "flip_signs", "get_solver", "SOLVERS", "SOLVER_NAMES"]
 
 #: Solvers ``dkpca.fit`` accepts (``auto``: resolved by :func:`dkpca.planning.choose`).
-#: ARPACK is not among them: out of core each of its single-vector steps would be a pass over K.
+#: ARPACK only with K held in memory (``gram="memory"``): out of core each of its
+#: single-vector steps would be a pass over K (``dkpca.request`` refuses it there).
 SOLVERS = ("auto", "dense", "randomized", "lanczos", "nystrom", "arpack")
 
 #: solver name -> the module whose ``solve`` it is
