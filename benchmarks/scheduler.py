@@ -5,8 +5,9 @@
 
 For each n and block edge the graph is that of one pass over K as
 ``CenteredKernelOperator.raw_matmat`` builds it (``dkpca/operator.py``): one
-piece of V per row block, one two-output task per upper-triangular block
-(I <= J) -- the same ``dask.delayed(..., pure=True)`` call with the same
+piece of V per row block (inside the tasks' arguments when there are at most
+``FAN_IN`` tasks), one two-output task per upper-triangular block
+(I <= J) -- the same ``dkpca.linalg.TaskGraph`` task with the same
 arguments: a small frozen reader object, I, J, the block shape, V_I, V_J, a
 digest -- and ``dkpca.linalg.scatter_sum``'s 8-way tree sums per row block,
 which read the block tasks' outputs directly.  That is the graph of a pass
@@ -46,7 +47,7 @@ from _results import update_section
 
 from dkpca.cluster import connected
 from dkpca.execution import compute
-from dkpca.linalg import FAN_IN, n_blocks, pass_tasks, scatter_sum, touched_rows, upper_pairs
+from dkpca.linalg import FAN_IN, TaskGraph, n_blocks, pass_tasks, scatter_sum, touched_rows, upper_pairs
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,16 @@ def stand_in_product(reader, I, J, shape, VI, VJ, expect):
 
 def pass_graph(nb: int) -> list:
     """The per-row-block sums of one pass over ``nb`` row blocks, built as ``raw_matmat`` builds them."""
-    V = np.arange(nb, dtype=np.float64)[:, None]  # distinct pieces: pure=True would merge equal ones
+    V = np.arange(nb, dtype=np.float64)[:, None]
     reader = StandInReader(shape=(nb, nb), chunks=(1, 1))
-    pieces = [dask.delayed(V[i:i + 1], pure=True) for i in range(nb)]
+    graph = TaskGraph("stand-in-pass")
     pairs = upper_pairs(nb)
-    tasks = [dask.delayed(stand_in_product, pure=True)(reader, I, J, (1, 1), pieces[I], pieces[J], I * nb + J)
-             for I, J in pairs]
+    inline = len(pairs) <= FAN_IN  # raw_matmat's few tasks carry their pieces of V
+    pieces = [V[i:i + 1] if inline else graph.data(V[i:i + 1]) for i in range(nb)]
+    tasks = [graph.task(stand_in_product, reader, I, J, (1, 1), pieces[I], pieces[J], I * nb + J) for I, J in pairs]
     if len(tasks) <= FAN_IN:  # raw_matmat adds these few outputs itself (gather_sum)
-        return tasks
-    return scatter_sum([touched_rows([p]) for p in pairs], tasks, nb)
+        return graph.outputs(tasks)
+    return graph.outputs(scatter_sum([touched_rows([p]) for p in pairs], tasks, nb, graph=graph))
 
 
 def graph_size(outs: list) -> int:

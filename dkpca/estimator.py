@@ -43,9 +43,10 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import preimage
+from .execution import local_threads
 from .io import as_dask, open_input
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
-from .linalg import rows_per_block
+from .linalg import kernel_matrix, rows_per_block
 from .pipeline import fit as pipeline_fit
 from .pipeline import solve_kernel_matrix
 from .planning import in_memory_solver
@@ -367,6 +368,10 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.kernel_ = self._make_kernel(d)
         if self._is_precomputed():
             K = np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
+        elif self.kernel_ is not None and not sp.issparse(X):
+            # blockwise on this process's threads (one call's elementwise part runs on one thread)
+            with local_threads() as pmap:
+                K = kernel_matrix(self.kernel_, X, self._compute_dtype, map=pmap)
         else:
             K = self._pairwise(X)
         spec = None if self.n_components is None else check_n_components_spec(self.n_components)

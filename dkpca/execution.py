@@ -36,7 +36,8 @@ import contextlib
 import heapq
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask
@@ -45,8 +46,8 @@ from distributed import as_completed, default_client
 from distributed.utils import is_kernel
 from threadpoolctl import threadpool_limits
 
-__all__ = ["active_client", "n_workers_threads", "serial_blas", "placement", "shares", "placed", "compute",
-           "Progress", "ProgressCallback"]
+__all__ = ["active_client", "n_workers_threads", "serial_blas", "local_threads", "placement", "shares", "placed",
+           "compute", "Progress", "ProgressCallback"]
 
 #: ``callback(label, done, total)``: a computation's progress, in tasks
 ProgressCallback = Callable[[str, int, int], None]
@@ -83,6 +84,19 @@ def serial_blas() -> contextlib.AbstractContextManager:
     this process (numpy's and scipy's pools spinning).
     """
     return threadpool_limits(1, user_api="blas")
+
+
+@contextlib.contextmanager
+def local_threads() -> Iterator[Callable]:
+    """A ``map`` over this process's threads, each task's BLAS on one thread: for work on in-memory arrays.
+
+    An in-memory K is written in place by its block tasks, so they must run
+    here even with a cluster (a worker would write into a copy).  Threads:
+    the Dask setting ``num_workers``, else one per core.
+    """
+    threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+        yield pool.map
 
 
 def _assign(weights: Sequence[float]) -> list[tuple[str, int]] | None:

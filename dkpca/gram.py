@@ -27,14 +27,13 @@ import os
 import time
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 
 from .execution import compute, placed, placement
 from .io import Fingerprint
 from .kernels import Kernel, NonFiniteKernelError
-from .linalg import block_bounds, block_products, pair_weights, scatter_sum, scratch, touched_rows
+from .linalg import TaskGraph, block_bounds, block_products, pair_weights, scatter_sum, scratch, touched_rows
 from .storage import FitStore, GramInfo, GramStore, GramWriters, gram_bytes, use_direct_io
 
 __all__ = ["build_gram"]
@@ -150,21 +149,22 @@ def build_gram(
         threads = 2 * (os.cpu_count() or 1) if direct else None
         bounds = block_bounds(n, block)
         fuse = probe is not None and len(todo) == total
-        pieces = [dask.delayed(probe[a:b], pure=True) for a, b in bounds] if fuse else [None] * nb
+        graph = TaskGraph("dkpca-gram", rows[:1])  # the row blocks share one graph (to_delayed)
+        pieces = [graph.data(probe[a:b]) for a, b in bounds] if fuse else [None] * nb
         tasks = []
         for (I, J), worker in zip(todo, placement(pair_weights(bounds, todo)), strict=True):
             with placed(worker):
-                tasks.append(dask.delayed(_build_block, pure=True)(
-                    out, I, J, rows[I], rows[J], kernel, dtype.name, pieces[I], pieces[J],
-                    dask_key_name=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}"))
+                tasks.append(graph.task(_build_block, out, I, J, graph.ref(rows[I]), graph.ref(rows[J]), kernel,
+                                        dtype.name, pieces[I], pieces[J],
+                                        key=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}"))
         label = f"Gram matrix: {len(todo)} of {total} blocks to compute"
         if fuse:
             # every block task feeds some row block's sum, so this builds all of K
+            sums = scatter_sum([touched_rows([p]) for p in todo], tasks, nb, graph=graph)
             probe_product = np.concatenate(
-                compute(*scatter_sum([touched_rows([p]) for p in todo], tasks, nb), label=label, threads=threads,
-                        progress=progress), axis=0)
+                compute(*graph.outputs(sums), label=label, threads=threads, progress=progress), axis=0)
         else:
-            compute(*tasks, label=label, threads=threads, progress=progress)
+            compute(*graph.outputs(tasks), label=label, threads=threads, progress=progress)
     gs.finish()
     info = gs.open()
     info.reused_blocks = total - len(todo)

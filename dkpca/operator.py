@@ -32,6 +32,7 @@ from .kernels import Kernel, NonFiniteKernelError
 from .linalg import (
     FAN_IN,
     Centering,
+    TaskGraph,
     block_bounds,
     block_products,
     gather_sum,
@@ -108,9 +109,13 @@ class CenteredKernelOperator:
     #: ``(K_IJ V_J, K_IJ^T V_I)`` of one block from ``block_args``'s arguments (a module-level function)
     block_func: Any = None
 
-    def block_args(self, I: int, J: int, VI: Any, VJ: Any) -> tuple:  # pragma: no cover
-        """The arguments of ``block_func`` for block (I, J) with V's row pieces ``VI``, ``VJ``."""
+    def block_args(self, graph: TaskGraph, I: int, J: int, VI: Any, VJ: Any) -> tuple:  # pragma: no cover
+        """The arguments of ``block_func`` for block (I, J) in ``graph``, with V's row pieces ``VI``, ``VJ``."""
         raise NotImplementedError
+
+    def graph_inputs(self) -> list:
+        """Dask collections that ``block_args`` refers to (none: a stored K is read by the tasks themselves)."""
+        return []
 
     def read_block(self, I: int, J: int) -> np.ndarray:  # pragma: no cover
         """Block (I, J) of K as a new array."""
@@ -156,19 +161,27 @@ class CenteredKernelOperator:
         """
         V = np.ascontiguousarray(V, dtype=np.float32 if single and self.dtype == np.float32 else np.float64)
         bounds = self.bounds
-        pieces = [dask.delayed(V[a:b], pure=True) for a, b in bounds]
+        graph = TaskGraph("dkpca-pass", self.graph_inputs())
         nb = len(bounds)
         pairs = upper_pairs(nb)
+        groups = shares(pair_weights(bounds, pairs))
+        # A small cluster's few shares carry their pieces of V in their own
+        # arguments: one message per worker, no piece tasks and no transfers
+        # between workers before the products start.  Many shares refer to
+        # piece tasks instead, so that V does not pass through the scheduler
+        # once per share.
+        inline = len(groups) <= FAN_IN
+        pieces = [V[a:b] if inline else graph.data(V[a:b]) for a, b in bounds]
         tasks, rows = [], []
-        for worker, members in shares(pair_weights(bounds, pairs)):
+        for worker, members in groups:
             group = [pairs[i] for i in members]
             with placed(worker):
-                tasks.append(dask.delayed(group_products, pure=True)(
-                    self.block_func, group, [self.block_args(I, J, pieces[I], pieces[J]) for I, J in group]))
+                tasks.append(graph.task(group_products, self.block_func, group,
+                                        [list(self.block_args(graph, I, J, pieces[I], pieces[J])) for I, J in group]))
             rows.append(touched_rows(group))
         if len(tasks) <= FAN_IN:  # a small cluster's few shares: added here, no sum tasks
-            return np.concatenate(gather_sum(rows, list(compute(*tasks)), nb), axis=0)
-        return np.concatenate(compute(*scatter_sum(rows, tasks, nb)), axis=0)
+            return np.concatenate(gather_sum(rows, list(compute(*graph.outputs(tasks))), nb), axis=0)
+        return np.concatenate(compute(*graph.outputs(scatter_sum(rows, tasks, nb, graph=graph))), axis=0)
 
     def matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
         """``K~ @ V`` for ``V`` of shape (n, l); counts one pass.
@@ -224,7 +237,7 @@ class StoredKernelOperator(CenteredKernelOperator):
 
     block_func = staticmethod(_stored_product)
 
-    def block_args(self, I, J, VI, VJ):
+    def block_args(self, graph, I, J, VI, VJ):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
         return (self.reader, I, J, (i1 - i0, j1 - j0), VI, VJ, self.gram.expected_digest(I, J))
 
@@ -304,8 +317,11 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
 
     block_func = staticmethod(_matrix_free_product)
 
-    def block_args(self, I, J, VI, VJ):
-        return (I, J, self._rows[I], self._rows[J], self.kernel, self.dtype.name, VI, VJ)
+    def block_args(self, graph, I, J, VI, VJ):
+        return (I, J, graph.ref(self._rows[I]), graph.ref(self._rows[J]), self.kernel, self.dtype.name, VI, VJ)
+
+    def graph_inputs(self) -> list:
+        return list(self._rows[:1])  # the row blocks share one graph (to_delayed)
 
     def read_block(self, I, J):
         XI = self._rows[I].compute()

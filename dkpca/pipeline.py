@@ -19,11 +19,11 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from .execution import compute, serial_blas
+from .execution import compute, local_threads, serial_blas
 from .gram import build_gram
 from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
-from .linalg import Centering
+from .linalg import Centering, kernel_matrix
 from .model import KPCAModel
 from .operator import CenteredKernelOperator, InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from .planning import choose, make_plan
@@ -275,7 +275,8 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
         # planning.choose: chosen where there is nothing to reuse or resume).
         gram_report["dtype"] = "float64"
         t = time.perf_counter()
-        op = InMemoryKernelOperator(req.kernel.block(np.asarray(compute(Xs)[0]), None, np.float64))
+        with local_threads() as pmap:
+            op = InMemoryKernelOperator(kernel_matrix(req.kernel, np.asarray(compute(Xs)[0]), np.float64, map=pmap))
         gram_report["build_seconds"] = time.perf_counter() - t
         return op, gram_report, solver_opts
     if solver_name in ("randomized", "lanczos"):

@@ -101,8 +101,12 @@ def big_input():
     return da.zeros((BIG_N, 20), chunks=(100_000, 20))
 
 
-def test_pass_tasks_counts_the_graph_of_a_pass(tmp_path, blobs, monkeypatch):
-    Xd = as_dask(blobs, block_rows=50)  # 12 row blocks: two levels of 8-way tree sums per row block
+@pytest.mark.parametrize("rows, nb, tasks", [
+    (50, 12, 12 + 78 + 12 * 3),  # V pieces, blocks, two levels of 8-way tree sums per row block
+    (200, 3, 6),  # at most FAN_IN blocks: they carry their pieces of V, the caller adds their outputs
+])
+def test_pass_tasks_counts_the_graph_of_a_pass(tmp_path, blobs, monkeypatch, rows, nb, tasks):
+    Xd = as_dask(blobs, block_rows=rows)
     op = operator.StoredKernelOperator(build_gram(FitStore.at(tmp_path / "s.zarr"), Xd, RBF(0.1), scan(Xd),
                                                   dtype="float64"))
     seen = []
@@ -114,8 +118,8 @@ def test_pass_tasks_counts_the_graph_of_a_pass(tmp_path, blobs, monkeypatch):
         return dask.compute(*outs)
 
     monkeypatch.setattr(operator, "compute", counting)
-    op.raw_matmat(np.arange(1200.0).reshape(600, 2))  # distinct pieces (equal ones would share a key)
-    assert seen == [pass_tasks(12)] and pass_tasks(12) == 12 + 78 + 12 * 3  # V pieces, blocks, sums
+    op.raw_matmat(np.arange(1200.0).reshape(600, 2))
+    assert seen == [pass_tasks(nb)] and pass_tasks(nb) == tasks
 
 
 def test_cluster_block_size_from_plain_numbers():

@@ -78,17 +78,18 @@ def upper_pairs(nb: int) -> list[tuple[int, int]]:
 def pass_tasks(nb: int, fan_in: int = FAN_IN, shares: int | None = None) -> int:
     """Tasks in the graph of one pass over ``nb`` row blocks, as ``raw_matmat`` builds it.
 
-    One piece of V per row block; one task per upper-triangular block
-    (``P = nb (nb + 1) / 2``), or on a cluster one per worker thread
-    (``shares``, at most P; :func:`dkpca.execution.shares`); then per row
-    block a tree of ``fan_in``-way sums over the tasks contributing to it
-    (:func:`dkpca.linalg.scatter_sum`), except that up to ``fan_in`` tasks'
-    outputs are added by the caller (:func:`dkpca.linalg.gather_sum`).
+    One task per upper-triangular block (``P = nb (nb + 1) / 2``), or on a
+    cluster one per worker thread (``shares``, at most P;
+    :func:`dkpca.execution.shares`).  Up to ``fan_in`` of them carry their
+    pieces of V in their arguments and their outputs are added by the caller
+    (:func:`dkpca.linalg.gather_sum`): nothing else.  More need one piece of
+    V per row block and per row block a tree of ``fan_in``-way sums over the
+    tasks contributing to it (:func:`dkpca.linalg.scatter_sum`).
     """
     pairs = nb * (nb + 1) // 2
     tasks = pairs if shares is None else min(pairs, max(1, shares))
     if tasks <= fan_in:
-        return nb + tasks
+        return tasks
     sums, m = 0, min(nb, tasks)  # a row block receives from at most nb blocks
     while True:
         m = -(-m // fan_in)

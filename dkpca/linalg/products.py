@@ -16,11 +16,12 @@ from typing import Any
 import dask
 import numpy as np
 
-from .grid import FAN_IN, STRIP_ROWS, block_bounds, rows_per_block
+from .grid import FAN_IN, STRIP_ROWS, balanced_block, block_bounds, rows_per_block, upper_pairs
+from .taskgraph import TaskGraph
 from .workspace import scratch
 
 __all__ = ["block_products", "add", "add_outputs", "tree_sum", "touched_rows", "group_products",
-           "scatter_sum", "gather_sum", "dense_rows", "kernel_product"]
+           "scatter_sum", "gather_sum", "dense_rows", "kernel_product", "kernel_matrix", "MEMORY_BLOCK"]
 
 
 def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
@@ -61,8 +62,11 @@ def add(*parts: np.ndarray) -> np.ndarray:
     return out
 
 
-def add_outputs(*refs: tuple[Any, int]) -> np.ndarray:
-    """Sum of ``outputs[i]`` over ``(outputs, i)`` pairs: one output each of multi-output tasks (a new array)."""
+def add_outputs(*refs: list) -> np.ndarray:
+    """Sum of ``outputs[i]`` over ``[outputs, i]`` pairs: one output each of multi-output tasks (a new array).
+
+    Pairs are lists, not tuples: a list is where a task graph looks for references.
+    """
     outputs, i = refs[0]
     out = outputs[i].copy()
     for outputs, i in refs[1:]:
@@ -70,17 +74,21 @@ def add_outputs(*refs: tuple[Any, int]) -> np.ndarray:
     return out
 
 
-def tree_sum(parts: list, fan_in: int = FAN_IN, first: Any = add) -> Any:
-    """Lazy sum of delayed arrays in a tree of ``fan_in``-way additions.
+def tree_sum(parts: list, fan_in: int = FAN_IN, first: Any = add, graph: TaskGraph | None = None) -> Any:
+    """Lazy sum of delayed arrays (or of ``graph``'s task references) in a tree of ``fan_in``-way additions.
 
     A partial result is freed as soon as it has been added, so memory stays a
     few operands per worker however many parts there are.  ``first`` adds the
-    leaves (:func:`add_outputs` for ``(task, index)`` pairs; it runs even for
-    a single part, to pick its output).
+    leaves (:func:`add_outputs` for ``[task, index]`` pairs; it runs even for
+    a single part, to pick its output).  With ``graph`` the additions are
+    tasks of that graph; otherwise ``dask.delayed`` calls.
     """
+    def make(func, *args):
+        return graph.task(func, *args) if graph is not None else dask.delayed(func, pure=True)(*args)
+
     func = first
     while len(parts) > 1 or func is not add:
-        parts = [dask.delayed(func, pure=True)(*parts[i:i + fan_in]) for i in range(0, len(parts), fan_in)]
+        parts = [make(func, *parts[i:i + fan_in]) for i in range(0, len(parts), fan_in)]
         func = add
     return parts[0]
 
@@ -109,25 +117,27 @@ def group_products(func: Any, pairs: list[tuple[int, int]], args: list[tuple]) -
     return tuple(acc[R] for R in touched_rows(pairs))
 
 
-def _contributions(rows: list[list[int]], outputs: list, nb: int) -> list[list[tuple[Any, int]]]:
-    """Per row block R, the ``(output, index)`` pairs landing in R."""
+def _contributions(rows: list[list[int]], outputs: list, nb: int) -> list[list[list]]:
+    """Per row block R, the ``[output, index]`` pairs landing in R."""
     contrib: list[list] = [[] for _ in range(nb)]
     for rs, out in zip(rows, outputs, strict=True):
         for i, R in enumerate(rs):
-            contrib[R].append((out, i))
+            contrib[R].append([out, i])
     return contrib
 
 
-def scatter_sum(rows: list[list[int]], tasks: list, nb: int, fan_in: int = FAN_IN) -> list:
+def scatter_sum(rows: list[list[int]], tasks: list, nb: int, fan_in: int = FAN_IN,
+                graph: TaskGraph | None = None) -> list:
     """Per row block R, the lazy sum of every task output landing in R.
 
     ``tasks[i]`` is a delayed tuple with one output per row block of
     ``rows[i]`` (a block task's ``(K_IJ V_J, K_IJ^T V_I)`` for rows ``[I, J]``,
     or a group's, :func:`group_products`); each sum reads its operand out of
     that tuple itself.  Memory stays O(n l) plus a few blocks per worker,
-    instead of holding all partial products until the end.
+    instead of holding all partial products until the end.  ``tasks`` are
+    references of ``graph`` when given (the sums are then its tasks too).
     """
-    return [tree_sum(parts, fan_in, first=add_outputs) for parts in _contributions(rows, tasks, nb)]
+    return [tree_sum(parts, fan_in, first=add_outputs, graph=graph) for parts in _contributions(rows, tasks, nb)]
 
 
 def gather_sum(rows: list[list[int]], outputs: list, nb: int) -> list[np.ndarray]:
@@ -152,6 +162,42 @@ def as_dense(part: Any) -> np.ndarray:
 def dense_rows(Y: Any, start: int, stop: int) -> np.ndarray:
     """Rows ``start:stop`` of a numpy / zarr / h5py / scipy sparse / dask array, as dense float64."""
     return as_dense(Y[start:stop])
+
+
+#: Edge of the blocks of an in-memory K (:func:`kernel_matrix`): 1024 x 1024
+#: float64 is 8 MiB, in cache-friendly reach, and n = 10,000 gives 55 blocks
+#: to share among threads.
+MEMORY_BLOCK = 1024
+
+
+def kernel_matrix(kernel: Any, X: np.ndarray, dtype: Any = np.float64, map: Any = map) -> np.ndarray:
+    """``K(X, X)`` in memory, exactly symmetric, evaluated one upper-triangular block at a time.
+
+    ``map(func, blocks)`` runs the blocks (the caller passes a thread pool's;
+    each block's BLAS should then run on one thread).  One ``kernel.block``
+    call over all of X runs its elementwise part (``exp``, powers) on a single
+    thread and evaluates both halves of K; here each block is evaluated once
+    and mirrored.
+    """
+    X = np.asarray(X)
+    dtype = np.dtype(dtype)
+    n = X.shape[0]
+    K = np.empty((n, n), dtype=dtype)
+    bounds = block_bounds(n, balanced_block(n, MEMORY_BLOCK))
+    if len(bounds) == 1:
+        return kernel.block(X, None, dtype, out=K)
+
+    def one(pair: tuple[int, int]) -> None:
+        (i0, i1), (j0, j1) = bounds[pair[0]], bounds[pair[1]]
+        buf = scratch("memory-gram", (i1 - i0, j1 - j0), dtype)
+        blk = kernel.block(X[i0:i1], None if i0 == j0 else X[j0:j1], dtype, out=buf)
+        K[i0:i1, j0:j1] = blk
+        if i0 != j0:
+            K[j0:j1, i0:i1] = blk.T
+
+    for _ in map(one, upper_pairs(len(bounds))):
+        pass
+    return K
 
 
 def kernel_product(kernel: Any, X: np.ndarray, Y: Any, W: np.ndarray,
