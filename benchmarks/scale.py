@@ -216,7 +216,10 @@ def main() -> None:
         text = _table(rows)
     print(text)
     if not a.no_write:
-        update_section(f"scale-{a.cmd}", f"Machine: {machine()}\n\n{text}\n")
+        name, command = f"scale-{a.cmd}", None
+        if a.cmd == "workers" and a.n != 20000:  # another size keeps its own section
+            name, command = f"scale-workers-n{a.n}", f"python benchmarks/scale.py workers --n {a.n}"
+        update_section(name, f"Machine: {machine()}\n\n{text}\n", command)
 
 
 if __name__ == "__main__":

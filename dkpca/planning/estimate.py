@@ -33,14 +33,14 @@ __all__ = ["SCHEDULER_SECONDS_PER_TASK", "LOCAL_SECONDS_PER_TASK", "PASS_SECONDS
 #: The distributed scheduler's time per task, serial: a pass's graph (the
 #: client building it, submission, scheduling, the workers' task handling)
 #: divided by its tasks.  Measured by ``benchmarks/scheduler.py
-#: --max-tasks 200000 --budget 600`` (section "scheduler" of
-#: benchmarks/RESULTS.md) on a quiet host: 7.97 ms per task at 15,606 tasks,
-#: the largest graph run (a pass at n = 10^7, block 65536), and 7.4-8.3 ms
-#: from 18 tasks up (marginal cost 7.97 ms); about two thirds of it is the
-#: client building the graph with dask.delayed (5.4 ms per task at 2,573
-#: tasks).  A LocalCluster of 2 TLS workers on the 2-core development
+#: --max-tasks 200000 --budget 400`` (section "scheduler" of
+#: benchmarks/RESULTS.md): 2.63 ms per task at 39,200 tasks, the largest
+#: graph run (a pass at n = 10^6, block 4096), and 2.6-3.0 ms from 143 tasks
+#: up (marginal cost 2.64 ms).  The client builds the graph in 0.07 ms a task
+#: (``linalg.TaskGraph``; with dask.delayed it was 5.4 ms, and the whole
+#: cost 7.97 ms).  A LocalCluster of 2 TLS workers on the 2-core development
 #: machine, the scheduler in the client's process.
-SCHEDULER_SECONDS_PER_TASK = 8.0e-3
+SCHEDULER_SECONDS_PER_TASK = 2.7e-3
 
 #: The same for dask's local threaded scheduler (no cluster): a pass-shaped
 #: graph of no-op tasks (8-way tree sums) through ``dkpca.execution.compute``
