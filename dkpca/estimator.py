@@ -43,12 +43,11 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import preimage
-from .execution import local_threads
 from .io import as_dask, open_input
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
-from .linalg import kernel_matrix, rows_per_block
+from .linalg import rows_per_block
 from .pipeline import fit as pipeline_fit
-from .pipeline import solve_kernel_matrix
+from .pipeline import memory_kernel_matrix, solve_kernel_matrix
 from .planning import in_memory_solver
 from .request import (
     as_generator,
@@ -301,10 +300,17 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             return CallableKernel(self.kernel, dict(self.kernel_params or {}), self.n_jobs)
         return SparseInputKernel(self.kernel_, self.n_jobs)
 
-    def _pairwise(self, A: Any, B: Any = None) -> np.ndarray:
-        """Kernel block ``k(A_i, B_j)`` (``B=None``: ``B = A``, exactly symmetric)."""
+    def _training_kernel(self, X: Any) -> np.ndarray:
+        """The training kernel matrix ``K(X, X)``, exactly symmetric.
+
+        A named kernel on dense input is built block by block on this
+        process's threads; callable kernels and sparse input go through
+        their adapter (scikit-learn's ``pairwise_kernels``).
+        """
+        if self.kernel_ is not None and not sp.issparse(X):
+            return memory_kernel_matrix(self.kernel_, X, self._compute_dtype)
         dtype = np.float64 if self.kernel_ is None else self._compute_dtype
-        return self._evaluator().block(A, B, dtype)
+        return self._evaluator().block(X, None, dtype)
 
     def _ridge_kernel(self, A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
         """The kernel between score vectors for the ridge pre-image map (scikit-learn's choice)."""
@@ -368,12 +374,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.kernel_ = self._make_kernel(d)
         if self._is_precomputed():
             K = np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
-        elif self.kernel_ is not None and not sp.issparse(X):
-            # blockwise on this process's threads (one call's elementwise part runs on one thread)
-            with local_threads() as pmap:
-                K = kernel_matrix(self.kernel_, X, self._compute_dtype, map=pmap)
         else:
-            K = self._pairwise(X)
+            K = self._training_kernel(X)
         spec = None if self.n_components is None else check_n_components_spec(self.n_components)
         fraction = isinstance(spec, float)
         k = n if spec is None else spec if fraction else min(n, spec)

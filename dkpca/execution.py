@@ -64,12 +64,17 @@ def active_client() -> Any | None:
         return None
 
 
+def _local_thread_count() -> int:
+    """Threads of this process's work: the Dask setting ``num_workers``, else one per core."""
+    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+
+
 def n_workers_threads() -> int:
     """Number of tasks that run at once (for sizing and planning)."""
     client = active_client()
     if client is not None:
         return max(1, sum(client.nthreads().values()))
-    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    return _local_thread_count()
 
 
 def serial_blas() -> contextlib.AbstractContextManager:
@@ -91,11 +96,9 @@ def local_threads() -> Iterator[Callable]:
     """A ``map`` over this process's threads, each task's BLAS on one thread: for work on in-memory arrays.
 
     An in-memory K is written in place by its block tasks, so they must run
-    here even with a cluster (a worker would write into a copy).  Threads:
-    the Dask setting ``num_workers``, else one per core.
+    here even with a cluster (a worker would write into a copy).
     """
-    threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(_local_thread_count()) as pool:
         yield pool.map
 
 

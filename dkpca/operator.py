@@ -179,7 +179,7 @@ class CenteredKernelOperator:
                 tasks.append(graph.task(group_products, self.block_func, group,
                                         [list(self.block_args(graph, I, J, pieces[I], pieces[J])) for I, J in group]))
             rows.append(touched_rows(group))
-        if len(tasks) <= FAN_IN:  # a small cluster's few shares: added here, no sum tasks
+        if inline:  # a small cluster's few shares: added here, no sum tasks
             return np.concatenate(gather_sum(rows, list(compute(*graph.outputs(tasks))), nb), axis=0)
         return np.concatenate(compute(*graph.outputs(scatter_sum(rows, tasks, nb, graph=graph))), axis=0)
 

@@ -275,8 +275,7 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
         # planning.choose: chosen where there is nothing to reuse or resume).
         gram_report["dtype"] = "float64"
         t = time.perf_counter()
-        with local_threads() as pmap:
-            op = InMemoryKernelOperator(kernel_matrix(req.kernel, np.asarray(compute(Xs)[0]), np.float64, map=pmap))
+        op = InMemoryKernelOperator(memory_kernel_matrix(req.kernel, np.asarray(compute(Xs)[0])))
         gram_report["build_seconds"] = time.perf_counter() - t
         return op, gram_report, solver_opts
     if solver_name in ("randomized", "lanczos"):
@@ -350,6 +349,15 @@ def _keep_fraction(res: EigResult, op: CenteredKernelOperator, fraction: float |
         ConvergenceWarning, stacklevel=4,
     )
     return res
+
+
+def memory_kernel_matrix(kernel: Kernel, X: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+    """``K(X, X)`` held in memory, built block by block on this process's threads (``linalg.kernel_matrix``).
+
+    The in-memory K of :func:`fit` (``gram="memory"``) and of the estimator.
+    """
+    with local_threads() as pmap:
+        return kernel_matrix(kernel, X, dtype, map=pmap)
 
 
 def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: float, max_passes: int | None,

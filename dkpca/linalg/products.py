@@ -126,16 +126,15 @@ def _contributions(rows: list[list[int]], outputs: list, nb: int) -> list[list[l
     return contrib
 
 
-def scatter_sum(rows: list[list[int]], tasks: list, nb: int, fan_in: int = FAN_IN,
-                graph: TaskGraph | None = None) -> list:
+def scatter_sum(rows: list[list[int]], tasks: list, nb: int, *, graph: TaskGraph, fan_in: int = FAN_IN) -> list:
     """Per row block R, the lazy sum of every task output landing in R.
 
-    ``tasks[i]`` is a delayed tuple with one output per row block of
-    ``rows[i]`` (a block task's ``(K_IJ V_J, K_IJ^T V_I)`` for rows ``[I, J]``,
-    or a group's, :func:`group_products`); each sum reads its operand out of
-    that tuple itself.  Memory stays O(n l) plus a few blocks per worker,
-    instead of holding all partial products until the end.  ``tasks`` are
-    references of ``graph`` when given (the sums are then its tasks too).
+    ``tasks[i]`` is ``graph``'s reference to a tuple with one output per row
+    block of ``rows[i]`` (a block task's ``(K_IJ V_J, K_IJ^T V_I)`` for rows
+    ``[I, J]``, or a group's, :func:`group_products`); each sum reads its
+    operand out of that tuple itself.  Memory stays O(n l) plus a few blocks per worker,
+    instead of holding all partial products until the end.  The sums are
+    ``graph``'s tasks too.
     """
     return [tree_sum(parts, fan_in, first=add_outputs, graph=graph) for parts in _contributions(rows, tasks, nb)]
 

@@ -54,6 +54,7 @@ class TaskGraph:
         self.name = f"{name}-{uuid.uuid4().hex}"
         inputs = list(inputs)
         self._graph = HighLevelGraph.merge(*(c.__dask_graph__() for c in inputs)) if inputs else None
+        self._input_layers = set(self._graph.layers) if self._graph is not None else set()
         self._layers: dict[str, dict] = {}
         self._annotations: dict[str, dict] = {}
         self._layer_of: dict[Any, str] = {}
@@ -109,7 +110,7 @@ class TaskGraph:
         for dep in node.dependencies:
             owner = self._layer_of.get(dep)
             if owner is None:  # one of the inputs' keys: depend on their layers (finding the one is a scan)
-                self._deps[layer].update(self._graph.layers if self._graph is not None else ())
+                self._deps[layer] |= self._input_layers
             elif owner != layer:
                 self._deps[layer].add(owner)
 
