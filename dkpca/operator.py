@@ -346,8 +346,16 @@ class InMemoryKernelOperator(CenteredKernelOperator):
         self.centering = Centering.of_matrix(K)
 
     def raw_matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
-        # K is in memory: one GEMM, always in float64 (``single`` only pays off
-        # when reading float32 blocks from disk).
+        # K is in memory: one GEMM.  A float32 K (the estimator keeps a float32
+        # X's precision, as scikit-learn does) is multiplied in float32 only
+        # when asked (``single``: ARPACK in single precision, scikit-learn's
+        # arithmetic for float32 input); otherwise exactly, as fl32(K) in
+        # float64 (widened strip by strip: numpy's mixed-type matmul would
+        # leave BLAS).
+        if self.K.dtype == np.float32:
+            if single:
+                return (self.K @ np.asarray(V, dtype=np.float32)).astype(np.float64)
+            return block_products(self.K, V, V, False)[0]
         return self.K @ np.asarray(V, dtype=np.float64)
 
     def read_block(self, I: int, J: int) -> np.ndarray:

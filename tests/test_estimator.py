@@ -179,6 +179,17 @@ def test_float32_preserved_and_close(gen):
     np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-5)
 
 
+def test_float32_input_is_solved_in_single_precision_unless_dtype_says_otherwise(gen):
+    """Default: scikit-learn's arithmetic for float32 input (its ARPACK agrees to single precision);
+    dtype="float64" gives the float64 fit of the same numbers (to float64 rounding, rtol 1e-10)."""
+    X32 = gen.astype(np.float32)
+    params = {"n_components": 3, "kernel": "rbf", "gamma": 0.2, "eigen_solver": "arpack"}
+    ours = KernelPCA(**params).fit(X32).eigenvalues_
+    np.testing.assert_allclose(ours, SKKernelPCA(**params).fit(X32).eigenvalues_, rtol=1e-5)
+    wide = KernelPCA(dtype="float64", **params).fit(X32).eigenvalues_
+    np.testing.assert_allclose(wide, KernelPCA(**params).fit(X32.astype(np.float64)).eigenvalues_, rtol=1e-10)
+
+
 def test_pipeline_and_gridsearch_same_as_sklearn(digits):
     X, y = digits
     grid = {"kpca__gamma": [1e-3, 3e-3], "kpca__n_components": [5, 12]}

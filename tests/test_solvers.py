@@ -49,19 +49,20 @@ import numpy as np
 import pytest
 import scipy.linalg
 import zarr
+from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca.gram import build_gram
 from dkpca.io import as_dask, scan
 from dkpca.kernels import RBF, Linear
-from dkpca.operator import MatrixFreeKernelOperator, StoredKernelOperator
+from dkpca.operator import InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from dkpca.planning import choose
 from dkpca.solvers import SOLVERS, PassReport, get_solver, postprocess
 from dkpca.solvers.lanczos import solve as lanczos_solve
 from dkpca.solvers.randomized import solve as randomized_solve
 from dkpca.storage import FitStore, SolverCheckpoint, gram_bytes
 
-from .conftest import centered
+from .conftest import centered, reference_eigh
 
 N, K_COMP, BLOCK, TOL = 480, 6, 128, 1e-10
 
@@ -543,3 +544,30 @@ def test_fit_auto_measures_a_pass_for_large_gram(tmp_path, monkeypatch):
     assert (est["store"] <= est["recompute"]) == (mode == "store")
     assert ("gram" in zarr.open_group(str(tmp_path / "a.zarr"), mode="r")) == (mode == "store")
     assert r["converged"] and len(r["pass_seconds"]) == r["passes"]
+
+
+# -- a float32 K held in memory (the estimator's K for float32 input) ----------------------------------
+def test_float32_kernel_in_memory_multiplies_exactly_unless_single_is_asked(blobs):
+    """Without ``single`` a float32 K's product is that of fl32(K) in float64 (to float64 rounding);
+    with it, a float32 GEMM (to float32 rounding, ~1e-6 relative here)."""
+    K32 = rbf_kernel(blobs, gamma=0.1).astype(np.float32)
+    V = np.random.default_rng(0).standard_normal((K32.shape[0], 4))
+    op = InMemoryKernelOperator(K32)
+    exact = K32.astype(np.float64) @ V
+    np.testing.assert_allclose(op.raw_matmat(V), exact, rtol=1e-12, atol=1e-12 * np.abs(exact).max())
+    single = op.raw_matmat(V, single=True)
+    assert single.dtype == np.float64
+    np.testing.assert_allclose(single, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+
+
+def test_arpack_on_a_float32_kernel_matches_the_dense_reference_to_single_precision(blobs):
+    """ARPACK runs in single precision on a float32 K (as scikit-learn's eigsh does): eigenvalues of the
+    centred fl32(K) to 1e-5 relative, eigenvectors to 1e-3 (the gap of this spectrum is ~1e-2 of lambda_1)."""
+    K32 = rbf_kernel(blobs, gamma=0.1).astype(np.float32)
+    lam, U = reference_eigh(K32.astype(np.float64), 4)
+    res = get_solver("arpack")(InMemoryKernelOperator(K32), 4, rng=0)
+    order = np.argsort(res.eigenvalues)[::-1]
+    got, vec = res.eigenvalues[order], res.eigenvectors[:, order]
+    assert got.dtype == np.float64 and vec.dtype == np.float64
+    np.testing.assert_allclose(got, lam, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(np.sum(vec * U, axis=0)), 1, atol=1e-3)

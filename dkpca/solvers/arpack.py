@@ -85,10 +85,20 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     t0 = time.perf_counter()
     start_passes = operator.passes
     v0 = start_vector(n, rng) if v0 is None else np.asarray(v0, dtype=np.float64)
-    A = LinearOperator((n, n), matvec=lambda v: operator.matmat(v.reshape(-1, 1)).ravel(), matmat=operator.matmat,
-                       dtype=np.float64)
+    # A float32 K is solved in single precision, as scikit-learn's eigsh does
+    # on its float32 K (and with tol=0 to float32's precision): each product
+    # reads half the bytes, and ARPACK's float64 iteration could not converge
+    # on single-precision products.
+    dtype = np.float32 if getattr(operator, "dtype", np.float64) == np.float32 else np.float64
+    single = dtype == np.float32
+
+    def matmat(V: np.ndarray) -> np.ndarray:
+        return operator.matmat(V, single=single).astype(dtype, copy=False)
+
+    A = LinearOperator((n, n), matvec=lambda v: matmat(v.reshape(-1, 1)).ravel(), matmat=matmat, dtype=dtype)
     lam, U = eigsh(A, k, which="LA", tol=tol, maxiter=maxiter, v0=v0)
-    residuals = np.linalg.norm(operator.matmat(U) - U * lam, axis=0)
+    lam, U = lam.astype(np.float64), U.astype(np.float64)
+    residuals = np.linalg.norm(operator.matmat(U, single=single) - U * lam, axis=0)
     scale = max(abs(float(lam.max())), np.finfo(float).tiny)
     passes = operator.passes - start_passes
     history = [float(residuals.max() / scale)]
