@@ -235,3 +235,13 @@ def test_dense_solve_estimate_scales_as_n_cubed():
 
     small, large = dense_solve_seconds(400, 4, sample=400), dense_solve_seconds(4000, 40, sample=400)
     assert large == pytest.approx(small * 1000, rel=0.6)  # same sample timed twice: timing noise only
+
+
+def test_plan_counts_a_fits_fixed_costs(blobs):
+    """Small fits are bound by costs no per-entry rate sees (store set-up, model write, a pass's graph):
+    the total is the fit's fixed cost + the build with the store's + every pass but the fused one with its own."""
+    from dkpca.planning.estimate import BUILD_SECONDS, FIT_SECONDS, PASS_SECONDS
+
+    p = plan(blobs, n_components=2, solver="lanczos", gram="store")
+    assert p.build_seconds > BUILD_SECONDS and p.pass_seconds > PASS_SECONDS
+    assert p.total_seconds == pytest.approx(FIT_SECONDS + p.build_seconds + (p.expected_passes - 1) * p.pass_seconds)

@@ -27,8 +27,9 @@ from typing import Any
 from ..kernels import Kernel
 from ..linalg import PassCost, cluster_block_size, pass_cost
 
-__all__ = ["SCHEDULER_SECONDS_PER_TASK", "LOCAL_SECONDS_PER_TASK", "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND",
-           "WORKER_MEMORY_FRACTION", "EntryRates", "estimate", "choose_block", "memory_estimate"]
+__all__ = ["SCHEDULER_SECONDS_PER_TASK", "LOCAL_SECONDS_PER_TASK", "FIT_SECONDS", "BUILD_SECONDS", "PASS_SECONDS",
+           "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND", "WORKER_MEMORY_FRACTION",
+           "EntryRates", "estimate", "choose_block", "memory_estimate"]
 
 #: The distributed scheduler's time per task, serial: a pass's graph (the
 #: client building it, submission, scheduling, the workers' task handling)
@@ -58,6 +59,23 @@ PASS_SECONDS_PER_ENTRY = 6e-9
 #: when nothing is measured: the same section's build, 14.35 s for 5.0e9
 #: entries on 2 cores at d = 50 (110 flops an entry, ``Kernel.cost_per_entry``).
 KERNEL_FLOPS_PER_SECOND = 19e9
+
+#: Fixed costs of a fit on one machine that no per-entry rate sees (they
+#: bound small fits), from the timings of ``dkpca.fit`` of a Zarr path at
+#: n = 2,000, 3,000 and 5,000 (d = 50, k = 10, 2-core development machine,
+#: 2026-11-23) against ``plan``'s per-entry estimates of the same fits:
+#:
+#: * per fit: scanning the input, the store's data copy set up, the solver's
+#:   checkpoint and the checksummed model written at the end -- 0.08 s
+#:   (0.079-0.08 s outside the build and the solve; one outlier 0.16 s);
+#: * per Gram build: creating, opening and closing the Gram store (arrays,
+#:   done markers, each a few Zarr metadata writes) -- 0.14-0.23 s more than
+#:   the blocks' own time;
+#: * per pass: the graph, its submission and the solver's algebra between
+#:   passes -- 0.010-0.022 s more than the blocks' own time.
+FIT_SECONDS = 0.08
+BUILD_SECONDS = 0.15
+PASS_SECONDS = 0.015
 
 #: the share of a worker's memory its block tasks may fill (the rest: Dask, the worker's own data)
 WORKER_MEMORY_FRACTION = 0.8

@@ -43,7 +43,10 @@ from ..solvers.randomized import block_size
 from ..storage import free_bytes, gram_bytes, json_safe
 from .auto import choose
 from .estimate import (
+    BUILD_SECONDS,
+    FIT_SECONDS,
     LOCAL_SECONDS_PER_TASK,
+    PASS_SECONDS,
     SCHEDULER_SECONDS_PER_TASK,
     WORKER_MEMORY_FRACTION,
     EntryRates,
@@ -284,7 +287,11 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         fused = 1 if build is not None and solver != "dense" else 0
         if gram == "memory":
             (p.build_seconds, p.pass_seconds), fused = memory_estimate(n, concurrency=conc, rates=rates), 0
-        p.total_seconds = p.build_seconds + max(0, passes - fused) * p.pass_seconds
+        else:  # a pass's graph and a store's set-up cost the same at every n: they bound small fits
+            p.pass_seconds += PASS_SECONDS
+            if build is not None:
+                p.build_seconds += BUILD_SECONDS
+        p.total_seconds = FIT_SECONDS + p.build_seconds + max(0, passes - fused) * p.pass_seconds
         if solver == "dense":  # the O(n^3) eigh, not only the one read of K
             p.solve_seconds = dense_solve_seconds(n, k)
             p.total_seconds += p.solve_seconds
