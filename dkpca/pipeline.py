@@ -28,7 +28,7 @@ from .model import KPCAModel
 from .operator import CenteredKernelOperator, InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from .planning import choose, make_plan
 from .request import FitRequest, as_generator, make_request
-from .solvers import ConvergenceWarning, EigResult, PassReport, get_solver, postprocess
+from .solvers import ConvergenceWarning, EigResult, PassReport, get_solver, nystrom, postprocess
 from .solvers.fraction import solve_fraction, working_k
 from .solvers.randomized import block_size, start_block
 from .solvers.spectrum import keep_fraction
@@ -279,7 +279,9 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
         gram_report["build_seconds"] = time.perf_counter() - t
         return op, gram_report, solver_opts
     if solver_name in ("randomized", "lanczos"):
-        probe = start_block(n, block_size(n, req.n_components), rng)
+        ell = block_size(n, req.n_components)
+        probe = nystrom.start_block(Xs, req.kernel, ell, rng) if n >= nystrom.START_MIN_N else None
+        probe = start_block(n, ell, rng) if probe is None else probe
         solver_opts["start"] = probe
     if solver_name == "nystrom":
         # Only n x m kernel slices are evaluated (in the solver); the
