@@ -33,7 +33,7 @@ import numpy as np
 from .execution import compute, placed, placement
 from .io import Fingerprint
 from .kernels import Kernel, NonFiniteKernelError
-from .linalg import TaskGraph, block_bounds, block_products, pair_weights, scatter_sum, scratch, touched_rows
+from .linalg import TaskGraph, block_bounds, block_products, pair_weights, retire, scatter_sum, scratch, touched_rows
 from .storage import FitStore, GramInfo, GramStore, GramWriters, gram_bytes, use_direct_io
 
 __all__ = ["build_gram"]
@@ -165,6 +165,7 @@ def build_gram(
                 compute(*graph.outputs(sums), label=label, threads=threads, progress=progress), axis=0)
         else:
             compute(*graph.outputs(tasks), label=label, threads=threads, progress=progress)
+        retire()  # this process's threads' block buffers: the passes map their blocks instead
     gs.finish()
     info = gs.open()
     info.reused_blocks = total - len(todo)

@@ -81,3 +81,20 @@ def test_store_created_beside_its_lock_and_foreign_dirs_refused(tmp_path):
     with pytest.raises(ValueError, match="not a dkpca store"):
         FitStore.at(foreign).check_target()
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]  # nothing written
+
+
+def test_scratch_buffers_are_reused_until_retired():
+    """A thread gets the same memory for a purpose until retire(); then a fresh buffer, in every thread."""
+    import threading
+
+    from dkpca.linalg import retire, scratch
+
+    first = scratch("test-retire", (64, 64), np.float32)
+    assert np.shares_memory(first, scratch("test-retire", (64, 64), np.float32))
+    other: dict = {}
+    t = threading.Thread(target=lambda: other.setdefault("buf", scratch("test-retire", (64, 64), np.float32)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(first, other["buf"])  # per thread
+    retire()
+    assert not np.shares_memory(first, scratch("test-retire", (64, 64), np.float32))
