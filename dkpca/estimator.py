@@ -221,7 +221,9 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     eigen_solver_ : str
         Solver that ran.
     model_ : KPCAModel
-        Out-of-core fits only: the persisted model (``dkpca.load(model_.store)``).
+        Out-of-core fits only: the fitted model; with ``store=`` also persisted
+        there (``dkpca.load(model_.store)``), otherwise in memory beside its
+        temporary store's data (``model_.save()`` writes it there).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Only when X has string feature names.

@@ -101,7 +101,9 @@ def fit(
         Store root, always kept.  Default: ``<input>.dkpca.zarr`` beside a path
         input; for in-memory input a new temporary directory that lives as long
         as the model: removed by ``model.close()`` (or leaving ``with model:``),
-        when the model is garbage-collected, or at interpreter exit.
+        when the model is garbage-collected, or at interpreter exit.  It holds
+        the training data (for ``transform``); the model is written into it
+        only by an explicit ``model.save()``.
     chunk_size : int, optional
         Square Gram block edge (default: about 4096, balanced).
     dtype : {"float32", "float64"}, default="float32"
@@ -216,7 +218,10 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
             grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.block,
             n_features=req.d, report=json_safe(report), temporary=req.temporary,
         )
-        model.save()
+        if req.temporary is None:
+            # A temporary store is the model's own and dies with it: nobody can load a model from it, so
+            # it is written there only by an explicit model.save() (0.05-0.07 s of a 0.3 s fit at n=2,000).
+            model.save()
         ckpt.clear()
     return model
 

@@ -143,3 +143,13 @@ def test_pickled_estimator_with_a_named_store_refers_to_it(tmp_path):
     again = pickle.loads(pickle.dumps(est))
     assert again.model_.store == est.model_.store
     np.testing.assert_array_equal(again.transform(X[:10]), est.transform(X[:10]))
+
+
+def test_a_temporary_store_gets_the_model_only_when_saved():
+    """The model of a temporary store lives in memory (nobody else can load it); save() writes it there."""
+    X = np.random.default_rng(0).standard_normal((60, 3))
+    with dkpca.fit(X, n_components=2, dtype="float64") as model:
+        with pytest.raises(ValueError, match="model"):
+            dkpca.load(model.store)
+        assert model.save() == model.store
+        np.testing.assert_allclose(dkpca.load(model.store).transform(X[:5]), model.transform(X[:5]), rtol=1e-12)
