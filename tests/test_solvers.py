@@ -479,7 +479,7 @@ _CHEAP_DISK = {"kernel_block": 0.5, "write_block": 0.02, "read_block": 0.02, "pr
     (dict(n=2000, k=5, temporary=True, fraction=True), "dense", "memory", "fraction"),
     (dict(n=20_000, k=5, temporary=True), "randomized", "store", "single precision"),
     (dict(n=20_000, k=5, dtype="float64"), "lanczos", "store", "block Lanczos"),
-    (dict(n=9_000, k=5), "lanczos", "store", "block Lanczos"),
+    (dict(n=19_000, k=5), "lanczos", "store", "block Lanczos"),
     (dict(n=2000, k=5, solver="arpack"), "arpack", "memory", "only with K in memory"),
     (dict(n=10_000, k=3000), "dense", "store", "most of the spectrum"),
     (dict(n=50_000, k=10, measured=_CHEAP_DISK), "randomized", "store", "measured pass"),

@@ -15,7 +15,6 @@ import numpy as np
 import psutil
 
 from ..execution import n_workers_threads
-from ..solvers import nystrom
 from ..solvers.randomized import block_size
 from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
@@ -31,6 +30,14 @@ __all__ = ["Choice", "choose", "DENSE_MAX_N", "DENSE_K_SHARE", "SMALL_GRAM_BYTES
 #: (top k) 0.09 s at n=1000, 1.0 s at 2000, 2.9 s at 3000, 14 s at 5000,
 #: against ARPACK's 0.09, 0.14, 0.47, 1.1 s and block Lanczos' 0.17, 0.58, 0.81, 1.7 s.
 DENSE_MAX_N = 200
+
+#: From this n a float32 K stored is solved by subspace iteration rather than
+#: block Lanczos (:func:`choose`): it needs more passes but, from the Nystroem
+#: start (``nystrom.START_MIN_N``), most of them in single precision.  Solve
+#: time, Lanczos vs randomized, one script each: n = 10,000: 0.85-0.89 s
+#: (4 passes) vs 0.94-0.95 s (6); 20,000: 3.2-3.3 s vs 2.3-2.7 s (5);
+#: 40,000: 12.2 s vs 9.5 s.
+SINGLE_PASSES_MIN_N = 20_000
 
 #: share of the spectrum (k / n) from which the dense eigh beats the
 #: iterative solvers on a K held in memory: at n=2000, k=300 eigh took 1.4 s,
@@ -123,7 +130,7 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
           ``randomized`` (O(n l) memory).  ``auto`` never picks the
           approximate ``nystrom``: ask for it;
         * but ``randomized`` instead of ``lanczos`` where K is stored in
-          float32 and n reaches ``nystrom.START_MIN_N``: from the Nystroem
+          float32 and n reaches ``SINGLE_PASSES_MIN_N``: from the Nystroem
           start its early passes run in single precision (half a float64
           pass), which Lanczos's products cannot.
     gram
@@ -238,9 +245,9 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
             mode, why = compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured,
                                        workers, details)
     if (solver == "auto" and name == "lanczos" and mode == "store" and np.dtype(dtype) == np.float32
-            and n >= nystrom.START_MIN_N):
+            and n >= SINGLE_PASSES_MIN_N):
         name, solver_why = "randomized", (
-            f"n={n} >= {nystrom.START_MIN_N}, float32 K stored: subspace iteration from the Nystroem start, its "
+            f"n={n} >= {SINGLE_PASSES_MIN_N}, float32 K stored: subspace iteration from the Nystroem start, its "
             "early passes in single precision (half the cost of a float64 pass), beats block Lanczos, whose "
             "products must all be float64 (measured at n=20,000 / 40,000: 5 passes, 2.3-2.7 s / 9.5 s of passes "
             "against Lanczos's 4, 3.2-3.3 s / 12.2 s)")
