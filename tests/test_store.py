@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dkpca.storage import FORMAT, LOCK_NAME, ChunkWriter, FitStore, chunk_file, write_direct
+from dkpca.storage import FORMAT, LOCK_NAME, ChunkReader, ChunkWriter, FitStore, chunk_file, write_direct
 
 
 @pytest.mark.parametrize("compressors", [None, "auto"])
@@ -98,3 +98,28 @@ def test_scratch_buffers_are_reused_until_retired():
     assert not np.shares_memory(first, other["buf"])  # per thread
     retire()
     assert not np.shares_memory(first, scratch("test-retire", (64, 64), np.float32))
+
+
+def test_reading_a_stored_block_drops_the_threads_retired_buffers(tmp_path):
+    """A pass maps its blocks without buffers: the read itself lets a finished build's buffers go."""
+    import gc
+    import weakref
+
+    from dkpca.linalg import retire, scratch
+    from dkpca.storage import checksum_codecs
+
+    path = str(tmp_path / "r.zarr")
+    arr = zarr.create_array(path, shape=(64, 64), chunks=(64, 64), dtype="float32", fill_value=0.0,
+                            compressors=checksum_codecs())
+    ChunkWriter.of(path, arr).write((0, 0), np.ones((64, 64), np.float32))
+    root = scratch("test-tidy", (64, 64), np.float32)
+    while root.base is not None:
+        root = root.base  # the allocation the thread's buffer table keeps alive
+    held = weakref.ref(root)
+    del root
+    gc.collect()
+    assert held() is not None
+    retire()
+    ChunkReader.of(path, arr).read(0, 0, (64, 64))
+    gc.collect()
+    assert held() is None

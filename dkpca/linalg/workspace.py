@@ -30,16 +30,26 @@ def scratch(purpose: str, shape: tuple[int, ...], dtype) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape)) * dtype.itemsize
-    bufs = getattr(_local, "bufs", None)
-    if bufs is None or getattr(_local, "generation", None) != _generation[0]:
-        bufs = _local.bufs = {}
-        _local.generation = _generation[0]
+    tidy()
+    bufs = _local.bufs
     buf = bufs.get(purpose)
     if buf is None or buf.nbytes < nbytes:
         raw = np.empty(max(nbytes, 1) + ALIGN, dtype=np.uint8)
         off = -raw.ctypes.data % ALIGN
         buf = bufs[purpose] = raw[off:off + max(nbytes, 1)]
     return buf[:nbytes].view(dtype).reshape(shape)
+
+
+def tidy() -> None:
+    """Drop this thread's buffers if :func:`retire` was called since they were made.
+
+    :func:`scratch` does it; so does a read of a stored block, which maps
+    the block without a buffer, so that retired buffers go before a pass's
+    first block is mapped in beside them.
+    """
+    if getattr(_local, "generation", None) != _generation[0] or not hasattr(_local, "bufs"):
+        _local.bufs = {}
+        _local.generation = _generation[0]
 
 
 def retire() -> None:
@@ -50,6 +60,6 @@ def retire() -> None:
     otherwise stay allocated through every pass, whose blocks are mapped
     from the page cache -- at n = 20,000 they were a fifth of the fit's
     peak memory.  Threads of a pool cannot be reached one by one; each
-    notices when it next asks for a buffer (a pass's first strip).
+    notices when it next asks for a buffer (:func:`tidy`: a pass's first block read).
     """
     _generation[0] += 1

@@ -35,7 +35,7 @@ import zarr
 from zarr.core.buffer.cpu import NDBuffer
 from zarr.storage import LocalStore
 
-from ..linalg.workspace import ALIGN, scratch
+from ..linalg.workspace import ALIGN, scratch, tidy
 from .integrity import (
     CHECKSUM_BYTES,
     CorruptChunkError,
@@ -236,6 +236,7 @@ class ChunkReader:
         it also refuses an intact chunk that is not the one written there).
         ``both=True`` checks the CRC-32C as well, in the same read (``dkpca verify``).
         """
+        tidy()  # retired buffers (a finished Gram build's) go before this block is mapped in beside them
         if self.raw_dir is not None:
             return self._read_file(I, J, purpose, expect, both)[: shape[0], : shape[1]]
         buf = scratch(purpose, shape, self.dtype)
