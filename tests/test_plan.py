@@ -245,3 +245,16 @@ def test_plan_counts_a_fits_fixed_costs(blobs):
     p = plan(blobs, n_components=2, solver="lanczos", gram="store")
     assert p.build_seconds > BUILD_SECONDS and p.pass_seconds > PASS_SECONDS
     assert p.total_seconds == pytest.approx(FIT_SECONDS + p.build_seconds + (p.expected_passes - 1) * p.pass_seconds)
+
+
+def test_plan_counts_arpacks_one_vector_products(blobs):
+    """With K in memory ARPACK makes ~2.6 ncv products with one vector each, each bound by memory
+    bandwidth: the estimate counts those, not a few block passes."""
+    from dkpca.planning.estimate import ARPACK_SECONDS_PER_ENTRY, FIT_SECONDS
+    from dkpca.planning.measure import ARPACK_PRODUCTS_PER_NCV
+
+    n = len(blobs)
+    p = plan(blobs, n_components=3, solver="arpack", gram="memory")
+    assert p.expected_passes == int(np.ceil(ARPACK_PRODUCTS_PER_NCV * 20))  # scipy's ncv = max(2k + 1, 20)
+    assert p.pass_seconds == pytest.approx(n * n * ARPACK_SECONDS_PER_ENTRY)
+    assert p.total_seconds == pytest.approx(FIT_SECONDS + p.build_seconds + p.expected_passes * p.pass_seconds)

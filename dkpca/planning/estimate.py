@@ -28,7 +28,7 @@ from ..kernels import Kernel
 from ..linalg import PassCost, cluster_block_size, pass_cost
 
 __all__ = ["SCHEDULER_SECONDS_PER_TASK", "LOCAL_SECONDS_PER_TASK", "FIT_SECONDS", "BUILD_SECONDS", "PASS_SECONDS",
-           "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND", "WORKER_MEMORY_FRACTION",
+           "ARPACK_SECONDS_PER_ENTRY", "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND", "WORKER_MEMORY_FRACTION",
            "EntryRates", "estimate", "choose_block", "memory_estimate"]
 
 #: The distributed scheduler's time per task, serial: a pass's graph (the
@@ -76,6 +76,12 @@ KERNEL_FLOPS_PER_SECOND = 19e9
 FIT_SECONDS = 0.08
 BUILD_SECONDS = 0.15
 PASS_SECONDS = 0.015
+
+#: One ARPACK product (K times one vector) with a float64 K held in memory,
+#: per entry of K: bound by memory bandwidth, not by a thread's arithmetic.
+#: ``K @ v`` at n = 10,000 took 38.9-40.6 ms with 2 BLAS threads on the
+#: development machine (2026-11-23).
+ARPACK_SECONDS_PER_ENTRY = 4e-10
 
 #: the share of a worker's memory its block tasks may fill (the rest: Dask, the worker's own data)
 WORKER_MEMORY_FRACTION = 0.8
@@ -153,11 +159,15 @@ def choose_block(n: int, *, d: int, ell: int, itemsize: int, gram: str, resource
         shares=int(resources["workers"]) * threads)
 
 
-def memory_estimate(n: int, *, concurrency: int, rates: EntryRates) -> tuple[float, float]:
+def memory_estimate(n: int, *, concurrency: int, rates: EntryRates, solver: str = "") -> tuple[float, float]:
     """``(build, pass)`` seconds with K held in memory (``gram="memory"``): no tasks, no I/O.
 
     All n^2 entries are evaluated once; a pass is one GEMM with K (a single
-    product per entry: ``rates.product`` times both products of a block).
+    product per entry: ``rates.product`` times both products of a block),
+    or for ARPACK one product with one vector, bound by memory bandwidth
+    (:data:`ARPACK_SECONDS_PER_ENTRY`).
     """
     entries = float(n) * n
-    return entries * rates.kernel / max(1, concurrency), entries * rates.product / 2 / max(1, concurrency)
+    sweep = (entries * ARPACK_SECONDS_PER_ENTRY if solver == "arpack"
+             else entries * rates.product / 2 / max(1, concurrency))
+    return entries * rates.kernel / max(1, concurrency), sweep

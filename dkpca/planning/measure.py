@@ -103,6 +103,12 @@ def dense_solve_seconds(n: int, k: int, sample: int = DENSE_SAMPLE) -> float:
     return t * (n / m) ** 3
 
 
+#: ARPACK's products per Lanczos vector it keeps (``ncv``), to its default
+#: tolerance: 48, 55, 58 products at n = 2,000, 3,000, 5,000 with k = 10
+#: (ncv = 21; rbf, d = 50, scikit-learn's start vector; benchmarks/compare.py).
+ARPACK_PRODUCTS_PER_NCV = 2.6
+
+
 def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_passes: int, solver: str,
                     seed: int = 0) -> tuple[int, str]:
     """Passes over K and how they were estimated, from the spectrum of a random subsample."""
@@ -111,6 +117,10 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     if solver == "nystrom":
         return 1, "Nystrom: one sweep over n x m kernel slices (approximate)"
     n = X.shape[0]
+    if solver == "arpack":
+        ncv = min(n, max(2 * k + 1, 20))  # scipy's eigsh default
+        return int(np.ceil(ARPACK_PRODUCTS_PER_NCV * ncv)), (
+            f"ARPACK: ~{ARPACK_PRODUCTS_PER_NCV:g} x ncv={ncv} one-vector products (measured, not estimated)")
     m = min(n, SPECTRUM_SAMPLE)
     idx = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
     S = np.asarray(compute(X[idx])[0], dtype=np.float64)

@@ -286,7 +286,8 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         # the first product is fused into the build for the iterative solvers
         fused = 1 if build is not None and solver != "dense" else 0
         if gram == "memory":
-            (p.build_seconds, p.pass_seconds), fused = memory_estimate(n, concurrency=conc, rates=rates), 0
+            p.build_seconds, p.pass_seconds = memory_estimate(n, concurrency=conc, rates=rates, solver=solver)
+            fused = 0
         else:  # a pass's graph and a store's set-up cost the same at every n: they bound small fits
             p.pass_seconds += PASS_SECONDS
             if build is not None:
