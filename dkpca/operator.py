@@ -153,13 +153,17 @@ class CenteredKernelOperator:
         """``trace(K~) = trace(K) - n c``, exact without any eigenvalue."""
         return self._stats().trace
 
+    def operand(self, V: np.ndarray, single: bool = False) -> np.ndarray:
+        """``V`` as a pass multiplies it: float32 when ``single`` is asked and K is float32, else float64."""
+        return np.ascontiguousarray(V, dtype=np.float32 if single and self.dtype == np.float32 else np.float64)
+
     def raw_matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
         """``K @ V`` (uncentred), one pass over the upper-triangular blocks.
 
         ``single=True`` computes the products in float32 when K is stored in
         float32 (relative error ~1e-6; for early solver passes only).
         """
-        V = np.ascontiguousarray(V, dtype=np.float32 if single and self.dtype == np.float32 else np.float64)
+        V = self.operand(V, single)
         bounds = self.bounds
         graph = TaskGraph("dkpca-pass", self.graph_inputs())
         nb = len(bounds)
@@ -346,17 +350,13 @@ class InMemoryKernelOperator(CenteredKernelOperator):
         self.centering = Centering.of_matrix(K)
 
     def raw_matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
-        # K is in memory: one GEMM.  A float32 K (the estimator keeps a float32
-        # X's precision, as scikit-learn does) is multiplied in float32 only
-        # when asked (``single``: ARPACK in single precision, scikit-learn's
-        # arithmetic for float32 input); otherwise exactly, as fl32(K) in
-        # float64 (widened strip by strip: numpy's mixed-type matmul would
-        # leave BLAS).
-        if self.K.dtype == np.float32:
-            if single:
-                return (self.K @ np.asarray(V, dtype=np.float32)).astype(np.float64)
-            return block_products(self.K, V, V, False)[0]
-        return self.K @ np.asarray(V, dtype=np.float64)
+        # K is in memory: K itself is the one block.  A float32 K (the
+        # estimator keeps a float32 X's precision, as scikit-learn does) is
+        # multiplied in float32 only when asked (``single``: ARPACK in single
+        # precision, scikit-learn's arithmetic for float32 input); otherwise
+        # exactly, as fl32(K) in float64 -- block_products' rules for a block.
+        V = self.operand(V, single)
+        return block_products(self.K, V, V, False)[0]
 
     def read_block(self, I: int, J: int) -> np.ndarray:
         return self.K

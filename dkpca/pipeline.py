@@ -286,7 +286,8 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
     if solver_name in ("randomized", "lanczos"):
         ell = block_size(n, req.n_components)
         probe = nystrom.start_block(Xs, req.kernel, ell, rng) if n >= nystrom.START_MIN_N else None
-        probe = start_block(n, ell, rng) if probe is None else probe
+        if probe is None:  # small n, or a Nystroem approximation of too low a rank
+            probe = start_block(n, ell, rng)
         solver_opts["start"] = probe
     if solver_name == "nystrom":
         # Only n x m kernel slices are evaluated (in the solver); the

@@ -47,13 +47,13 @@ def tidy() -> None:
     the block without a buffer, so that retired buffers go before a pass's
     first block is mapped in beside them.
     """
-    if getattr(_local, "generation", None) != _generation[0] or not hasattr(_local, "bufs"):
+    if getattr(_local, "generation", None) != _generation[0]:  # also a thread's first call: no generation yet
         _local.bufs = {}
         _local.generation = _generation[0]
 
 
 def retire() -> None:
-    """Every thread of this process drops its buffers at its next :func:`scratch` call.
+    """Every thread of this process drops its buffers at its next :func:`tidy` (every :func:`scratch` call).
 
     For the end of a phase whose buffers the next phase does not use: a
     Gram build's blocks (64 MiB a thread at block 4000 in float32) would

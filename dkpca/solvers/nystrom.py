@@ -81,8 +81,9 @@ def _data(operator, X, kernel):
             "StoredKernelOperator whose store holds data/X as written by dkpca.fit)."
         )
     X = X if isinstance(X, da.Array) else da.from_array(np.asarray(X), chunks=(DEFAULT_BLOCK, -1))
-    if operator is not None and (X.ndim != 2 or X.shape[0] != operator.n):
-        raise ValueError(f"X must have shape ({operator.n}, d) to match the operator; got {X.shape}.")
+    n = X.shape[0] if operator is None else operator.n
+    if X.ndim != 2 or X.shape[0] != n:
+        raise ValueError(f"X must have shape ({n}, d) to match the operator; got {X.shape}.")
     return X.rechunk({1: -1}), kernel
 
 
