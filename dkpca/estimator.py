@@ -396,7 +396,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             tol, passes = self._iteration_limits(in_memory=True)
         res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter,
                                              random_state=self.random_state,
-                                             remove_zero=self.remove_zero_eig or self.n_components is None)
+                                             remove_zero=self.remove_zero_eig or self.n_components is None,
+                                             X=None if self._is_precomputed() else X, kernel=self.kernel_)
         self.eigenvalues_ = res.eigenvalues
         self.eigenvectors_ = res.eigenvectors
         self.eigen_solver_ = solver

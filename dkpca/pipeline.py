@@ -23,12 +23,12 @@ from .execution import compute, local_threads, serial_blas
 from .gram import build_gram
 from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
-from .linalg import Centering, kernel_matrix
+from .linalg import Centering, default_block_size, kernel_matrix
 from .model import KPCAModel
 from .operator import CenteredKernelOperator, InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from .planning import choose, make_plan
 from .request import FitRequest, as_generator, make_request
-from .solvers import ConvergenceWarning, EigResult, PassReport, get_solver, nystrom, postprocess
+from .solvers import ConvergenceWarning, EigResult, PassReport, block_width, get_solver, nystrom, postprocess
 from .solvers.fraction import solve_fraction, working_k
 from .solvers.randomized import block_size, start_block
 from .solvers.spectrum import keep_fraction
@@ -284,8 +284,9 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
         gram_report["build_seconds"] = time.perf_counter() - t
         return op, gram_report, solver_opts
     if solver_name in ("randomized", "lanczos"):
-        ell = block_size(n, req.n_components)
-        probe = nystrom.start_block(Xs, req.kernel, ell, rng) if n >= nystrom.START_MIN_N else None
+        ell = block_width(solver_name, n, req.n_components)
+        landmarks = nystrom.start_landmarks(n, ell)
+        probe = None if landmarks is None else nystrom.start_block(Xs, req.kernel, ell, rng, landmarks)
         if probe is None:  # small n, or a Nystroem approximation of too low a rank
             probe = start_block(n, ell, rng)
         solver_opts["start"] = probe
@@ -338,7 +339,8 @@ def _solve(solver_name: str, op: CenteredKernelOperator, k: int, fraction: float
     solve = get_solver(solver_name)
     if fraction is None:
         return solve(op, k, **opts)
-    return solve_fraction(solve, op, fraction, k=working_k(op.n, solver_name), **opts)
+    return solve_fraction(solve, op, fraction, k=working_k(op.n, solver_name),
+                          width=lambda k_next: block_width(solver_name, op.n, k_next), **opts)
 
 
 def _keep_fraction(res: EigResult, op: CenteredKernelOperator, fraction: float | None,
@@ -370,6 +372,7 @@ def memory_kernel_matrix(kernel: Kernel, X: np.ndarray, dtype: Any = np.float64)
 
 def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: float, max_passes: int | None,
                         random_state: Any, remove_zero: bool, maxiter: int | None = None,
+                        X: np.ndarray | None = None, kernel: Kernel | None = None,
                         ) -> tuple[EigResult, Centering]:
     """The in-memory path: a kernel matrix held in memory -> operator -> solver -> spectrum policy.
 
@@ -380,7 +383,10 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
     ``max_passes`` and warn (scikit-learn's ``ConvergenceWarning``) when they
     stop short.  A float ``k`` in (0, 1) is a fraction of explained variance,
     reached as in :func:`fit` (zero components are then always dropped; not
-    with ``arpack``).  Returns the post-processed result and K's centring.
+    with ``arpack``).  Given the training data ``X`` and its ``kernel``,
+    ``lanczos`` and ``randomized`` start from a Nystroem block where
+    :func:`~dkpca.solvers.nystrom.start_landmarks` says it pays (wide blocks,
+    large n), as in :func:`fit`.  Returns the post-processed result and K's centring.
     """
     op = InMemoryKernelOperator(K)
     fraction = k if isinstance(k, float) else None
@@ -389,6 +395,15 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
     else:
         opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if solver == "dense" else
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))
+        if solver in ("randomized", "lanczos") and fraction is None and isinstance(X, np.ndarray) \
+                and kernel is not None:
+            ell = block_width(solver, op.n, k)
+            landmarks = nystrom.start_landmarks(op.n, ell)
+            start = None if landmarks is None else nystrom.start_block(
+                da.from_array(X, chunks=(default_block_size(op.n), X.shape[1])), kernel, ell, opts["rng"],
+                landmarks)
+            if start is not None:
+                opts["start"] = start
         res = _solve(solver, op, k, fraction, **opts)
         if solver != "dense" and not res.converged:
             warnings.warn(f"solver={solver!r} stopped after {res.passes} passes above tol={tol:g}; raise max_iter, "

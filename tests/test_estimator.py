@@ -419,3 +419,23 @@ def test_auto_in_memory_chooses_by_cost_not_by_k_below_10():
     X = np.random.default_rng(0).standard_normal((1000, 5))
     assert KernelPCA(10, kernel="rbf").fit(X).eigen_solver_ == "arpack"
     assert KernelPCA(100, kernel="rbf").fit(X).eigen_solver_ == "dense"
+
+
+def test_in_memory_lanczos_with_a_wide_block_starts_from_nystroem_and_matches_the_reference(monkeypatch):
+    """k = 95 (block 105 >= nystrom.START_MIN_BLOCK): the in-memory fit draws its start block from 210
+    landmarks of X; eigenvalues equal the dense reference to 1e-8 (tol=0: residual 1e-10, errors ~r^2/gap)."""
+    from dkpca.solvers import nystrom
+
+    X = np.random.default_rng(0).standard_normal((400, 8))
+    calls = []
+    original = nystrom.start_block
+
+    def spy(X_, kernel, ell, rng, n_landmarks):
+        calls.append((ell, n_landmarks))
+        return original(X_, kernel, ell, rng, n_landmarks)
+
+    monkeypatch.setattr(nystrom, "start_block", spy)
+    model = KernelPCA(95, kernel="rbf", gamma=0.1, eigen_solver="lanczos", random_state=0).fit(X)
+    assert calls == [(105, 210)]
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.1), 95)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)

@@ -245,6 +245,43 @@ def test_lanczos_resumes_from_checkpoint(problems, tmp_path):
     assert "resumed_at_pass" not in other.info
 
 
+def test_lanczos_basis_stays_orthonormal_past_convergence():
+    """Each product is orthogonalised against the newest blocks only, then the next block once against
+    the whole basis.  On a spectrum halving at every index (top 6 converge within 2 passes of block 8)
+    and tol=0, passes continue until the Krylov space is exhausted (eigenvalues below 1e3 eps): plain
+    Lanczos would lose orthogonality there and return ghost copies of lambda_1 (without the sweep
+    against the whole basis: Ritz values 1.006, 1.004, ..., U^T U off by 2.3).  Asserted: the exact
+    eigenvalues to 1e-12 and orthonormal Ritz vectors to 1e-12."""
+    rng = np.random.default_rng(0)
+    n = 480
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    lam = 0.5 ** np.arange(n)
+    K = (Q * lam) @ Q.T
+
+    class Operator:  # the solver's protocol: n, passes, matmat
+        passes = 0
+
+        def __init__(self):
+            self.n = n
+
+        def matmat(self, V, single=False):
+            self.passes += 1
+            return K @ V
+
+    res = lanczos_solve(Operator(), K_COMP, tol=0.0, max_passes=30, rng=0, block=8)
+    np.testing.assert_allclose(res.eigenvalues, lam[:K_COMP], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.eigenvectors.T @ res.eigenvectors, np.eye(K_COMP), atol=1e-12)
+
+
+def test_lanczos_default_block_is_k_plus_ten_and_subspace_iteration_doubles_k():
+    from dkpca.solvers import block_width
+
+    assert block_width("lanczos", 10_000, 256) == 266
+    assert block_width("randomized", 10_000, 256) == 512
+    assert block_width("lanczos", 10_000, 10) == block_width("randomized", 10_000, 10) == 20
+    assert block_width("lanczos", 100, 95) == 100  # capped at n
+
+
 def test_lanczos_finds_invariant_subspace_of_low_rank_kernel():
     # linear kernel on 5 features: rank(K~) = 5 < block; the Krylov space closes after one pass
     rng = np.random.default_rng(3)
@@ -596,6 +633,15 @@ def test_nystrom_start_block_is_none_below_the_blocks_rank():
 
     X = np.repeat(np.array([[0.0, 0.0], [1.0, 1.0]]), 50, axis=0)
     assert nystrom.start_block(da.from_array(X, chunks=(40, -1)), RBF(gamma=1.0), 4, 0, n_landmarks=20) is None
+
+
+def test_nystrom_start_from_large_n_or_wide_blocks_with_two_landmarks_a_column():
+    from dkpca.solvers import nystrom
+
+    assert nystrom.start_landmarks(5_000, 20) is None  # small n, narrow block: a random block
+    assert nystrom.start_landmarks(nystrom.START_MIN_N, 20) == nystrom.START_LANDMARKS
+    assert nystrom.start_landmarks(7_291, 266) == 532  # USPS, k = 256 (lanczos)
+    assert nystrom.start_landmarks(50_000, 300) == 600
 
 
 @pytest.mark.parametrize("solver", ["lanczos", "randomized"])

@@ -39,7 +39,7 @@ import numpy as np
 from ..kernels import Kernel
 from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
 from ..request import check_bandwidth, check_bool, make_request
-from ..solvers.randomized import block_size
+from ..solvers import block_width
 from ..storage import free_bytes, gram_bytes, json_safe
 from .auto import choose
 from .estimate import (
@@ -301,7 +301,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
 
 def subspace(n: int, k: int, solver: str) -> int:
     """Columns of the block of vectors a pass multiplies (k for the dense solver)."""
-    return block_size(n, k) if solver != "dense" else k
+    return block_width(solver, n, k) if solver != "dense" else k
 
 
 def plan(

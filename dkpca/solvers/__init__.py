@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postprocess", "check_eigenvalues",
-           "flip_signs", "get_solver", "SOLVERS", "SOLVER_NAMES"]
+           "flip_signs", "get_solver", "block_width", "SOLVERS", "SOLVER_NAMES"]
 
 #: Solvers ``dkpca.fit`` accepts (``auto``: resolved by :func:`dkpca.planning.choose`).
 #: ARPACK only with K held in memory (``gram="memory"``): out of core each of its
@@ -67,6 +67,17 @@ def get_solver(name: str) -> Callable[..., EigResult]:
     except KeyError:
         raise ValueError(f"solver={name!r} is unknown; choose one of {', '.join(_TABLE)}.") from None
     return importlib.import_module(module, __name__).solve
+
+
+def block_width(name: str, n: int, k: int) -> int:
+    """Columns of the block an iterative solver multiplies each pass (its start block's width).
+
+    Block Lanczos: ``k + 10`` (``lanczos.default_block``); subspace iteration
+    (randomized, and any other solver asked): ``k + max(10, k)``
+    (``randomized.block_size``).
+    """
+    module = importlib.import_module(".lanczos" if name == "lanczos" else ".randomized", __name__)
+    return module.default_block(n, k) if name == "lanczos" else module.block_size(n, k)
 
 
 def __getattr__(name: str) -> Any:

@@ -111,7 +111,8 @@ def _warm_start(U: np.ndarray, ell: int, rng: np.random.Generator) -> np.ndarray
 
 def solve_fraction(solve: Callable[..., EigResult], operator: Any, fraction: float, *, k: int, tol: float,
                    max_passes: int | None, rng: Any, callback: Callback | None = None,
-                   start: np.ndarray | None = None, checkpoint: Any = None, **options: Any) -> EigResult:
+                   start: np.ndarray | None = None, checkpoint: Any = None,
+                   width: Callable[[int], int] | None = None, **options: Any) -> EigResult:
     """Eigenpairs of K~ enough to explain ``fraction`` of ``trace(K~)``, by rounds of ``solve``.
 
     Parameters
@@ -132,6 +133,9 @@ def solve_fraction(solve: Callable[..., EigResult], operator: Any, fraction: flo
         The first round's start block (the pipeline's fused probe).
     checkpoint : SolverCheckpoint, optional
         Keyed to this fit (fraction included, not k); resumed in the round it was saved in.
+    width : callable, optional
+        The solver's block width for a k (a later round's warm start has it;
+        default ``block_size(n, k)``, subspace iteration's).
     **options
         The solver's own options.
 
@@ -177,7 +181,8 @@ def solve_fraction(solve: Callable[..., EigResult], operator: Any, fraction: flo
             break
         k_next = next_k(k, n, lam, trace, fraction)
         order = np.argsort(-lam, kind="stable")
-        start = _warm_start(np.asarray(res.eigenvectors)[:, order], block_size(n, k_next), rng)
+        ell = block_size(n, k_next) if width is None else width(k_next)
+        start = _warm_start(np.asarray(res.eigenvectors)[:, order], ell, rng)
         k = k_next
     info = dict(res.info)
     info["fraction"] = {"rounds": rounds, "complete": bool(complete)}
