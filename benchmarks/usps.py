@@ -15,7 +15,10 @@ the process tree, sampled every 50 ms, projections and SVM included):
 
 * ``sklearn-arpack``: ``sklearn.decomposition.KernelPCA(eigen_solver="arpack", random_state=0)``;
 * ``sklearn-default``: scikit-learn's ``KernelPCA`` with its defaults (for 256 components: dense eigh);
-* ``dkpca-KernelPCA``: ``dkpca.KernelPCA`` with its defaults (in memory, numpy input).
+* ``dkpca-KernelPCA``: ``dkpca.KernelPCA`` with its defaults (in memory, numpy input);
+* ``dkpca-lanczos``: the same with ``eigen_solver="lanczos"`` (block k + 10 from a Nystroem start;
+  ``tol=0`` as scikit-learn's default: residuals 1e-10 of lambda_1);
+* ``dkpca-lanczos-tol1e-6``: the same with ``tol=1e-6`` (dkpca's out-of-core default).
 
 "fit time" is the ``fit`` call alone (kernel evaluation and eigensolver);
 projecting and the SVM are timed separately.  Eigenvalue error:
@@ -52,7 +55,7 @@ import numpy as np
 from _common import HERE, load_usps, machine, run_child
 from _results import update_section
 
-METHODS = ("sklearn-arpack", "sklearn-default", "dkpca-KernelPCA")
+METHODS = ("sklearn-arpack", "sklearn-default", "dkpca-KernelPCA", "dkpca-lanczos", "dkpca-lanczos-tol1e-6")
 
 
 def _kernel_params(a) -> dict:
@@ -79,6 +82,11 @@ def child(a) -> None:
         import dkpca
 
         est = dkpca.KernelPCA(a.k, **kw)  # resolves dkpca's lazy names before timing
+    elif a.child.startswith("dkpca-lanczos"):
+        import dkpca
+
+        tol = 1e-6 if a.child.endswith("tol1e-6") else 0.0
+        est = dkpca.KernelPCA(a.k, eigen_solver="lanczos", tol=tol, random_state=0, **kw)
     else:
         raise SystemExit(f"unknown method {a.child}")
     res: dict = {"method": a.child}
