@@ -23,7 +23,7 @@ from .execution import compute, local_threads, serial_blas
 from .gram import build_gram
 from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
-from .linalg import Centering, default_block_size, kernel_matrix
+from .linalg import Centering, kernel_matrix
 from .model import KPCAModel
 from .operator import CenteredKernelOperator, InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from .planning import choose, make_plan
@@ -284,11 +284,7 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
         gram_report["build_seconds"] = time.perf_counter() - t
         return op, gram_report, solver_opts
     if solver_name in ("randomized", "lanczos"):
-        ell = block_width(solver_name, n, req.n_components)
-        landmarks = nystrom.start_landmarks(n, ell)
-        probe = None if landmarks is None else nystrom.start_block(Xs, req.kernel, ell, rng, landmarks)
-        if probe is None:  # small n, or a Nystroem approximation of too low a rank
-            probe = start_block(n, ell, rng)
+        probe = _start_block(solver_name, Xs, req.kernel, req.n_components, rng)
         solver_opts["start"] = probe
     if solver_name == "nystrom":
         # Only n x m kernel slices are evaluated (in the solver); the
@@ -332,6 +328,19 @@ def _report(res, op, solver_name: str, reason: str, auto: dict, tol: float, gram
         "n_samples": n, "n_features": d, "n_components_requested": requested,
         "zero_components_dropped": int(res.info.get("zero_eigenvalues_removed", 0)),
     }
+
+
+def _start_block(solver_name: str, X: Any, kernel: Kernel, k: int, rng: np.random.Generator) -> np.ndarray:
+    """An iterative solver's start block: the top Nystroem eigenvectors where they pay, else a random block.
+
+    Where is :func:`~dkpca.solvers.nystrom.start_landmarks`' rule (large n,
+    wide blocks); a random block also where the approximation's rank is too low.
+    """
+    n = X.shape[0]
+    ell = block_width(solver_name, n, k)
+    landmarks = nystrom.start_landmarks(n, ell)
+    block = None if landmarks is None else nystrom.start_block(X, kernel, ell, rng, landmarks)
+    return start_block(n, ell, rng) if block is None else block
 
 
 def _solve(solver_name: str, op: CenteredKernelOperator, k: int, fraction: float | None, **opts: Any) -> EigResult:
@@ -397,13 +406,7 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))
         if solver in ("randomized", "lanczos") and fraction is None and isinstance(X, np.ndarray) \
                 and kernel is not None:
-            ell = block_width(solver, op.n, k)
-            landmarks = nystrom.start_landmarks(op.n, ell)
-            start = None if landmarks is None else nystrom.start_block(
-                da.from_array(X, chunks=(default_block_size(op.n), X.shape[1])), kernel, ell, opts["rng"],
-                landmarks)
-            if start is not None:
-                opts["start"] = start
+            opts["start"] = _start_block(solver, X, kernel, k, opts["rng"])
         res = _solve(solver, op, k, fraction, **opts)
         if solver != "dense" and not res.converged:
             warnings.warn(f"solver={solver!r} stopped after {res.passes} passes above tol={tol:g}; raise max_iter, "

@@ -15,6 +15,7 @@ import numpy as np
 import psutil
 
 from ..execution import n_workers_threads
+from ..solvers import block_width
 from ..solvers.randomized import block_size
 from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
@@ -205,12 +206,13 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         name, why = "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
     elif k > n // 4 and 16 * n * n <= 0.5 * memory_bytes:
         name, why = "dense", f"n_components={k} > n/4: most of the spectrum is wanted and K~ fits in memory"
-    elif 2 * 8 * n * 3 * ell <= 0.25 * memory_bytes:
+    elif 2 * 8 * n * 3 * (krylov := block_width("lanczos", n, k)) <= 0.25 * memory_bytes:
         name, why = "lanczos", (f"n={n} > {DENSE_MAX_N}, k={k}: block Lanczos (fewer passes over K than subspace "
                                 f"iteration); its Krylov basis fits in memory")
     else:
-        name, why = "randomized", (f"n={n}, k={k}: a Krylov basis of 3 x {ell} columns would not fit in a quarter "
-                                   f"of the {memory_bytes / 1e9:.1f} GB available; subspace iteration needs O(n l)")
+        name, why = "randomized", (f"n={n}, k={k}: a Krylov basis of 3 x {krylov} columns would not fit in a "
+                                   f"quarter of the {memory_bytes / 1e9:.1f} GB available; subspace iteration needs "
+                                   "O(n l)")
     solver_why = why
     if memory_bytes is not None:
         details["memory_bytes"] = memory_bytes

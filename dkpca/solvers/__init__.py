@@ -76,8 +76,9 @@ def block_width(name: str, n: int, k: int) -> int:
     (randomized, and any other solver asked): ``k + max(10, k)``
     (``randomized.block_size``).
     """
-    module = importlib.import_module(".lanczos" if name == "lanczos" else ".randomized", __name__)
-    return module.default_block(n, k) if name == "lanczos" else module.block_size(n, k)
+    if name == "lanczos":
+        return importlib.import_module(".lanczos", __name__).default_block(n, k)
+    return importlib.import_module(".randomized", __name__).block_size(n, k)
 
 
 def __getattr__(name: str) -> Any:

@@ -226,13 +226,13 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         T[local_from:, m:] = H
         T[m:, local_from:] = H.T
         T[m:, m:] = 0.5 * (H[m - local_from:] + H[m - local_from:].T)
-        j, local_from = m, m
+        local_from = m
         # the k wanted pairs, and the 2 l a checkpoint keeps
         theta_all, S = _ritz(T, min(T.shape[0], max(k, 2 * ell if checkpoint is not None else 0)))
         kk = min(k, theta_all.size)
         theta = theta_all[:kk]
         # Krylov relation K~ basis = basis T + W E_j^T: residual of Ritz pair i is W s_i(last block).
-        res = np.linalg.norm(W @ S[j:, :kk], axis=0)
+        res = np.linalg.norm(W @ S[m:, :kk], axis=0)
         scale = max(abs(theta_all[0]), np.finfo(float).tiny)
         history.append(float(res.max() / scale) if kk == k else float("inf"))
         converged = kk == k and history[-1] <= tol

@@ -192,7 +192,8 @@ def nystrom_features(W: np.ndarray, rcond: float | None = None) -> np.ndarray:
     return Q[:, keep] / np.sqrt(lam[keep])
 
 
-def start_block(X: da.Array, kernel: Kernel, ell: int, rng, n_landmarks: int = START_LANDMARKS) -> np.ndarray | None:
+def start_block(X: da.Array | np.ndarray, kernel: Kernel, ell: int, rng,
+                n_landmarks: int = START_LANDMARKS) -> np.ndarray | None:
     """An orthonormal n x ``ell`` starting block for an iterative solver: the top Nystroem eigenvectors.
 
     ``n_landmarks`` uniform landmarks, two passes over X (:func:`solve`).
