@@ -87,7 +87,10 @@ def serial_blas() -> contextlib.AbstractContextManager:
     threads or workers on this host) need.  Measured at n = 20,000, k = 10
     (Lanczos, 2 cores): the solver's time outside its passes 0.78 s -> 0.37 s
     with local threads; with two local workers, 0.16 s less CPU per pass in
-    this process (numpy's and scipy's pools spinning).
+    this process (numpy's and scipy's pools spinning).  Wide blocks (large
+    k) are the opposite case: their algebra is GEMMs and eigenproblems that
+    two threads run faster, so ``pipeline`` asks for this only up to its
+    ``SERIAL_ALGEBRA_MAX_WIDTH``.
     """
     return _blas_controller().limit(limits=1, user_api="blas")
 

@@ -249,7 +249,7 @@ def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name
                 solver_opts["checkpoint"] = ckpt
             timings["gram"] = time.perf_counter() - t
             t = time.perf_counter()
-            with warnings.catch_warnings(), serial_blas() if "start" in solver_opts else contextlib.nullcontext():
+            with warnings.catch_warnings(), _algebra_blas(solver_opts.get("start")):
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = _solve(solver_name, op, req.n_components, req.fraction, tol=req.tol,
                              max_passes=req.max_passes, rng=rng, callback=_log_pass, **solver_opts)
@@ -261,6 +261,24 @@ def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name
                 raise
             logger.warning("%s; recomputing the %d damaged Gram block(s)", exc, repaired)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: widest start block whose solver algebra (between passes) runs on one BLAS thread.  Measured at
+#: n = 20,000 from a Zarr path (Lanczos, 2 cores; the solver's time outside its passes, one BLAS thread
+#: vs two): block 20: 0.37 s vs 0.78 s; block 60: 13.0 / 12.9 s vs 13.3 / 14.5 s; block 110:
+#: 24.9 / 27.2 s vs 20.7 / 21.0 s; block 210: 47.2 / 47.0 s vs 34.8 / 34.5 s.  Narrow blocks are
+#: tall-skinny products that two threads run slower (and whose idle BLAS threads spin on the cores a
+#: pass needs); wide ones are GEMMs and eigenproblems that two threads run faster.
+SERIAL_ALGEBRA_MAX_WIDTH = 64
+
+
+def _algebra_blas(start: np.ndarray | None) -> contextlib.AbstractContextManager:
+    """BLAS threads for an iterative solver's algebra: one for a start block up to SERIAL_ALGEBRA_MAX_WIDTH wide.
+
+    No start block (the dense and ARPACK solvers, K in memory): BLAS as configured.
+    """
+    narrow = start is not None and start.shape[1] <= SERIAL_ALGEBRA_MAX_WIDTH
+    return serial_blas() if narrow else contextlib.nullcontext()
 
 
 def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,

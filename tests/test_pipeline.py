@@ -185,3 +185,20 @@ def test_gram_memory_that_does_not_fit_is_refused_before_work():
         planning.choose(50_000, 5, "auto", "memory", memory_bytes=8 * 10**9)
     with pytest.raises(ValueError, match="solver=arpack needs K in memory"):
         planning.choose(50_000, 5, "arpack", "auto", memory_bytes=8 * 10**9)
+
+
+@pytest.mark.parametrize("k, serial", [(3, True), (60, False)])
+def test_solver_algebra_runs_on_one_blas_thread_only_for_narrow_blocks(tmp_path, monkeypatch, k, serial):
+    """Lanczos's block is k + 10: 13 columns run their algebra on one BLAS thread, 70 (> 64) on all of them."""
+    pipeline = importlib.import_module("dkpca.pipeline")
+    entered = []
+    real = pipeline.serial_blas
+
+    def recording():
+        entered.append(True)
+        return real()
+
+    monkeypatch.setattr(pipeline, "serial_blas", recording)
+    X = np.random.default_rng(5).standard_normal((300, 4))
+    dkpca.fit(X, k, gamma=0.3, solver="lanczos", gram="store", store=tmp_path / "s.zarr", random_state=0)
+    assert bool(entered) is serial
