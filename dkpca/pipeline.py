@@ -275,7 +275,9 @@ SERIAL_ALGEBRA_MAX_WIDTH = 64
 def _algebra_blas(start: np.ndarray | None) -> contextlib.AbstractContextManager:
     """BLAS threads for an iterative solver's algebra: one for a start block up to SERIAL_ALGEBRA_MAX_WIDTH wide.
 
-    No start block (the dense and ARPACK solvers, K in memory): BLAS as configured.
+    No start block (the dense and ARPACK solvers, K in memory): BLAS as configured.  For a
+    fraction of explained variance the first round's block decides for every round (later
+    rounds are wider: a fit that starts narrow keeps one thread).
     """
     narrow = start is not None and start.shape[1] <= SERIAL_ALGEBRA_MAX_WIDTH
     return serial_blas() if narrow else contextlib.nullcontext()
@@ -422,6 +424,7 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
     else:
         opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if solver == "dense" else
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))
+        # dense X only: the landmarks' kernel slices need rows of X (sparse X starts at random)
         if solver in ("randomized", "lanczos") and fraction is None and isinstance(X, np.ndarray) \
                 and kernel is not None:
             opts["start"] = _start_block(solver, X, kernel, k, opts["rng"])
