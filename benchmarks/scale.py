@@ -146,9 +146,9 @@ def projection(a, X: np.ndarray, fit2: dict) -> str:
                          fs_bandwidth=bw)
     passes = int(r2["passes_over_K"])
 
-    def at(b: int) -> tuple:
+    def at(b: int, per_task: float = SCHEDULER_SECONDS_PER_TASK) -> tuple:
         build, sweep = estimate(N, b, gram="store", itemsize=dtype.itemsize, concurrency=workers, rates=rates,
-                                fs_bandwidth=bw)
+                                fs_bandwidth=bw, task_seconds=per_task)
         return build, sweep, build.seconds + max(0, passes - 1) * sweep.seconds
 
     entries = a.n * a.n / 2  # the 2-worker fit, end to end, as a cross-check of the per-block rates
@@ -179,6 +179,10 @@ def projection(a, X: np.ndarray, fit2: dict) -> str:
                    f"({sweep.bound}) | {sweep.scheduler:.1f} s | {100 * sweep.share:.1f} % | {total / 60:.1f} min |")
         if b == block:
             break
+    _, twice, total = at(block, 2 * SCHEDULER_SECONDS_PER_TASK)
+    out += ["", f"At twice the scheduler's cost per task ({2e3 * SCHEDULER_SECONDS_PER_TASK:.2g} ms: its background "
+            "work for thousands of workers is not measured here) the chosen block's pass would take "
+            f"{twice.seconds:.1f} s, the scheduler {100 * twice.share:.1f} % of it, the fit {total / 60:.1f} min."]
     return "\n".join(out)
 
 

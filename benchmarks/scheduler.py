@@ -1,7 +1,8 @@
 """What the distributed scheduler costs per task: the graph of one solver pass, with stand-in tasks.
 
     python benchmarks/scheduler.py [--workers 2] [--n 1e5 1e6 1e7] [--blocks 4096 8192 16384 32768 65536]
-                                   [--max-tasks 200000] [--budget 300] [--repeats 2] [--no-write]
+                                   [--max-tasks 200000] [--budget 300] [--repeats 2]
+                                   [--sweep-workers 2 8 32] [--no-write]
 
 For each n and block edge the graph is that of one pass over K as
 ``CenteredKernelOperator.raw_matmat`` builds it (``dkpca/operator.py``): one
@@ -25,8 +26,19 @@ Rows are run in order of task count while the count is at most
 per-task cost so far, stays under ``--budget`` seconds; the rest
 (n = 1e7 at 4096 is ~9 million tasks) are marked *not run*, with the time
 the largest measured per-task cost would give -- a projection, not a
-measurement.  The scheduler's peak RSS is sampled during each run.  The
-per-task cost here is what ``dkpca.planning.SCHEDULER_SECONDS_PER_TASK``
+measurement.  The scheduler's peak RSS is sampled during each run.
+
+Two costs per task are reported.  *Wall* is the pass's time over its tasks:
+on this 2-core machine the workers' handling of each task (the sweep's
+"workers' CPU" column; in parallel on a real cluster) shares the cores with
+the scheduler, so wall time is the sum of everyone's work, not the scheduler's.
+*Scheduler CPU* is the CPU time of the process that runs the client and the
+scheduler (LocalCluster keeps them in one process, on one event loop) while
+it builds and runs the graph, less what that process spends idle with the
+same workers in the same time (heartbeats, monitors; measured just before):
+what the graph's tasks add to the one serial process at the centre.  The
+sweep repeats one graph (n = 10^6 at block 16384) with more workers.  The
+scheduler CPU per task is what ``dkpca.planning.SCHEDULER_SECONDS_PER_TASK``
 cites.
 """
 
@@ -105,15 +117,58 @@ class PeakRSS:
         self._thread.join()
 
 
-def one_pass(nb: int, scheduler_pid: int) -> dict:
-    """Time one pass-shaped graph: the client building it, then computing it; the scheduler's peak RSS."""
+def cpu_seconds() -> float:
+    """CPU time of this process so far: the client, and with a LocalCluster the scheduler."""
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+def processes_cpu(procs: list) -> float:
+    """CPU time of ``procs`` (psutil processes: the workers) so far."""
+    return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+
+def idle_rate(seconds: float = 3.0) -> float:
+    """This process's CPU seconds per second while the cluster idles (heartbeats, monitors)."""
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    time.sleep(seconds)
+    return (cpu_seconds() - c0) / (time.perf_counter() - t0)
+
+
+def one_pass(nb: int, scheduler_pid: int, idle: float) -> dict:
+    """Time one pass-shaped graph: the client building it, then computing it; the scheduler's peak RSS and CPU.
+
+    ``idle``: the client's and scheduler's CPU per second without work, subtracted from the CPU they spend.
+    """
     with PeakRSS(scheduler_pid) as rss:
-        t0 = time.perf_counter()
+        c0, t0 = cpu_seconds(), time.perf_counter()
         outs = pass_graph(nb)
         t1 = time.perf_counter()
         compute(*outs)
         t2 = time.perf_counter()
-    return {"build_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0, "rss": rss.peak}
+        cpu = cpu_seconds() - c0
+    return {"build_s": t1 - t0, "compute_s": t2 - t1, "total_s": t2 - t0, "rss": rss.peak, "cpu_s": cpu,
+            "busy_s": cpu - idle * (t2 - t0)}
+
+
+def sweep(workers: list[int], nb: int, repeats: int) -> list[dict]:
+    """One graph of ``nb`` row blocks on LocalClusters of each worker count: the best of ``repeats`` runs each."""
+    out = []
+    for w in workers:
+        with connected({"dkpca": {"cluster": {"local": {"n_workers": w}}}}) as client:
+            spid = client.run_on_scheduler(os.getpid)
+            procs = [psutil.Process(pid) for pid in client.run(os.getpid).values()]
+            one_pass(4, spid, 0.0)  # warm-up
+            idle = idle_rate(10.0)
+            runs = []
+            for _ in range(repeats):
+                w0 = processes_cpu(procs)
+                runs.append({**one_pass(nb, spid, idle), "workers_cpu_s": processes_cpu(procs) - w0})
+            best = min(runs, key=lambda x: x["total_s"])
+            out.append({"workers": w, "idle": idle, "tasks": pass_tasks(nb), **best})
+            print(f"{w} workers: {out[-1]['tasks']} tasks, wall {best['total_s']:.2f} s, scheduler CPU "
+                  f"{best['busy_s'] / out[-1]['tasks'] * 1e3:.3f} ms per task (idle {idle * 1e3:.0f} ms/s)", flush=True)
+    return out
 
 
 def cases(ns: list[int], blocks: list[int]) -> list[dict]:
@@ -140,6 +195,8 @@ def main() -> None:
                     help="seconds of measuring: a row is not run when the per-task cost so far foresees it ending "
                          "later")
     ap.add_argument("--repeats", type=int, default=2, help="runs per row below 20,000 tasks (the best counts)")
+    ap.add_argument("--sweep-workers", type=int, nargs="*", default=[2, 8, 32],
+                    help="worker counts for the sweep over one graph (n = 1e6, block 16384); none: no sweep")
     ap.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/RESULTS.md alone")
     a = ap.parse_args()
     rows = cases([int(n) for n in a.n], a.blocks)
@@ -147,7 +204,7 @@ def main() -> None:
     start = time.perf_counter()
     with connected({"dkpca": {"cluster": {"local": {"n_workers": a.workers}}}}) as client:
         spid = client.run_on_scheduler(os.getpid)
-        one_pass(4, spid)  # warm-up: connections, function pickles
+        one_pass(4, spid, 0.0)  # warm-up: connections, function pickles
         done: dict[int, dict] = {}
         per_task = 0.0  # the last measured row's, to foresee the next row's time
         for r in rows:
@@ -160,15 +217,18 @@ def main() -> None:
                 outs = pass_graph(r["nb"])
                 assert graph_size(outs) == r["tasks"], (graph_size(outs), r["tasks"])
                 del outs
-                runs = [one_pass(r["nb"], spid) for _ in range(repeats)]
+                idle = idle_rate()
+                runs = [one_pass(r["nb"], spid, idle) for _ in range(repeats)]
                 best = min(runs, key=lambda x: x["total_s"])
                 best["rss"] = max(x["rss"] for x in runs)
                 done[r["nb"]] = best
                 per_task = best["total_s"] / r["tasks"]
                 print(f"n={r['n']:.0e} block={r['block']}: {r['tasks']} tasks, {best['total_s']:.2f} s = "
-                      f"{best['total_s'] / r['tasks'] * 1e3:.3f} ms per task", flush=True)
+                      f"{best['total_s'] / r['tasks'] * 1e3:.3f} ms per task, scheduler CPU "
+                      f"{best['busy_s'] / r['tasks'] * 1e3:.3f} ms per task", flush=True)
             r.update(done[r["nb"]], status="measured")
         same_process = spid == os.getpid()
+    swept = sweep(a.sweep_workers, n_blocks(1_000_000, 16384), a.repeats) if a.sweep_workers else []
     measured = [r for r in rows if r["status"] == "measured"]
     if not measured:
         raise SystemExit("nothing measured: raise --max-tasks or --budget")
@@ -184,21 +244,23 @@ def main() -> None:
         "workers' task handling are timed. Block 4096 is dkpca's default (`DEFAULT_BLOCK`).",
         "",
         "| n | block | row blocks | block tasks | tasks per pass | status | graph built (client) | computed "
-        "| per pass | per task | scheduler RSS peak |",
-        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| per pass | wall per task | scheduler CPU per task | scheduler RSS peak |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         head = f"| {r['n']:.0e} | {r['block']} | {r['nb']:,} | {r['block_tasks']:,} | {r['tasks']:,} |"
         if r["status"] == "measured":
             lines.append(f"{head} measured | {fmt_s(r['build_s'])} | {fmt_s(r['compute_s'])} | "
                          f"{fmt_s(r['total_s'])} | {r['total_s'] / r['tasks'] * 1e3:.3f} ms | "
-                         f"{r['rss'] / 2**20:.0f} MiB |")
+                         f"{r['busy_s'] / r['tasks'] * 1e3:.3f} ms | {r['rss'] / 2**20:.0f} MiB |")
         else:
             lines.append(f"{head} **not run** (over {a.max_tasks:,} tasks or the {a.budget:.0f} s budget) | — | — "
-                         f"| ≈ {fmt_s(r['tasks'] * per_task)} *projected, not measured* | — | — |")
-    summary = (f"Per-task cost at the largest count measured ({largest['tasks']:,} tasks): "
-               f"**{per_task * 1e3:.3f} ms per task** (graph construction included); projections of the rows "
-               "not run use it, assuming it stays flat, which the rows above only show up to that count.")
+                         f"| ≈ {fmt_s(r['tasks'] * per_task)} *projected, not measured* | — | — | — |")
+    busy = largest["busy_s"] / largest["tasks"]
+    summary = (f"At the largest count measured ({largest['tasks']:,} tasks): wall {per_task * 1e3:.3f} ms per task "
+               f"(graph construction and the workers' handling included, on the same 2 cores), **scheduler CPU "
+               f"{busy * 1e3:.3f} ms per task**; projections of the rows not run use the wall figure, assuming it "
+               "stays flat, which the rows above only show up to that count.")
     if len({r["tasks"] for r in measured}) >= 2:
         t = np.array([r["tasks"] for r in measured], dtype=float)
         y = np.array([r["total_s"] for r in measured])
@@ -206,6 +268,19 @@ def main() -> None:
         summary += (f" A straight line through the measured rows: {icpt:.2f} s + {slope * 1e3:.3f} ms x tasks "
                     "(the marginal cost per task).")
     lines += ["", summary]
+    if swept:
+        lines += ["", f"The same graph (n = 1e6, block 16384, {swept[0]['tasks']:,} tasks) with more workers, each "
+                  "count a new LocalCluster (best of the runs). Where \"less idle\" is negative or tiny the idle "
+                  "load did not go on while the loop was busy (heartbeats wait), so the subtraction does not hold "
+                  "there; the CPU per task without it is the bound.", "",
+                  "| workers | wall per task | workers' CPU per task (all) | client + scheduler CPU per task "
+                  "| idle client + scheduler CPU | scheduler CPU per task (less idle) |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        for r in swept:
+            lines.append(f"| {r['workers']} | {r['total_s'] / r['tasks'] * 1e3:.3f} ms | "
+                         f"{r['workers_cpu_s'] / r['tasks'] * 1e3:.3f} ms | "
+                         f"{r['cpu_s'] / r['tasks'] * 1e3:.3f} ms | {r['idle'] * 1e3:.0f} ms/s | "
+                         f"{r['busy_s'] / r['tasks'] * 1e3:.3f} ms |")
     text = "\n".join(lines)
     print(text)
     if not a.no_write:

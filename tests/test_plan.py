@@ -124,19 +124,41 @@ def test_pass_tasks_counts_the_graph_of_a_pass(tmp_path, blobs, monkeypatch, row
 
 def test_cluster_block_size_from_plain_numbers():
     kw = dict(concurrency=100, entry_seconds=6e-9, task_seconds=1e-3, d=20, ell=20, itemsize=4)
-    # one task per block: 4082: 39,200 tasks = 39 s of scheduling against ~30 s of blocks; 16,130: 2,573 tasks,
-    # still 7.8 %; 32,259 (31 row blocks): 682 tasks = 0.68 s against 31 s, 2.2 %
-    assert cluster_block_size(BIG_N, memory_per_task=None, **kw) == 32_259
     cost = {k: kw[k] for k in ("concurrency", "entry_seconds", "task_seconds")}
-    assert pass_cost(BIG_N, 16_130, **cost).share > 0.05
-    # one task per worker thread (a pass on a cluster): 8,131: 2,191 tasks, 6.8 %; 16,130: 720 tasks, 2.3 %
-    assert cluster_block_size(BIG_N, memory_per_task=None, shares=100, **kw) == 16_130
-    assert pass_cost(BIG_N, 8_131, shares=100, **cost).share > 0.05
-    # memory caps the block; never below the default
-    assert cluster_block_size(BIG_N, memory_per_task=task_memory(16_130, 20, 20, 4), **kw) == 16_130
-    assert cluster_block_size(BIG_N, memory_per_task=1, **kw) == default_block_size(BIG_N)
-    # few tasks for the work: the default stays
-    assert cluster_block_size(BIG_N, memory_per_task=None, **{**kw, "concurrency": 1}) == default_block_size(BIG_N)
+    # one task per block: the default 4,082 has 39,200 tasks = 39 s of scheduling against ~30 s of blocks; the
+    # smallest balanced edge under 5 % is 20,409 (49 row blocks: 1,666 tasks, 4.9 %); 20,000 (50) has 5.2 %
+    assert cluster_block_size(BIG_N, memory_per_task=None, **kw) == 20_409
+    assert pass_cost(BIG_N, 20_409, **cost).share <= 0.05 < pass_cost(BIG_N, 20_000, **cost).share
+    # one task per worker thread (a pass on a cluster): 10,753 (93 row blocks, 1,588 tasks) 4.98 %; 10,639 (94) 5.02 %
+    assert cluster_block_size(BIG_N, memory_per_task=None, shares=100, **kw) == 10_753
+    assert pass_cost(BIG_N, 10_753, shares=100, **cost).share <= 0.05 < pass_cost(BIG_N, 10_639, shares=100,
+                                                                                    **cost).share
+
+
+def test_cluster_block_size_is_the_largest_within_memory_when_the_share_is_out_of_reach():
+    kw = dict(concurrency=100, entry_seconds=6e-9, task_seconds=1e-3, d=20, ell=20, itemsize=4, memory_per_task=None)
+    # 18,000 fits, 18,182 (55 row blocks, the next balanced edge) does not: not only the doublings of the default
+    budget = task_memory(18_000, 20, 20, 4)
+    assert cluster_block_size(BIG_N, **{**kw, "memory_per_task": budget}) == 17_858  # 56 row blocks
+    assert task_memory(18_182, 20, 20, 4) > budget
+    # never below the default, even when not even that fits
+    assert cluster_block_size(BIG_N, **{**kw, "memory_per_task": 1}) == default_block_size(BIG_N)
+
+
+def test_cluster_block_size_keeps_the_default_when_the_blocks_dominate():
+    kw = dict(entry_seconds=6e-9, task_seconds=1e-3, d=20, ell=20, itemsize=4, memory_per_task=None)
+    # one thread: 39,200 tasks (39 s) against 3,000 s of blocks, 1.3 %
+    assert cluster_block_size(BIG_N, concurrency=1, **kw) == default_block_size(BIG_N)
+
+
+def test_pass_cost_leaves_threads_idle_when_blocks_are_few():
+    # 31 row blocks = 496 block tasks on 400 threads: two waves of one block each, not 496 / 400 of one
+    one_block = 6e-9 * 32_259.0 ** 2
+    cost = pass_cost(BIG_N, 32_259, concurrency=400, entry_seconds=6e-9, task_seconds=0.0)
+    assert cost.compute == pytest.approx(2 * one_block)
+    # on a cluster, one share per worker thread: 400 shares hold the 496 blocks, 1.24 blocks each, in one wave
+    assert pass_cost(BIG_N, 32_259, concurrency=400, entry_seconds=6e-9, task_seconds=0.0,
+                     shares=400).compute == pytest.approx(496 / 400 * one_block)
 
 
 def test_plan_chooses_a_larger_block_for_many_workers(tmp_path):
@@ -148,8 +170,8 @@ def test_plan_chooses_a_larger_block_for_many_workers(tmp_path):
     assert p.scheduling_share < fit_default.scheduling_share and fit_default.scheduling_share > 0.05
     # within the workers' memory (8 GiB each, 80 % for block tasks)
     assert p.memory_per_worker <= 0.8 * 8 * 2**30
-    if p.scheduling_share > 0.05:  # then the next larger block would not have fit
-        assert task_memory(2 * p.block, 20, p.subspace, 4) > 0.8 * 8 * 2**30
+    if p.scheduling_share > 0.05:  # then the next larger balanced block (one row block fewer) would not have fit
+        assert task_memory(-(-BIG_N // (p.n_row_blocks - 1)), 20, p.subspace, 4) > 0.8 * 8 * 2**30
     assert f"chunk_size={p.block} (--chunk-size {p.block})" in str(p)
 
 

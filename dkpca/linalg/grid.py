@@ -4,9 +4,9 @@ Sizing lives here, in one named function (:func:`default_block_size`), so that
 the Gram build, the operators, planning and the model all agree on where a
 block starts and ends.  Its cluster-aware sibling,
 :func:`cluster_block_size`, is what ``dkpca.plan`` recommends for a cluster:
-the smallest block edge, from the default up, whose pass keeps the
-scheduler's share under :data:`SCHEDULING_SHARE` -- from plain numbers (rates,
-concurrency, memory), with the cost of a pass at a block edge written once
+the smallest balanced block edge, from the default up, whose pass keeps the
+scheduler's share under :data:`SCHEDULING_SHARE`, or the largest within the
+workers' memory -- from plain numbers (rates, concurrency, memory), with the cost of a pass at a block edge written once
 (:func:`pass_cost`).  :func:`pass_tasks` counts the tasks of one pass's graph
 and :func:`task_memory` the bytes one running block task holds.
 """
@@ -165,10 +165,14 @@ def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, tas
     """
     block = min(block, n)
     nb = n_blocks(n, block)
-    entries = nb * (nb + 1) // 2 * float(block) * block
-    tasks = pass_tasks(nb, shares=shares)
+    pairs = nb * (nb + 1) // 2
+    entries = pairs * float(block) * block
+    # the block tasks run in waves of ``concurrency``: a few large blocks leave threads idle
+    running = pairs if shares is None else min(pairs, max(1, shares))
+    waves = -(-running // max(1, concurrency))
     io = entries * bytes_per_entry / bandwidth if bandwidth else 0.0
-    return PassCost(block, tasks, entries * entry_seconds / max(1, concurrency), io, tasks * task_seconds)
+    tasks = pass_tasks(nb, shares=shares)
+    return PassCost(block, tasks, waves * entries * entry_seconds / running, io, tasks * task_seconds)
 
 
 def cluster_block_size(n: int, *, concurrency: int, entry_seconds: float, task_seconds: float,
@@ -177,23 +181,25 @@ def cluster_block_size(n: int, *, concurrency: int, entry_seconds: float, task_s
                        share: float = SCHEDULING_SHARE, shares: int | None = None) -> int:
     """Block edge for ``concurrency`` tasks at once: the scheduler under ``share`` of a pass, within memory.
 
-    From :func:`default_block_size` upwards, doubling the nominal edge (each
-    step quarters the tasks), the first balanced edge whose
-    :func:`pass_cost` has the scheduler at most ``share`` of the pass; never
-    one whose :func:`task_memory` exceeds ``memory_per_task`` bytes (None:
-    unknown, not limited), never smaller than the default.  The arguments
-    are :func:`pass_cost`'s and :func:`task_memory`'s.
+    Every balanced edge from :func:`default_block_size` up (one row block
+    fewer at each step) is a candidate; the first whose :func:`pass_cost`
+    has the scheduler at most ``share`` of the pass is chosen.  When memory
+    ends the search first (the next edge's :func:`task_memory` exceeds
+    ``memory_per_task`` bytes; None: unknown, not limited) the largest edge
+    within it is, and the plan reports the share it leaves.  Never smaller
+    than the default.  The arguments are :func:`pass_cost`'s and
+    :func:`task_memory`'s.
     """
-    nominal = DEFAULT_BLOCK
     block = default_block_size(n)
-    while block < n:
+    for nb in range(n_blocks(n, block), 0, -1):
+        edge = -(-n // nb)
+        if edge < block or (nb > 1 and -(-n // edge) != nb):
+            continue  # not balanced at nb row blocks: the same edge as a neighbour
+        if memory_per_task is not None and edge > block and task_memory(edge, d, ell, itemsize) > memory_per_task:
+            break
+        block = edge
         cost = pass_cost(n, block, concurrency=concurrency, entry_seconds=entry_seconds, task_seconds=task_seconds,
                          bytes_per_entry=bytes_per_entry, bandwidth=bandwidth, shares=shares)
         if cost.share <= share:
             break
-        nominal *= 2
-        bigger = balanced_block(n, nominal)
-        if memory_per_task is not None and task_memory(bigger, d, ell, itemsize) > memory_per_task:
-            break
-        block = bigger
     return block

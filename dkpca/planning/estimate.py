@@ -31,17 +31,21 @@ __all__ = ["SCHEDULER_SECONDS_PER_TASK", "LOCAL_SECONDS_PER_TASK", "FIT_SECONDS"
            "ARPACK_SECONDS_PER_ENTRY", "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND", "WORKER_MEMORY_FRACTION",
            "EntryRates", "estimate", "choose_block", "memory_estimate"]
 
-#: The distributed scheduler's time per task, serial: a pass's graph (the
-#: client building it, submission, scheduling, the workers' task handling)
-#: divided by its tasks.  Measured by ``benchmarks/scheduler.py
-#: --max-tasks 200000 --budget 400`` (section "scheduler" of
-#: benchmarks/RESULTS.md): 2.63 ms per task at 39,200 tasks, the largest
-#: graph run (a pass at n = 10^6, block 4096), and 2.6-3.0 ms from 143 tasks
-#: up (marginal cost 2.64 ms).  The client builds the graph in 0.07 ms a task
-#: (``linalg.TaskGraph``; with dask.delayed it was 5.4 ms, and the whole
-#: cost 7.97 ms).  A LocalCluster of 2 TLS workers on the 2-core development
-#: machine, the scheduler in the client's process.
-SCHEDULER_SECONDS_PER_TASK = 2.7e-3
+#: The distributed scheduler's time per task, serial: the CPU time of the
+#: process running the client and the scheduler (one event loop) while it
+#: builds and runs a pass's graph, less what it spends idle with the same
+#: workers.  Measured by ``benchmarks/scheduler.py --max-tasks 200000
+#: --budget 400`` (section "scheduler" of benchmarks/RESULTS.md, 2026-11-23):
+#: 1.43-1.67 ms per task from 475 to 39,200 tasks (1.55 ms at the largest),
+#: 1.53 / 1.49 ms at 2,573 tasks with 2 / 8 workers; the upper end is taken.
+#: The pass's wall time per task on that 2-core machine, 2.3-2.9 ms (the
+#: earlier figure, 2.7 ms), also counts the workers' handling of each task
+#: (2.6 ms of their CPU a task with 2 workers; in parallel on a real
+#: cluster) sharing the cores with the scheduler.  Not in this figure: the
+#: scheduler's background work per worker (heartbeats: 38 / 93 / 313 ms/s
+#: idle with 2 / 8 / 32 workers here; dask spaces a large cluster's
+#: heartbeats to ~200 a second), unmeasured at thousands of workers.
+SCHEDULER_SECONDS_PER_TASK = 1.6e-3
 
 #: The same for dask's local threaded scheduler (no cluster): a pass-shaped
 #: graph of no-op tasks (8-way tree sums) through ``dkpca.execution.compute``
