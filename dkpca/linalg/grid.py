@@ -161,7 +161,9 @@ def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, tas
     ``bandwidth`` bytes/s (None: it keeps up).  The blocks are counted whole
     (``P block^2`` entries), as the tasks run them.  ``shares``: the graph's
     block tasks are one per worker thread (a pass on a cluster; see
-    :func:`pass_tasks`).
+    :func:`pass_tasks`).  The block tasks run in waves of ``concurrency``:
+    fewer, larger blocks than threads leave threads idle, so ``compute``
+    grows with the edge once the blocks are fewer than the threads.
     """
     block = min(block, n)
     nb = n_blocks(n, block)
