@@ -117,15 +117,12 @@ class PeakRSS:
         self._thread.join()
 
 
-def cpu_seconds() -> float:
-    """CPU time of this process so far: the client, and with a LocalCluster the scheduler."""
-    t = psutil.Process().cpu_times()
-    return t.user + t.system
+def cpu_seconds(procs: list | None = None) -> float:
+    """User + system CPU time so far of ``procs`` (psutil processes, e.g. the workers), by default this one.
 
-
-def processes_cpu(procs: list) -> float:
-    """CPU time of ``procs`` (psutil processes: the workers) so far."""
-    return sum(sum(p.cpu_times()[:2]) for p in procs)
+    This process is the client and, with a LocalCluster, the scheduler.
+    """
+    return sum(sum(p.cpu_times()[:2]) for p in (procs or [psutil.Process()]))
 
 
 def idle_rate(seconds: float = 3.0) -> float:
@@ -162,8 +159,8 @@ def sweep(workers: list[int], nb: int, repeats: int) -> list[dict]:
             idle = idle_rate(10.0)
             runs = []
             for _ in range(repeats):
-                w0 = processes_cpu(procs)
-                runs.append({**one_pass(nb, spid, idle), "workers_cpu_s": processes_cpu(procs) - w0})
+                w0 = cpu_seconds(procs)
+                runs.append({**one_pass(nb, spid, idle), "workers_cpu_s": cpu_seconds(procs) - w0})
             best = min(runs, key=lambda x: x["total_s"])
             out.append({"workers": w, "idle": idle, "tasks": pass_tasks(nb), **best})
             print(f"{w} workers: {out[-1]['tasks']} tasks, wall {best['total_s']:.2f} s, scheduler CPU "

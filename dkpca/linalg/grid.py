@@ -6,9 +6,10 @@ block starts and ends.  Its cluster-aware sibling,
 :func:`cluster_block_size`, is what ``dkpca.plan`` recommends for a cluster:
 the smallest balanced block edge, from the default up, whose pass keeps the
 scheduler's share under :data:`SCHEDULING_SHARE`, or the largest within the
-workers' memory -- from plain numbers (rates, concurrency, memory), with the cost of a pass at a block edge written once
-(:func:`pass_cost`).  :func:`pass_tasks` counts the tasks of one pass's graph
-and :func:`task_memory` the bytes one running block task holds.
+workers' memory -- from plain numbers (rates, concurrency, memory), with the
+cost of a pass at a block edge written once (:func:`pass_cost`).
+:func:`pass_tasks` counts the tasks of one pass's graph and
+:func:`task_memory` the bytes one running block task holds.
 """
 
 from __future__ import annotations
@@ -169,7 +170,6 @@ def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, tas
     nb = n_blocks(n, block)
     pairs = nb * (nb + 1) // 2
     entries = pairs * float(block) * block
-    # the block tasks run in waves of ``concurrency``: a few large blocks leave threads idle
     running = pairs if shares is None else min(pairs, max(1, shares))
     waves = -(-running // max(1, concurrency))
     io = entries * bytes_per_entry / bandwidth if bandwidth else 0.0
@@ -195,8 +195,8 @@ def cluster_block_size(n: int, *, concurrency: int, entry_seconds: float, task_s
     block = default_block_size(n)
     for nb in range(n_blocks(n, block), 0, -1):
         edge = -(-n // nb)
-        if edge < block or (nb > 1 and -(-n // edge) != nb):
-            continue  # not balanced at nb row blocks: the same edge as a neighbour
+        if n_blocks(n, edge) != nb:
+            continue  # no edge cuts n into nb balanced blocks: this one is a neighbour's
         if memory_per_task is not None and edge > block and task_memory(edge, d, ell, itemsize) > memory_per_task:
             break
         block = edge
