@@ -117,23 +117,69 @@ def local_threads() -> Iterator[Callable]:
         yield pool.map
 
 
-def _assign(weights: Sequence[float]) -> list[tuple[str, int]] | None:
-    """The worker thread slot ``(address, i)`` of each task; None without a cluster.
+def balance(weights: Sequence[float], slots: int) -> list[int]:
+    """The slot (0 .. slots - 1) of each task, so that the heaviest slot's total weight is small.
 
-    Largest task first to the least loaded slot, slots in address order: the
-    same workers and weights always give the same assignment.
+    Largest task first to the least loaded slot (ties to the lowest slot),
+    then moves and swaps between the heaviest and the lightest slot while
+    they lower the heavier of the two.  Largest-first alone leaves up to one
+    task's weight of imbalance: at n = 20,000 (5 x 5 blocks) on two workers
+    it gave one share five off-diagonal blocks and three diagonal ones,
+    0.434 s of a pass's 0.81 s of block work where 0.41 s is even; a swap
+    makes it 0.42 s.  Deterministic: the same weights give the same slots.
+    """
+    slot = [0] * len(weights)
+    load = [0.0] * max(1, slots)
+    heap = [(0.0, i) for i in range(len(load))]
+    for task in sorted(range(len(weights)), key=lambda i: -weights[i]):
+        w, i = heapq.heappop(heap)
+        slot[task] = i
+        load[i] = w + weights[task]
+        heapq.heappush(heap, (load[i], i))
+    members: list[list[int]] = [[] for _ in load]
+    for task, i in enumerate(slot):
+        members[i].append(task)
+    # Each step strictly lowers the heavier slot of a pair; the bound caps
+    # the work (a step scans two slots' tasks) on many tasks and slots.
+    for _ in range(min(4 * len(weights), 1000)):
+        hi = max(range(len(load)), key=lambda i: (load[i], -i))
+        lo = min(range(len(load)), key=lambda i: (load[i], i))
+        gap = load[hi] - load[lo]
+        # move a (or swap b for a): the pair's new maximum is
+        # max(load[hi] - d, load[lo] + d) with d = w_a - w_b, lowest nearest gap / 2
+        best, choice = load[hi], None
+        for a in members[hi]:
+            for b in [None, *members[lo]]:
+                d = weights[a] - (weights[b] if b is not None else 0.0)
+                if 0 < d < gap and max(load[hi] - d, load[lo] + d) < best:
+                    best, choice = max(load[hi] - d, load[lo] + d), (a, b, d)
+        if choice is None:
+            break
+        a, b, d = choice
+        members[hi].remove(a)
+        members[lo].append(a)
+        slot[a] = lo
+        if b is not None:
+            members[lo].remove(b)
+            members[hi].append(b)
+            slot[b] = hi
+        load[hi] -= d
+        load[lo] += d
+    return slot
+
+
+def _assign(weights: Sequence[float]) -> list[tuple[str, int]] | None:
+    """The worker thread slot ``(address, i)`` of each task (:func:`balance`); None without a cluster.
+
+    Slots in address order: the same workers and weights always give the
+    same assignment.
     """
     client = active_client()
     threads = client.nthreads() if client is not None else {}
     if not threads:
         return None
-    heap = [(0.0, addr, i) for addr, t in sorted(threads.items()) for i in range(max(1, t))]  # sorted: a heap
-    slot: list[tuple[str, int]] = [("", 0)] * len(weights)
-    for task in sorted(range(len(weights)), key=lambda i: -weights[i]):
-        load, addr, i = heapq.heappop(heap)
-        slot[task] = (addr, i)
-        heapq.heappush(heap, (load + weights[task], addr, i))
-    return slot
+    slots = [(addr, i) for addr, t in sorted(threads.items()) for i in range(max(1, t))]
+    return [slots[i] for i in balance(weights, len(slots))]
 
 
 def placement(weights: Sequence[float]) -> list[str | None]:
