@@ -94,8 +94,8 @@ def cmd_synthetic(a) -> list[dict]:
 def cmd_workers(a) -> str:
     X = clustered(a.n, a.d)
     _, zpath = write_inputs(X, Path(a.workdir), f"clustered_{a.n}_{a.d}")
-    setups = [("threads (no cluster)", {}), ("LocalCluster 1 worker", {"workers": 1}),
-              ("LocalCluster 2 workers", {"workers": 2})]
+    setups = [("threads (no cluster)", {}), ("1 thread (no cluster)", {"threads": 1}),
+              ("LocalCluster 1 worker", {"workers": 1}), ("LocalCluster 2 workers", {"workers": 2})]
     # Rounds run the setups in turn and the table gives each one's median: on
     # this shared 2-core VM one fit's build or pass varies by +-10 % from run
     # to run, as much as the differences measured here.
@@ -113,7 +113,7 @@ def cmd_workers(a) -> str:
     med = {label: {key: float(np.median([r[key] for r in rs])) for key in ("fit_s", "gram_s", "solve_s", "pass_s")}
            for label, rs in runs.items()}
     base = med["threads (no cluster)"]
-    lines = [f"Median of {a.rounds} rounds (each round runs the three setups in turn, each fit in its own process; "
+    lines = [f"Median of {a.rounds} rounds (each round runs the four setups in turn, each fit in its own process; "
              "a cluster's start-up and its workers' imports are not timed, as the client's are not).", "",
              "| Dask setup | fit time | Gram build (vs threads) | solve | pass, median (vs threads) | passes |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -122,8 +122,12 @@ def cmd_workers(a) -> str:
         lines.append(f"| {label} | {m['fit_s']:.2f} s | {m['gram_s']:.2f} s ({m['gram_s'] / base['gram_s']:.2f}x) | "
                      f"{m['solve_s']:.2f} s | {m['pass_s']:.3f} s ({m['pass_s'] / base['pass_s']:.2f}x) | {passes} |")
     one, two = med["LocalCluster 1 worker"], med["LocalCluster 2 workers"]
+    solo = med["1 thread (no cluster)"]
     lines += ["", "1 -> 2 workers, parallel efficiency (time with 1 / (2 x time with 2)): Gram build "
-              f"{one['gram_s'] / (2 * two['gram_s']):.0%}, pass {one['pass_s'] / (2 * two['pass_s']):.0%}."]
+              f"{one['gram_s'] / (2 * two['gram_s']):.0%}, pass {one['pass_s'] / (2 * two['pass_s']):.0%}; "
+              "the same for local threads, 1 -> 2 (this machine's own scaling on its 2 cores, the ceiling of the "
+              f"workers'): Gram build {solo['gram_s'] / (2 * base['gram_s']):.0%}, "
+              f"pass {solo['pass_s'] / (2 * base['pass_s']):.0%}."]
     fit2 = dict(runs["LocalCluster 2 workers"][-1], pass_s=two["pass_s"])
     fit2["report"] = dict(fit2["report"], timings=dict(fit2["report"]["timings"], gram=two["gram_s"]))
     return "\n".join(lines + ["", projection(a, X, fit2)])
@@ -220,7 +224,7 @@ def main() -> None:
     w.add_argument("--cores", type=int, default=32, help="cores (single-threaded workers) per node")
     w.add_argument("--fs-bandwidth", default="100GB/s", help="assumed aggregate filesystem bandwidth")
     w.add_argument("--memory-per-worker", default="8GiB", help="assumed memory per worker")
-    w.add_argument("--rounds", type=int, default=3, help="rounds of the three setups (the table gives medians)")
+    w.add_argument("--rounds", type=int, default=3, help="rounds of the four setups (the table gives medians)")
     for p in (m, s, w):
         p.add_argument("--workdir", default=None)
         p.add_argument("--no-write", action="store_true")
