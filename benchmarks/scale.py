@@ -128,17 +128,17 @@ def cmd_workers(a) -> str:
               "the same for local threads, 1 -> 2 (this machine's own scaling on its 2 cores, the ceiling of the "
               f"workers'): Gram build {solo['gram_s'] / (2 * base['gram_s']):.0%}, "
               f"pass {solo['pass_s'] / (2 * base['pass_s']):.0%}."]
-    fit2 = dict(runs["LocalCluster 2 workers"][-1], pass_s=two["pass_s"])
-    fit2["report"] = dict(fit2["report"], timings=dict(fit2["report"]["timings"], gram=two["gram_s"]))
-    return "\n".join(lines + ["", projection(a, X, fit2)])
+    report2 = runs["LocalCluster 2 workers"][-1]["report"]
+    return "\n".join(lines + ["", projection(a, X, report2, two["gram_s"], two["pass_s"])])
 
 
-def projection(a, X: np.ndarray, fit2: dict) -> str:
+def projection(a, X: np.ndarray, r2: dict, gram_s: float, pass_s: float) -> str:
     """n = ``a.project_n`` on ``a.nodes`` x ``a.cores`` workers, by the planning functions ``dkpca plan`` uses.
 
     Measured here: one thread's time per entry for each step of a fit
     (``measure_blocks`` on this run's data, at this run's block) and the
-    passes of the 2-worker fit; the scheduler's cost per task is dkpca's
+    passes of the 2-worker fit (``r2``, its report; ``gram_s`` and ``pass_s``,
+    the 2-worker medians, for the end-to-end cross-check); the scheduler's cost per task is dkpca's
     constant, measured by benchmarks/scheduler.py; the filesystem bandwidth
     and the workers' memory are assumptions (options).
     """
@@ -148,7 +148,6 @@ def projection(a, X: np.ndarray, fit2: dict) -> str:
     from dkpca.request import check_bandwidth
     from dkpca.solvers.randomized import block_size
 
-    r2 = fit2["report"]
     bw = check_bandwidth("--fs-bandwidth", a.fs_bandwidth)
     mem = parse_bytes(a.memory_per_worker)
     k, dtype = 10, np.dtype("float32")
@@ -168,8 +167,8 @@ def projection(a, X: np.ndarray, fit2: dict) -> str:
         return build, sweep, build.seconds + max(0, passes - 1) * sweep.seconds
 
     entries = a.n * a.n / 2  # the 2-worker fit, end to end, as a cross-check of the per-block rates
-    fit_build = r2["timings"]["gram"] * 2 / entries * 1e9
-    fit_pass = fit2["pass_s"] * 2 / entries * 1e9
+    fit_build = gram_s * 2 / entries * 1e9
+    fit_pass = pass_s * 2 / entries * 1e9
     out = [f"Projection to n = {N:,} on {a.nodes} nodes x {a.cores} cores ({workers:,} single-threaded workers), "
            "from `dkpca.planning` (`choose_block`, `estimate`: the functions `dkpca plan --cluster ... "
            "--fs-bandwidth` uses), K in float32, the first product fused into the build:", "",

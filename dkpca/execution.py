@@ -148,11 +148,13 @@ def balance(weights: Sequence[float], slots: int) -> list[int]:
         # move a (or swap b for a): the pair's new maximum is
         # max(load[hi] - d, load[lo] + d) with d = w_a - w_b, lowest nearest gap / 2
         best, choice = load[hi], None
+        partners = [None, *members[lo]]
         for a in members[hi]:
-            for b in [None, *members[lo]]:
+            for b in partners:
                 d = weights[a] - (weights[b] if b is not None else 0.0)
-                if 0 < d < gap and max(load[hi] - d, load[lo] + d) < best:
-                    best, choice = max(load[hi] - d, load[lo] + d), (a, b, d)
+                top = max(load[hi] - d, load[lo] + d)
+                if 0 < d < gap and top < best:
+                    best, choice = top, (a, b, d)
         if choice is None:
             break
         a, b, d = choice

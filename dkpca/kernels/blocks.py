@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["STRIP_BYTES", "mirror_upper", "gemm_strips", "sq_dist_exponent", "safe_inv_norms", "integer_power",
-           "strip_rows", "strip_entries"]
+__all__ = ["STRIP_BYTES", "mirror_upper", "gemm_strips", "sq_dist_exponent", "safe_inv_norms", "integer_power"]
 
 #: bytes of one row strip of a block; the elementwise steps after the GEMM
 #: run on a strip while it is still in the per-core L2 cache (measured: a
@@ -30,16 +29,6 @@ def mirror_upper(G: np.ndarray, tile: int = 128) -> None:
         T[il] = T.T[il]
 
 
-def strip_rows(columns: int, dtype) -> int:
-    """Rows of one strip of a block with ``columns`` columns (:data:`STRIP_BYTES`, at least 16)."""
-    return max(16, STRIP_BYTES // max(1, columns * np.dtype(dtype).itemsize))
-
-
-def strip_entries(Y: np.ndarray, dtype) -> int:
-    """Entries of the largest strip :func:`gemm_strips` hands to ``post`` for a block against the rows of ``Y``."""
-    return strip_rows(Y.shape[0], dtype) * Y.shape[0]
-
-
 def gemm_strips(X: np.ndarray, Y: np.ndarray, same: bool, out: np.ndarray | None, post=None) -> np.ndarray:
     """``X @ Y.T`` by row strips, applying ``post(G_part, rows, cols)`` to each in place.
 
@@ -49,7 +38,7 @@ def gemm_strips(X: np.ndarray, Y: np.ndarray, same: bool, out: np.ndarray | None
     """
     nx, ny = X.shape[0], Y.shape[0]
     G = np.empty((nx, ny), dtype=X.dtype) if out is None else out
-    rows = strip_rows(ny, X.dtype)
+    rows = max(16, STRIP_BYTES // max(1, ny * X.dtype.itemsize))
     for s in range(0, nx, rows):
         e = min(s + rows, nx)
         c0 = s if same else 0

@@ -16,7 +16,7 @@ import numpy as np
 from scipy.spatial.distance import cdist, pdist, squareform
 
 from .base import Kernel, check_positive, check_real
-from .blocks import gemm_strips, integer_power, safe_inv_norms, sq_dist_exponent, strip_entries
+from .blocks import gemm_strips, integer_power, safe_inv_norms, sq_dist_exponent
 
 __all__ = ["GammaKernel", "RBF", "Laplacian", "Polynomial", "Linear", "Sigmoid", "Cosine"]
 
@@ -93,14 +93,16 @@ class Polynomial(GammaKernel):
 
     def _block(self, X, Y, same, out):
         g, c, deg = X.dtype.type(self.gamma), X.dtype.type(self.coef0), self.degree
-        # the power's scratch: one strip's worth (gemm_strips), allocated once per block
-        buf = np.empty(strip_entries(Y, X.dtype), dtype=X.dtype) if deg != 1 else None
+        buf = []  # the power's scratch, sized by the first strip (the largest): one allocation per block
 
         def post(G, rows, cols):
             G *= g
             G += c
-            if buf is not None:
-                integer_power(G, deg, buf[:G.size].reshape(G.shape))
+            if deg == 1:
+                return
+            if not buf or buf[0].size < G.size:
+                buf[:] = [np.empty(G.size, dtype=G.dtype)]
+            integer_power(G, deg, buf[0][:G.size].reshape(G.shape))
 
         return gemm_strips(X, Y, same, out, post)
 
