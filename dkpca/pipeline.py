@@ -192,7 +192,10 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         }, chunk_rows=req.block)
         if req.overwrite:
             ckpt.clear()
-        op, gram_report, res = _build_and_solve(req, Xs, fp, choice.solver, choice.gram, rng, ckpt, timings)
+        # the kernel whose blocks the fit evaluates: req.kernel, or its compiled-exp variant (same spec)
+        evaluator = req.kernel.compiled() if choice.compiled_exp else req.kernel
+        op, gram_report, res = _build_and_solve(req, evaluator, Xs, fp, choice.solver, choice.gram, rng, ckpt,
+                                                timings)
         t = time.perf_counter()
         centering = res.info.pop("centering", None)
         if centering is not None:  # nystrom: statistics of the approximation it solved
@@ -230,7 +233,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
 GRAM_REPAIRS = 2
 
 
-def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
+def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
                      rng: np.random.Generator, ckpt: SolverCheckpoint, timings: dict[str, float],
                      ) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
     """Operator, Gram report and solver result (``timings``: "gram", "solve"); damaged Gram chunks are rebuilt.
@@ -244,7 +247,7 @@ def _build_and_solve(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name
     for attempt in range(GRAM_REPAIRS + 1):
         t = time.perf_counter()
         try:
-            op, gram_report, solver_opts = _make_operator(req, Xs, fp, solver_name, gram, rng)
+            op, gram_report, solver_opts = _make_operator(req, evaluator, Xs, fp, solver_name, gram, rng)
             if "start" in solver_opts:
                 solver_opts["checkpoint"] = ckpt
             timings["gram"] = time.perf_counter() - t
@@ -283,7 +286,7 @@ def _algebra_blas(start: np.ndarray | None) -> contextlib.AbstractContextManager
     return serial_blas() if narrow else contextlib.nullcontext()
 
 
-def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
+def _make_operator(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
                    rng: np.random.Generator) -> tuple[CenteredKernelOperator, dict[str, Any], dict[str, Any]]:
     """The centred operator a solver will use: (operator, Gram report, solver options).
 
@@ -292,7 +295,8 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
     build (each block multiplies it while in cache: one read of K saved).
     """
     n, block, dt = Xs.shape[0], Xs.chunks[0][0], req.dtype
-    gram_report: dict[str, Any] = {"mode": gram, "dtype": dt.name, "block": block}
+    gram_report: dict[str, Any] = {"mode": gram, "dtype": dt.name, "block": block,
+                                   "compiled_exp": evaluator is not req.kernel}
     solver_opts: dict[str, Any] = {}
     probe = None
     if gram == "memory":
@@ -310,13 +314,13 @@ def _make_operator(req: FitRequest, Xs: da.Array, fp: Fingerprint, solver_name: 
         # Only n x m kernel slices are evaluated (in the solver); the
         # centering statistics are those of the approximation.
         gram_report["mode"] = "none"
-        return MatrixFreeKernelOperator(Xs, req.kernel, dtype=dt, statistics=False), gram_report, solver_opts
+        return MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, statistics=False), gram_report, solver_opts
     if gram != "store":
-        return MatrixFreeKernelOperator(Xs, req.kernel, dtype=dt, probe=probe), gram_report, solver_opts
+        return MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, probe=probe), gram_report, solver_opts
     # Lanczos keeps every product in its Krylov relation: float64 only.
     single = probe is not None and dt == np.float32 and solver_name == "randomized"
     need = fit_footprint(n, req.d, block, dt, block_size(n, req.n_components), Xs.dtype.itemsize)
-    info = build_gram(req.store, Xs, req.kernel, fp, dtype=dt, overwrite=req.overwrite,
+    info = build_gram(req.store, Xs, evaluator, fp, dtype=dt, overwrite=req.overwrite,
                       probe=probe.astype(np.float32) if single else probe, progress=req.progress, needed_bytes=need)
     op = StoredKernelOperator(info)
     if info.probe_product is not None:

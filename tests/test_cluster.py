@@ -584,3 +584,18 @@ def test_a_pass_on_a_cluster_runs_one_task_per_worker_thread_and_is_exact(proc_c
     assert seen == [2]  # two shares, their partial sums added by the caller: no per-block or sum tasks
     assert sizes == [2]  # and no tasks for the pieces of V either: each share carries its own
     np.testing.assert_allclose(KV, rbf_kernel(blobs, gamma=0.1) @ V, rtol=1e-12, atol=1e-12)  # float64 K: exact
+
+
+def test_a_compiled_kernel_travels_to_the_workers_and_is_exact(proc_cluster, blobs):
+    """Each worker compiles the exp on its first block (kernels.fastexp); a float64 matrix-free pass matches
+    K V to 1e-12 (entries within 1e-15 of numpy's exp)."""
+    from dkpca.io import as_dask
+    from dkpca.kernels import RBF
+    from dkpca.operator import MatrixFreeKernelOperator
+
+    kernel = RBF(0.1).compiled()
+    assert type(kernel).__name__ == "CompiledRBF"
+    V = np.random.default_rng(2).standard_normal((600, 3))
+    with Client(proc_cluster.address):
+        KV = MatrixFreeKernelOperator(as_dask(blobs, block_rows=100), kernel, dtype=np.float64).raw_matmat(V)
+    np.testing.assert_allclose(KV, rbf_kernel(blobs, gamma=0.1) @ V, rtol=1e-12, atol=1e-12)

@@ -202,3 +202,18 @@ def test_solver_algebra_runs_on_one_blas_thread_only_for_narrow_blocks(tmp_path,
     X = np.random.default_rng(5).standard_normal((300, 4))
     dkpca.fit(X, k, gamma=0.3, solver="lanczos", gram="store", store=tmp_path / "s.zarr", random_state=0)
     assert bool(entered) is serial
+
+
+@pytest.mark.parametrize("gram", ["store", "recompute"])
+def test_a_fit_with_the_compiled_exp_matches_the_reference(tmp_path, blobs, monkeypatch, gram):
+    """Planning compiles the exp from a size (here forced from 0 entries): the blocks it builds or recomputes go
+    through kernels.fastexp; eigenvalues agree with eigh of the dense centred float64 K to 1e-5 relative (float32
+    K: the ~1e-7 entry errors of either exp, amplified by the 1/lambda of the smallest of 4 components)."""
+    from dkpca.planning import auto
+
+    monkeypatch.setattr(auto, "COMPILED_EXP_MIN_ENTRIES", 0)
+    m = dkpca.fit(blobs, n_components=4, gamma=0.2, solver="lanczos", gram=gram, store=tmp_path / "s.zarr",
+                  chunk_size=200)
+    assert m.report["gram"]["compiled_exp"] is True, m.report["gram"]
+    lam_ref, _ = reference_eigh(rbf_kernel(blobs, gamma=0.2), 4)
+    np.testing.assert_allclose(m.eigenvalues_, lam_ref, rtol=1e-5)

@@ -541,6 +541,31 @@ def test_choose_rules(kw, solver, gram, why):
         assert (c.details["expected_passes"] < 20) == ("would not fit" not in c.reason)
 
 
+@pytest.mark.parametrize("n, solver, gram, passes, threads, compiled", [
+    (20_000, "randomized", "store", None, 2, False),      # 1e8 entries a thread: not worth 1.7 s of compiling
+    (60_000, "randomized", "store", None, 2, False),      # 9e8
+    (80_000, "randomized", "store", None, 2, True),       # 1.6e9
+    (40_000, "lanczos", "recompute", None, 2, True),      # 4 assumed passes: 1.6e9
+    (40_000, "lanczos", "recompute", 2, 2, False),        # 2 estimated passes: 8e8
+    (200_000, "lanczos", "recompute", 5, 64, True),       # 1.6e9 on a 64-thread cluster
+    (200_000, "lanczos", "recompute", 5, 128, False),     # 7.8e8 on 128 threads
+    (5_000, "arpack", "memory", None, 2, False),
+    (500_000, "nystrom", "recompute", 5, 2, False),       # n x m slices only
+])
+def test_use_compiled_exp_counts_entries_a_thread(n, solver, gram, passes, threads, compiled):
+    from dkpca.planning import use_compiled_exp
+
+    got, why = use_compiled_exp(n, solver, gram, passes, threads)
+    assert got == compiled, why
+    assert ("compiled" in why) == compiled
+
+
+def test_choose_records_the_exp_decision():
+    c = choose(200_000, 10, "lanczos", "recompute", workers=2, memory_bytes=16 * 10**9)
+    assert c.compiled_exp and "G kernel entries a thread" in c.details["exp"]
+    assert not choose(2000, 10, "lanczos", "store", workers=2).compiled_exp
+
+
 def test_choose_solver_compat_and_names(tmp_path):
     assert choose(100, 2, "auto").solver == "dense"
     c = choose(100, 2, "lanczos")

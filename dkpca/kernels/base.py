@@ -121,6 +121,17 @@ class Kernel:
         """Approximate flops per kernel entry (planning): the GEMM's 2 d plus elementwise work."""
         return 2.0 * n_features + 10.0
 
+    def compiled(self) -> Kernel:
+        """The same kernel (same spec, same values within rounding) with its elementwise exp compiled.
+
+        Kernels built on ``exp`` (rbf, laplacian) return a variant that uses
+        :func:`dkpca.kernels.fastexp.exp_nonpositive` where numba is
+        installed; the others return themselves.  Compiling costs about 1.7 s
+        once per process, so planning asks for it only for large fits
+        (:func:`dkpca.planning.use_compiled_exp`).
+        """
+        return self
+
     # -- parameters -------------------------------------------------------
     def resolve(self, n_features: int) -> Kernel:
         """Return a copy with data-dependent defaults (``gamma=None``) fixed."""
@@ -179,6 +190,9 @@ class Sum(Kernel):
     def resolve(self, n_features: int) -> Kernel:
         return replace(self, kernels=tuple(k.resolve(n_features) for k in self.kernels))
 
+    def compiled(self) -> Kernel:
+        return replace(self, kernels=tuple(k.compiled() for k in self.kernels))
+
     def block(self, X, Y=None, dtype=np.float64, out=None):
         out = self.kernels[0].block(X, Y, dtype, out)
         for k in self.kernels[1:]:
@@ -202,6 +216,7 @@ class Product(Kernel):
     validate = Sum.validate
     positive_definite = Sum.positive_definite
     resolve = Sum.resolve
+    compiled = Sum.compiled
     to_dict = Sum.to_dict
 
     def block(self, X, Y=None, dtype=np.float64, out=None):
@@ -237,6 +252,9 @@ class Scaled(Kernel):
 
     def resolve(self, n_features: int) -> Kernel:
         return replace(self, kernel=self.kernel.resolve(n_features))
+
+    def compiled(self) -> Kernel:
+        return replace(self, kernel=self.kernel.compiled())
 
     def block(self, X, Y=None, dtype=np.float64, out=None):
         out = self.kernel.block(X, Y, dtype, out)

@@ -17,8 +17,11 @@ from scipy.spatial.distance import cdist, pdist, squareform
 
 from .base import Kernel, check_positive, check_real
 from .blocks import gemm_strips, integer_power, safe_inv_norms, sq_dist_exponent
+from .fastexp import available as compiled_exp_available
+from .fastexp import exp_nonpositive
 
-__all__ = ["GammaKernel", "RBF", "Laplacian", "Polynomial", "Linear", "Sigmoid", "Cosine"]
+__all__ = ["GammaKernel", "RBF", "CompiledRBF", "Laplacian", "CompiledLaplacian", "Polynomial", "Linear", "Sigmoid",
+           "Cosine"]
 
 
 class GammaKernel(Kernel):
@@ -40,12 +43,26 @@ class RBF(GammaKernel):
     gamma: float | None = None
     name: ClassVar[str] = "rbf"
     stationary: ClassVar[bool] = True
+    #: the exp applied to the (non-positive) exponent: numpy's, or the compiled one of :meth:`compiled`
+    exp: ClassVar = staticmethod(np.exp)
 
     def _block(self, X, Y, same, out):
-        return sq_dist_exponent(X, Y, same, self.gamma, out, then=np.exp)
+        return sq_dist_exponent(X, Y, same, self.gamma, out, then=self.exp)
 
     def _diag(self, X):
         return np.ones(X.shape[0], dtype=X.dtype)
+
+    def compiled(self) -> Kernel:
+        return CompiledRBF(self.gamma) if compiled_exp_available() else self
+
+
+class CompiledRBF(RBF):
+    """:class:`RBF` whose exp runs compiled (:mod:`dkpca.kernels.fastexp`); the same spec (``to_dict``)."""
+
+    exp = staticmethod(exp_nonpositive)
+
+    def compiled(self) -> Kernel:
+        return self
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,7 @@ class Laplacian(GammaKernel):
     gamma: float | None = None
     name: ClassVar[str] = "laplacian"
     stationary: ClassVar[bool] = True
+    exp: ClassVar = staticmethod(np.exp)
 
     def _block(self, X, Y, same, out):
         # The L1 distance has no GEMM form; scipy's cdist/pdist are the fast
@@ -66,10 +84,22 @@ class Laplacian(GammaKernel):
             G = out
             np.copyto(G, D, casting="same_kind")
         G *= -self.gamma
-        return np.exp(G, out=G)
+        return self.exp(G, out=G)
 
     def _diag(self, X):
         return np.ones(X.shape[0], dtype=X.dtype)
+
+    def compiled(self) -> Kernel:
+        return CompiledLaplacian(self.gamma) if compiled_exp_available() else self
+
+
+class CompiledLaplacian(Laplacian):
+    """:class:`Laplacian` whose exp runs compiled (:mod:`dkpca.kernels.fastexp`); the same spec (``to_dict``)."""
+
+    exp = staticmethod(exp_nonpositive)
+
+    def compiled(self) -> Kernel:
+        return self
 
 
 @dataclass(frozen=True)

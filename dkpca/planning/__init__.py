@@ -1,11 +1,11 @@
 """Planning above the solvers: measurements, the ``auto`` choice, time estimates and the printable plan."""
 
-from .auto import DENSE_MAX_N, SMALL_GRAM_BYTES, Choice, choose, in_memory_solver
+from .auto import DENSE_MAX_N, SMALL_GRAM_BYTES, Choice, choose, in_memory_solver, use_compiled_exp
 from .estimate import SCHEDULER_SECONDS_PER_TASK, EntryRates, choose_block, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 from .plan import Plan, make_plan, plan
 from .resources import cluster_resources
 
-__all__ = ["DENSE_MAX_N", "SMALL_GRAM_BYTES", "Choice", "choose", "in_memory_solver", "estimate_passes",
-           "lanczos_passes", "measure_blocks", "Plan", "cluster_resources", "make_plan", "plan",
+__all__ = ["DENSE_MAX_N", "SMALL_GRAM_BYTES", "Choice", "choose", "in_memory_solver", "use_compiled_exp",
+           "estimate_passes", "lanczos_passes", "measure_blocks", "Plan", "cluster_resources", "make_plan", "plan",
            "SCHEDULER_SECONDS_PER_TASK", "EntryRates", "choose_block", "estimate"]

@@ -22,8 +22,8 @@ from ..storage import free_bytes as storage_free_bytes
 from .estimate import EntryRates, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 
-__all__ = ["Choice", "choose", "DENSE_MAX_N", "DENSE_K_SHARE", "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES",
-           "memory_gram_fits", "in_memory_solver"]
+__all__ = ["Choice", "choose", "use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "DENSE_MAX_N", "DENSE_K_SHARE",
+           "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES", "memory_gram_fits", "in_memory_solver"]
 
 #: n up to which ``auto`` solves densely (scikit-learn's threshold too): the
 #: eigh's O(n^3) beats iterating only for tiny n.  Measured on the 2-core
@@ -69,6 +69,41 @@ def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int | None
     return (budget is None or need <= budget) and need <= 0.25 * memory_bytes
 
 
+#: kernel entries per thread from which a fit evaluates exp-based kernels with the compiled exp
+#: (``Kernel.compiled``, :mod:`dkpca.kernels.fastexp`).  Measured on the 2-core AMD EPYC (znver1),
+#: 4000 x 4000 rbf blocks, d = 50, one thread, numpy vs compiled interleaved: float32 8.06-8.11 ->
+#: 5.94-5.95 ns an entry off the diagonal (5.38-5.43 -> 4.26-4.37 on it), float64 19.7-20.2 -> 16.8-16.9;
+#: numba's import and the first compilation cost 1.7 s once per process.  At 2.1 ns saved an entry,
+#: 1.5e9 entries a thread save 3.2 s: twice the compilation, a margin for CPUs whose numpy exp is faster
+#: (AVX-512), where the saving is smaller.
+COMPILED_EXP_MIN_ENTRIES = 1.5e9
+
+#: passes assumed for a matrix-free fit whose passes were not estimated (the fewest measured: 4)
+ASSUMED_PASSES = 4
+
+
+def use_compiled_exp(n: int, solver: str, gram: str, passes: int | None = None,
+                     threads: int | None = None) -> tuple[bool, str]:
+    """``(compile, reason)``: whether the fit's kernel blocks are worth numba's one-off compilation.
+
+    Counts the entries the fit evaluates -- the upper triangle of K once for
+    a stored K, once a pass matrix-free (``passes``, default
+    :data:`ASSUMED_PASSES`), none where K is in memory or only Nystroem
+    slices are evaluated -- per thread (``threads``: the cluster's, else this
+    machine's), against :data:`COMPILED_EXP_MIN_ENTRIES`.
+    """
+    if gram == "memory" or solver == "nystrom":
+        return False, "kernel entries are evaluated once in memory or as Nystroem slices only: numpy's exp"
+    entries = n * (n + 1) / 2 * (1 if gram == "store" else (passes or ASSUMED_PASSES))
+    threads = threads or max(1, n_workers_threads())
+    per_thread = entries / threads
+    if per_thread < COMPILED_EXP_MIN_ENTRIES:
+        return False, (f"{per_thread / 1e9:.2g} G kernel entries a thread (< {COMPILED_EXP_MIN_ENTRIES / 1e9:g} G): "
+                       "numpy's exp, no compilation")
+    return True, (f"{per_thread / 1e9:.2g} G kernel entries a thread: exp compiled (numba, ~1.7 s once per "
+                  "process) where the kernel has one")
+
+
 @dataclass
 class Choice:
     """What ``auto`` resolved to (:func:`choose`).
@@ -84,12 +119,15 @@ class Choice:
     details : dict
         The figures the decision used (JSON-safe): sizes, free disk, measured
         seconds per block, estimated passes and totals.
+    compiled_exp : bool
+        Evaluate the kernel with its exp compiled (:func:`use_compiled_exp`).
     """
 
     solver: str
     gram: str
     reason: str
     details: dict[str, Any] = field(default_factory=dict)
+    compiled_exp: bool = False
 
 
 def in_memory_solver(n: int, k: int, fraction: bool = False) -> tuple[str, str]:
@@ -253,7 +291,8 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
             "early passes in single precision (half the cost of a float64 pass), beats block Lanczos, whose "
             "products must all be float64 (measured at n=20,000 / 40,000: 5 passes, 2.3-2.7 s / 9.5 s of passes "
             "against Lanczos's 4, 3.2-3.3 s / 12.2 s)")
-    return Choice(name, mode, f"solver={name}: {solver_why}; gram={mode}: {why}", details)
+    compiled, details["exp"] = use_compiled_exp(n, name, mode, details.get("expected_passes"), workers)
+    return Choice(name, mode, f"solver={name}: {solver_why}; gram={mode}: {why}", details, compiled)
 
 
 def compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers, details):
