@@ -45,7 +45,8 @@ def _row(label, n, d, r, k):
         "block": rep.get("gram", {}).get("block"),
         "passes": rep.get("passes_over_K", rep.get("passes")),
         "max_rel_residual": rep.get("max_relative_residual"), "lambda1": lam[0],
-        "timings": rep.get("timings"), "error": r.get("error"),
+        "timings": rep.get("timings"), "error": r.get("error"), "pass_seconds": rep.get("pass_seconds"),
+        "compiled_exp": rep.get("gram", {}).get("compiled_exp"),
     }
 
 
@@ -68,6 +69,26 @@ def _table(rows) -> str:
                    f"{r['fit_s']:.1f} s | {t.get('gram', 0):.1f} s | {written} | {t.get('solve', 0):.1f} s | "
                    f"{r['peak_rss_gb']:.2f} GB | {r['max_rel_residual']:.1e} |")
     return "\n".join(out)
+
+
+def synthetic_projection(rows, project_n: float) -> str:
+    """n = ``project_n`` on this machine from the largest matrix-free run's measured passes (cost ~ n^2)."""
+    mf = [r for r in rows if r.get("gram") == "recompute" and not r.get("error") and r.get("pass_seconds")]
+    if not mf:
+        return ""
+    r = max(mf, key=lambda r: r["n"])
+    n, passes = r["n"], r["passes"]
+    full = [t for t in r["pass_seconds"] if t > 0.1 * max(r["pass_seconds"])]  # the start block's product is not a pass
+    t_pass = float(np.median(full))
+    entries = n * (n + r["block"]) / 2  # upper-triangular blocks, diagonal blocks whole
+    rate = entries / t_pass
+    big = project_n * (project_n + r["block"]) / 2
+    total = (passes + 1) * big / rate  # + the centring statistics' pass
+    return (f"\n\nProjection to n = {project_n:,.0f} on this machine, from the n = {n:,} run's measured passes "
+            f"(median {t_pass:.1f} s over {entries:.3g} kernel entries = {rate / 1e6:.0f} M entries/s, exp "
+            f"{'compiled' if r.get('compiled_exp') else 'numpy'}), assuming the same {passes} passes plus the "
+            f"centring statistics' pass and a cost proportional to the entries: {big / rate:,.0f} s a pass, "
+            f"{total / 3600:.1f} h in all, O(n k) memory.")
 
 
 def cmd_mnist(a) -> list[dict]:
@@ -215,6 +236,7 @@ def main() -> None:
     s.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"],
                    help="default auto: dkpca stores K where the disk holds it and recomputing is not faster")
     s.add_argument("--tol", type=float, default=1e-5)
+    s.add_argument("--project-n", type=float, default=1e6, help="n of the projection from the largest run")
     w = sub.add_parser("workers")
     w.add_argument("--n", type=int, default=20000)
     w.add_argument("--d", type=int, default=50)
@@ -233,12 +255,16 @@ def main() -> None:
         text = cmd_workers(a)
     else:
         rows = cmd_mnist(a) if a.cmd == "mnist" else cmd_synthetic(a)
-        text = _table(rows)
+        text = _table(rows) + (synthetic_projection(rows, a.project_n) if a.cmd == "synthetic" else "")
     print(text)
     if not a.no_write:
         name, command = f"scale-{a.cmd}", None
         if a.cmd == "workers" and a.n != 20000:  # another size keeps its own section
             name, command = f"scale-workers-n{a.n}", f"python benchmarks/scale.py workers --n {a.n}"
+        if a.cmd == "synthetic" and a.sizes != [50000, 100000, 200000]:  # so do other sizes
+            sizes = " ".join(str(n) for n in a.sizes)
+            name = f"scale-synthetic-n{sizes.replace(' ', '-')}-{a.gram}"
+            command = f"python benchmarks/scale.py synthetic --sizes {sizes} --gram {a.gram}"
         update_section(name, f"Machine: {machine()}\n\n{text}\n", command)
 
 
