@@ -179,6 +179,7 @@ def test_compiled_exp_matches_numpy_exp_to_its_bound(dtype, rng):
                         rng.uniform(0, 3, 50)]).astype(dtype)  # positive arguments: exp(min(x, 0)) = 1
     got = exp_nonpositive(x.reshape(1, -1).copy()).ravel()
     want = np.exp(np.minimum(x.astype(np.float64), 0.0))
+    assert np.isnan(exp_nonpositive(np.array([[0.0, np.nan, -1.0]], dtype))[0, 1])  # for the finiteness checks
     tiny = np.finfo(dtype).tiny
     normal = want >= tiny
     np.testing.assert_allclose(got[normal], want[normal], rtol=EXP_RTOL[dtype], atol=0)
