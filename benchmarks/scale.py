@@ -72,22 +72,27 @@ def _table(rows) -> str:
 
 
 def synthetic_projection(rows, project_n: float) -> str:
-    """n = ``project_n`` on this machine from the largest matrix-free run's measured passes (cost ~ n^2)."""
+    """n = ``project_n`` on this machine from the largest matrix-free run's measured passes (``pass_cost``)."""
+    from dkpca.linalg import pass_cost
+
     mf = [r for r in rows if r.get("gram") == "recompute" and not r.get("error") and r.get("pass_seconds")]
     if not mf:
         return ""
     r = max(mf, key=lambda r: r["n"])
-    n, passes = r["n"], r["passes"]
+    n, passes, block = r["n"], r["passes"], r["block"]
     full = [t for t in r["pass_seconds"] if t > 0.1 * max(r["pass_seconds"])]  # the start block's product is not a pass
     t_pass = float(np.median(full))
-    entries = n * (n + r["block"]) / 2  # upper-triangular blocks, diagonal blocks whole
-    rate = entries / t_pass
-    big = project_n * (project_n + r["block"]) / 2
-    total = (passes + 1) * big / rate  # + the centring statistics' pass
+
+    def sweep(m: float, entry_seconds: float = 1.0):  # the planner's cost of one pass, in one thread's time
+        return pass_cost(int(m), block, concurrency=1, entry_seconds=entry_seconds, task_seconds=0.0).compute
+
+    entries = sweep(n)
+    big = sweep(project_n, t_pass / entries)
+    total = (passes + 1) * big  # + the centring statistics' pass
     return (f"\n\nProjection to n = {project_n:,.0f} on this machine, from the n = {n:,} run's measured passes "
-            f"(median {t_pass:.1f} s over {entries:.3g} kernel entries = {rate / 1e6:.0f} M entries/s, exp "
-            f"{'compiled' if r.get('compiled_exp') else 'numpy'}), assuming the same {passes} passes plus the "
-            f"centring statistics' pass and a cost proportional to the entries: {big / rate:,.0f} s a pass, "
+            f"(median {t_pass:.1f} s over {entries:.3g} kernel entries = {entries / t_pass / 1e6:.0f} M entries/s, "
+            f"exp {'compiled' if r.get('compiled_exp') else 'numpy'}), assuming the same {passes} passes plus the "
+            f"centring statistics' pass and a cost proportional to the entries: {big:,.0f} s a pass, "
             f"{total / 3600:.1f} h in all, O(n k) memory.")
 
 

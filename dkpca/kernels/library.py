@@ -16,12 +16,12 @@ import numpy as np
 from scipy.spatial.distance import cdist, pdist, squareform
 
 from .base import Kernel, check_positive, check_real
-from .blocks import gemm_strips, integer_power, safe_inv_norms, sq_dist_exponent
+from .blocks import clamped_exp, gemm_strips, integer_power, safe_inv_norms, sq_dist_exponent
 from .fastexp import available as compiled_exp_available
 from .fastexp import exp_nonpositive
 
-__all__ = ["GammaKernel", "RBF", "CompiledRBF", "Laplacian", "CompiledLaplacian", "Polynomial", "Linear", "Sigmoid",
-           "Cosine"]
+__all__ = ["GammaKernel", "ExpKernel", "RBF", "CompiledRBF", "Laplacian", "CompiledLaplacian", "Polynomial", "Linear",
+           "Sigmoid", "Cosine"]
 
 
 class GammaKernel(Kernel):
@@ -36,43 +36,44 @@ class GammaKernel(Kernel):
         return self if self.gamma is not None else replace(self, gamma=1.0 / n_features)
 
 
-@dataclass(frozen=True)
-class RBF(GammaKernel):
-    """Gaussian kernel ``exp(-gamma * |x - y|^2)``."""
+class ExpKernel(GammaKernel):
+    """``exp(-gamma * distance(x, y))``: a unit diagonal, and an ``exp`` that :meth:`compiled` can swap.
 
-    gamma: float | None = None
-    name: ClassVar[str] = "rbf"
+    ``exp(G, out=G)`` exponentiates the block's exponent in place: numpy's,
+    or in the variant :meth:`compiled` returns, the compiled one of
+    :mod:`dkpca.kernels.fastexp` (which also clamps the exponent at 0).
+    """
+
     stationary: ClassVar[bool] = True
-    #: the exp applied to the (non-positive) exponent: numpy's, or the compiled one of :meth:`compiled`
     exp: ClassVar = staticmethod(np.exp)
-
-    def _block(self, X, Y, same, out):
-        return sq_dist_exponent(X, Y, same, self.gamma, out, then=self.exp)
 
     def _diag(self, X):
         return np.ones(X.shape[0], dtype=X.dtype)
 
     def compiled(self) -> Kernel:
-        return CompiledRBF(self.gamma) if compiled_exp_available() else self
-
-
-class CompiledRBF(RBF):
-    """:class:`RBF` whose exp runs compiled (:mod:`dkpca.kernels.fastexp`); the same spec (``to_dict``)."""
-
-    exp = staticmethod(exp_nonpositive)
-
-    def compiled(self) -> Kernel:
-        return self
+        variant = COMPILED_VARIANTS.get(type(self))  # None for a variant itself: it is compiled already
+        return variant(self.gamma) if variant is not None and compiled_exp_available() else self
 
 
 @dataclass(frozen=True)
-class Laplacian(GammaKernel):
+class RBF(ExpKernel):
+    """Gaussian kernel ``exp(-gamma * |x - y|^2)``."""
+
+    gamma: float | None = None
+    name: ClassVar[str] = "rbf"
+    # rounding can leave the exponent a few ulps above 0: exp(min(G, 0)) keeps k <= 1
+    exp: ClassVar = staticmethod(clamped_exp)
+
+    def _block(self, X, Y, same, out):
+        return sq_dist_exponent(X, Y, same, self.gamma, out, then=self.exp)
+
+
+@dataclass(frozen=True)
+class Laplacian(ExpKernel):
     """Laplacian kernel ``exp(-gamma * |x - y|_1)``."""
 
     gamma: float | None = None
     name: ClassVar[str] = "laplacian"
-    stationary: ClassVar[bool] = True
-    exp: ClassVar = staticmethod(np.exp)
 
     def _block(self, X, Y, same, out):
         # The L1 distance has no GEMM form; scipy's cdist/pdist are the fast
@@ -86,11 +87,11 @@ class Laplacian(GammaKernel):
         G *= -self.gamma
         return self.exp(G, out=G)
 
-    def _diag(self, X):
-        return np.ones(X.shape[0], dtype=X.dtype)
 
-    def compiled(self) -> Kernel:
-        return CompiledLaplacian(self.gamma) if compiled_exp_available() else self
+class CompiledRBF(RBF):
+    """:class:`RBF` whose exp runs compiled (:mod:`dkpca.kernels.fastexp`); the same spec (``to_dict``)."""
+
+    exp = staticmethod(exp_nonpositive)
 
 
 class CompiledLaplacian(Laplacian):
@@ -98,8 +99,9 @@ class CompiledLaplacian(Laplacian):
 
     exp = staticmethod(exp_nonpositive)
 
-    def compiled(self) -> Kernel:
-        return self
+
+#: each exp kernel's compiled variant (:meth:`ExpKernel.compiled`)
+COMPILED_VARIANTS: dict[type, type] = {RBF: CompiledRBF, Laplacian: CompiledLaplacian}
 
 
 @dataclass(frozen=True)
