@@ -47,8 +47,8 @@ from distributed import as_completed, default_client
 from distributed.utils import is_kernel
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["active_client", "n_workers_threads", "serial_blas", "local_threads", "placement", "shares", "placed",
-           "compute", "Progress", "ProgressCallback"]
+__all__ = ["active_client", "config_switch", "n_workers_threads", "serial_blas", "local_threads", "placement",
+           "shares", "placed", "compute", "Progress", "ProgressCallback"]
 
 #: ``callback(label, done, total)``: a computation's progress, in tasks
 ProgressCallback = Callable[[str, int, int], None]
@@ -63,6 +63,22 @@ def active_client() -> Any | None:
         return default_client()
     except ValueError:
         return None
+
+
+def config_switch(key: str) -> bool | None:
+    """A Dask config switch that is ``auto`` unless set: True, False, or None for ``auto``.
+
+    Accepts booleans and the strings ``true`` / ``false`` / ``auto`` (any
+    case), as a YAML file or a ``DASK_DKPCA__...`` environment variable gives
+    them; anything else is refused, naming the key, rather than read as ``auto``.
+    """
+    value = dask.config.get(key, "auto")
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in ("true", "false", "auto"):
+        return None if word == "auto" else word == "true"
+    raise ValueError(f"dask config {key!r} is {value!r}; it must be true, false or auto.")
 
 
 def _local_thread_count() -> int:

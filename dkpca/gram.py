@@ -134,6 +134,7 @@ def build_gram(
     n = X.shape[0]
     block = X.chunks[0][0]
     nb = len(X.chunks[0])
+    direct = use_direct_io(gram_bytes(n, block, dtype))  # a bad config value is refused before the store is touched
     gs = GramStore(store)
     done = gs.prepare({"fingerprint": fingerprint.to_dict(), "kernel": kernel.to_dict(), "block": block,
                        "dtype": dtype.name, "n": n}, overwrite, needed_bytes)
@@ -142,7 +143,6 @@ def build_gram(
     probe_product = None
     if todo:
         rows = X.to_delayed().ravel()
-        direct = use_direct_io(gram_bytes(n, block, dtype))
         out = gs.writers(direct)
         # A direct write blocks its thread for the whole transfer without
         # using a core: twice as many threads as cores keep the cores busy.

@@ -10,6 +10,7 @@ import importlib
 import logging
 import os
 
+import dask
 import numpy as np
 import pytest
 from sklearn.decomposition import KernelPCA as SkKernelPCA
@@ -205,15 +206,14 @@ def test_solver_algebra_runs_on_one_blas_thread_only_for_narrow_blocks(tmp_path,
 
 
 @pytest.mark.parametrize("gram", ["store", "recompute"])
-def test_a_fit_with_the_compiled_exp_matches_the_reference(tmp_path, blobs, monkeypatch, gram):
-    """Planning compiles the exp from a size (here forced from 0 entries): the blocks it builds or recomputes go
-    through kernels.fastexp; eigenvalues agree with eigh of the dense centred float64 K to 1e-5 relative (float32
-    K: the ~1e-7 entry errors of either exp, amplified by the 1/lambda of the smallest of 4 components)."""
-    from dkpca.planning import auto
-
-    monkeypatch.setattr(auto, "COMPILED_EXP_MIN_ENTRIES", 0)
-    m = dkpca.fit(blobs, n_components=4, gamma=0.2, solver="lanczos", gram=gram, store=tmp_path / "s.zarr",
-                  chunk_size=200)
+def test_a_fit_with_the_compiled_exp_matches_the_reference(tmp_path, blobs, gram):
+    """Planning compiles the exp from a size (here forced by Dask config dkpca.compiled-exp): the blocks it builds
+    or recomputes go through kernels.fastexp; eigenvalues agree with eigh of the dense centred float64 K to 1e-5
+    relative (float32 K: the ~1e-7 entry errors of either exp, amplified by the 1/lambda of the smallest of 4
+    components)."""
+    with dask.config.set({"dkpca.compiled-exp": True}):
+        m = dkpca.fit(blobs, n_components=4, gamma=0.2, solver="lanczos", gram=gram, store=tmp_path / "s.zarr",
+                      chunk_size=200)
     assert m.report["gram"]["compiled_exp"] is True, m.report["gram"]
     lam_ref, _ = reference_eigh(rbf_kernel(blobs, gamma=0.2), 4)
     np.testing.assert_allclose(m.eigenvalues_, lam_ref, rtol=1e-5)

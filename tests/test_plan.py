@@ -215,6 +215,16 @@ def test_cli_plan_fs_bandwidth(tmp_path, blobs, capsys):
     assert "fs_bandwidth='lots' is invalid" in err
 
 
+
+def test_cli_fit_refuses_a_bad_compiled_exp_config_before_the_store(tmp_path, blobs, capsys):
+    import dask
+
+    data, store = write_data(tmp_path / "d.zarr", blobs), tmp_path / "s.dkpca.zarr"
+    with dask.config.set({"dkpca.compiled-exp": "sometimes"}):
+        err = cli_error(capsys, ["fit", data, "-k", "2", "--store", str(store), "-q"])
+    assert "dask config 'dkpca.compiled-exp' is 'sometimes'; it must be true, false or auto" in err
+    assert not store.exists()
+
 # -- display: HTML repr, plots, notebook -----------------------------------------
 def test_html_repr_and_plots(tmp_path, blobs):
     pytest.importorskip("matplotlib")

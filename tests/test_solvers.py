@@ -44,6 +44,7 @@ for nested landmark sets and decreases with m for the random methods, and it
 is exact (1e-8) when every point is a landmark.
 """
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -558,6 +559,34 @@ def test_use_compiled_exp_counts_entries_a_thread(n, solver, gram, passes, threa
     got, why = use_compiled_exp(n, solver, gram, passes, threads)
     assert got == compiled, why
     assert ("compiled" in why) == compiled
+
+
+@pytest.mark.parametrize("value, n, compiled", [
+    (False, 200_000, False),     # a count that would compile (1e11 entries a thread), switched off
+    ("false", 200_000, False),   # as an environment variable or YAML string gives it
+    (True, 2_000, True),         # a count that would not (1e6), switched on
+    ("TRUE", 2_000, True),
+    ("auto", 2_000, False),      # the count decides
+])
+def test_dask_config_compiled_exp_overrides_the_count(value, n, compiled):
+    from dkpca.planning import use_compiled_exp
+
+    with dask.config.set({"dkpca.compiled-exp": value}):
+        got, why = use_compiled_exp(n, "lanczos", "recompute", 5, 2)
+    assert got is compiled, why
+    assert ("dkpca.compiled-exp" in why) == (str(value).lower() != "auto")
+
+
+def test_dask_config_compiled_exp_does_not_apply_to_k_in_memory():
+    from dkpca.planning import use_compiled_exp
+
+    with dask.config.set({"dkpca.compiled-exp": True}):
+        assert use_compiled_exp(2_000, "arpack", "memory")[0] is False
+
+
+def test_a_bad_dask_config_compiled_exp_is_refused_by_name():
+    with dask.config.set({"dkpca.compiled-exp": "sometimes"}), pytest.raises(ValueError, match="dkpca.compiled-exp"):
+        choose(200_000, 10, "lanczos", "recompute", workers=2, memory_bytes=16 * 10**9)
 
 
 def test_choose_records_the_exp_decision():

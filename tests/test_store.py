@@ -123,3 +123,27 @@ def test_reading_a_stored_block_drops_the_threads_retired_buffers(tmp_path):
     ChunkReader.of(path, arr).read(0, 0, (64, 64))
     gc.collect()
     assert held() is None
+
+
+@pytest.mark.parametrize("value, expected", [(True, True), ("False", False), ("auto", False)])
+def test_dask_config_direct_io_forces_or_leaves_the_size_rule(value, expected):
+    import dask
+
+    from dkpca.storage import use_direct_io
+
+    with dask.config.set({"dkpca.direct-io": value}):
+        assert use_direct_io(1 << 20) is expected  # 1 MiB: buffered by the size rule
+
+
+def test_a_bad_dask_config_direct_io_is_refused_before_the_store_is_created(tmp_path, rng):
+    import dask
+    import dask.array as da
+
+    from dkpca.gram import build_gram
+    from dkpca.io import scan
+    from dkpca.kernels import RBF
+
+    Xd = da.from_array(rng.standard_normal((60, 3)), chunks=(30, 3))
+    with dask.config.set({"dkpca.direct-io": "maybe"}), pytest.raises(ValueError, match="dkpca.direct-io"):
+        build_gram(FitStore.at(tmp_path / "s.zarr"), Xd, RBF(0.1), scan(Xd))
+    assert not (tmp_path / "s.zarr").exists()

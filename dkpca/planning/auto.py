@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from ..execution import n_workers_threads
+from ..execution import config_switch, n_workers_threads
 from ..solvers import block_width
 from ..solvers.randomized import block_size
 from ..storage import fit_footprint, gram_bytes
@@ -90,10 +90,16 @@ def use_compiled_exp(n: int, solver: str, gram: str, passes: int | None = None,
     a stored K, once a pass matrix-free (``passes``, default
     :data:`ASSUMED_PASSES`), none where K is in memory or only Nystroem
     slices are evaluated -- per thread (``threads``: the cluster's, else this
-    machine's), against :data:`COMPILED_EXP_MIN_ENTRIES`.
+    machine's), against :data:`COMPILED_EXP_MIN_ENTRIES`.  Dask config
+    ``dkpca.compiled-exp`` (``true`` / ``false``, default ``auto``) overrides
+    the count, e.g. to keep numba out of a job whose environment breaks it.
     """
+    forced = config_switch("dkpca.compiled-exp")
     if gram == "memory" or solver == "nystrom":
         return False, "kernel entries are evaluated once in memory or as Nystroem slices only: numpy's exp"
+    if forced is not None:
+        return forced, ("dask config dkpca.compiled-exp=true: exp compiled (numba) where the kernel has one"
+                        if forced else "dask config dkpca.compiled-exp=false: numpy's exp")
     entries = n * (n + 1) / 2 * (1 if gram == "store" else (passes or ASSUMED_PASSES))
     threads = threads or max(1, n_workers_threads())
     per_thread = entries / threads

@@ -26,7 +26,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import google_crc32c
 import numpy as np
 import psutil
@@ -35,6 +34,7 @@ import zarr
 from zarr.core.buffer.cpu import NDBuffer
 from zarr.storage import LocalStore
 
+from ..execution import config_switch
 from ..linalg.workspace import ALIGN, scratch, tidy
 from .integrity import (
     CHECKSUM_BYTES,
@@ -91,12 +91,8 @@ def use_direct_io(nbytes: int) -> bool:
     goes direct.  On a cluster this is the client's memory, a proxy for the
     workers'.
     """
-    mode = dask.config.get("dkpca.direct-io", "auto")
-    if isinstance(mode, bool):
-        return mode
-    if str(mode).lower() in ("true", "false"):
-        return str(mode).lower() == "true"
-    return nbytes > DIRECT_IO_FRACTION * psutil.virtual_memory().total
+    forced = config_switch("dkpca.direct-io")
+    return nbytes > DIRECT_IO_FRACTION * psutil.virtual_memory().total if forced is None else forced
 
 
 @dataclass(frozen=True)
