@@ -79,7 +79,7 @@ def synthetic_projection(rows, project_n: float) -> str:
     if not mf:
         return ""
     r = max(mf, key=lambda r: r["n"])
-    n, passes, block = r["n"], r["passes"], r["block"]
+    n, block = r["n"], r["block"]
     full = [t for t in r["pass_seconds"] if t > 0.1 * max(r["pass_seconds"])]  # the start block's product is not a pass
     t_pass = float(np.median(full))
 
@@ -88,11 +88,11 @@ def synthetic_projection(rows, project_n: float) -> str:
 
     entries = sweep(n)
     big = sweep(project_n, t_pass / entries)
-    total = (passes + 1) * big  # + the centring statistics' pass
+    total = (len(full) + 1) * big  # + the centring statistics' pass (the start block's product rides on it)
     return (f"\n\nProjection to n = {project_n:,.0f} on this machine, from the n = {n:,} run's measured passes "
             f"(median {t_pass:.1f} s over {entries:.3g} kernel entries = {entries / t_pass / 1e6:.0f} M entries/s, "
-            f"exp {'compiled' if r.get('compiled_exp') else 'numpy'}), assuming the same {passes} passes plus the "
-            f"centring statistics' pass and a cost proportional to the entries: {big:,.0f} s a pass, "
+            f"exp {'compiled' if r.get('compiled_exp') else 'numpy'}), assuming the same {len(full)} full passes "
+            f"plus the centring statistics' pass and a cost proportional to the entries: {big:,.0f} s a pass, "
             f"{total / 3600:.1f} h in all, O(n k) memory.")
 
 
