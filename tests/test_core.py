@@ -52,6 +52,22 @@ def test_stored_gram_equals_dense_kernel(tmp_path, blobs, dtype, tol):
     assert gram_bytes(n, b, dtype) == want_bytes
 
 
+
+@pytest.mark.parametrize("width", [3, 40])  # 64-row strips (skinny), 256-row strips (wide)
+def test_block_products_of_a_float32_block_match_float64_products(rng, width):
+    """``(K V_J, K^T V_I)`` of a float32 block, widened strip by strip, equal float64 GEMMs of the widened block
+    within 1e-13 of ``|K| |V|`` (only the order of float64 additions differs: a few hundred terms, each sum's
+    error ~ 300 eps |K| |V| = 7e-14 at worst), on edges that no strip size divides."""
+    from dkpca.linalg import block_products, product_strip_rows
+
+    assert product_strip_rows(width) == (64 if width <= 32 else 256)
+    blk = rng.random((301, 263)).astype(np.float32)
+    VI, VJ = rng.standard_normal((301, width)), rng.standard_normal((263, width))
+    yI, yJ = block_products(blk, VI, VJ, True)
+    K = blk.astype(np.float64)
+    assert np.all(np.abs(yI - K @ VJ) <= 1e-13 * (np.abs(K) @ np.abs(VJ)))
+    assert np.all(np.abs(yJ - K.T @ VI) <= 1e-13 * (np.abs(K).T @ np.abs(VI)))
+
 @pytest.mark.parametrize("mode", ["stored", "matrix-free"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_operator_matches_HKH(tmp_path, blobs, rng, mode, dtype):

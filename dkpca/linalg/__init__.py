@@ -18,6 +18,7 @@ from .grid import (
     pair_weights,
     pass_cost,
     pass_tasks,
+    product_strip_rows,
     rows_per_block,
     task_memory,
     upper_pairs,
@@ -41,7 +42,8 @@ from .workspace import retire, scratch
 
 __all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", "BLOCK_BYTES", "DEFAULT_BLOCK",
            "SCHEDULING_SHARE", "PassCost", "balanced_block", "block_bounds", "cluster_block_size", "default_block_size",
-           "n_blocks", "pair_weights", "pass_cost", "pass_tasks", "rows_per_block", "task_memory", "upper_pairs",
-           "add", "add_outputs", "block_products", "as_dense", "dense_rows", "kernel_product", "scatter_sum",
+           "n_blocks", "pair_weights", "pass_cost", "pass_tasks", "product_strip_rows", "rows_per_block", "task_memory",
+           "upper_pairs", "add", "add_outputs", "block_products", "as_dense", "dense_rows", "kernel_product",
+           "scatter_sum",
            "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire", "kernel_matrix",
            "TaskGraph"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "SCHEDULING_SHARE", "FAN_IN", "default_block_size",
-           "balanced_block", "rows_per_block", "block_bounds", "n_blocks", "upper_pairs", "pass_tasks", "pair_weights",
-           "task_memory", "PassCost", "pass_cost", "cluster_block_size"]
+__all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "product_strip_rows", "SCHEDULING_SHARE", "FAN_IN",
+           "default_block_size", "balanced_block", "rows_per_block", "block_bounds", "n_blocks", "upper_pairs",
+           "pass_tasks", "pair_weights", "task_memory", "PassCost", "pass_cost", "cluster_block_size"]
 
 #: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
 #: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
@@ -28,8 +28,12 @@ DEFAULT_BLOCK = 4096
 #: memory budget of one kernel block held by a loop or a task (a 4096^2 float64 block)
 BLOCK_BYTES = DEFAULT_BLOCK * DEFAULT_BLOCK * 8
 
-#: rows of a float32 block widened to float64 at a time in a product; 256 x 4096 x 8 B = 8 MiB stays in cache
+#: most rows of a float32 block widened to float64 at a time in a product (:func:`product_strip_rows`)
 STRIP_ROWS = 256
+
+#: products with at most this many columns take :data:`SKINNY_STRIP_ROWS` rows a strip
+SKINNY_WIDTH = 32
+SKINNY_STRIP_ROWS = 64
 
 #: largest share of a pass the scheduler may take at the block :func:`cluster_block_size` picks
 SCHEDULING_SHARE = 0.05
@@ -42,6 +46,21 @@ FAN_IN = 8
 def default_block_size(n: int) -> int:
     """Square Gram block edge for ``n`` samples (the whole matrix when small)."""
     return balanced_block(n, DEFAULT_BLOCK)
+
+
+def product_strip_rows(width: int) -> int:
+    """Rows of a float32 block widened to float64 at a time for a product with ``width`` columns.
+
+    A skinny product (a solver block of k + 10 columns) is bound by moving
+    the strip, not by its flops: 64-row strips (2 MiB at a 4096 edge) stay
+    in the cache two threads share, where 256-row ones (8 MiB) do not.  A
+    wide one is GEMM-bound and wants the long inner dimension of
+    ``strip^T V``.  Measured, 4082^2 block, two processes at once, median of
+    7 (ns an entry, 256 vs 64 rows): 20 columns 4.9 / 5.1 vs 4.2 / 4.4;
+    40 columns even; 80 columns 12.1 / 11.0 vs 14.1 / 12.6; 266 columns
+    31.8 vs 40.7 / 43.2.
+    """
+    return SKINNY_STRIP_ROWS if width <= SKINNY_WIDTH else STRIP_ROWS
 
 
 def balanced_block(n: int, edge: int) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import dask
 import numpy as np
 
-from .grid import FAN_IN, STRIP_ROWS, balanced_block, block_bounds, rows_per_block, upper_pairs
+from .grid import FAN_IN, balanced_block, block_bounds, product_strip_rows, rows_per_block, upper_pairs
 from .taskgraph import TaskGraph
 from .workspace import scratch
 
@@ -44,8 +44,9 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
         if symmetric_pair:
             np.matmul(blk.T, VI, out=yJ)
         return yI, yJ
-    for s in range(0, bi, STRIP_ROWS):
-        e = min(s + STRIP_ROWS, bi)
+    rows = product_strip_rows(max(VI.shape[1], VJ.shape[1]))
+    for s in range(0, bi, rows):
+        e = min(s + rows, bi)
         strip = scratch("op-strip", (e - s, bj), np.float64)
         np.copyto(strip, blk[s:e])
         np.matmul(strip, VJ, out=yI[s:e])
