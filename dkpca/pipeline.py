@@ -122,7 +122,7 @@ def fit(
         evaluates kernel blocks from X every pass and stores no K;
         ``memory`` evaluates K once into memory (float64; not resumable);
         ``auto`` holds K in memory when the input is in memory, its store
-        temporary and K fits (256 MiB in float64, n <= ~5,800), else recomputes when K does
+        temporary and K fits (128 MiB in float64, n <= 4,096), else recomputes when K does
         not fit on the store's disk or when the measured cost of a pass says
         it is faster (see :func:`dkpca.planning.choose`), else stores.
     progress : bool or callable, default=False

@@ -513,6 +513,8 @@ _CHEAP_DISK = {"kernel_block": 0.5, "write_block": 0.02, "read_block": 0.02, "pr
     (dict(n=200, k=5), "dense", "store", "dense eigh"),
     (dict(n=2000, k=5), "lanczos", "store", "block Lanczos"),
     (dict(n=2000, k=5, temporary=True), "arpack", "memory", "ARPACK"),
+    (dict(n=4096, k=5, gram="auto", temporary=True, memory_bytes=16 * 10**9), "arpack", "memory", "ARPACK"),
+    (dict(n=4097, k=5, gram="auto", temporary=True, memory_bytes=16 * 10**9), "lanczos", "store", "block Lanczos"),
     (dict(n=2000, k=300, temporary=True), "dense", "memory", "share of the spectrum"),
     (dict(n=2000, k=5, temporary=True, fraction=True), "dense", "memory", "fraction"),
     (dict(n=20_000, k=5, temporary=True), "randomized", "store", "single precision"),

@@ -54,11 +54,14 @@ SMALL_GRAM_BYTES = 1 << 30
 #: ``gram="auto"`` holds K in memory (float64, n^2 x 8 bytes) up to this size
 #: when its store would be temporary anyway (in-memory input without
 #: ``store=``): nothing to reuse or resume, so the store's writes, checksums
-#: and reads are pure cost.  256 MiB (n <= ~5,800): beyond it a stored K with
-#: block Lanczos was faster here (benchmarks/compare.py, 2026-11-23: n=5000
-#: 1.09 s in memory vs 1.26 s stored; n=10,000 4.27 s in memory -- the float64
-#: kernel evaluation alone 2.1 s -- vs 2.66 s stored).
-MEMORY_GRAM_BYTES = 1 << 28
+#: and reads are pure cost.  128 MiB (n <= 4,096): beyond it a stored float32
+#: K with block Lanczos is faster.  ``dkpca.fit(X)``, k = 10, d = 50, one
+#: process, memory and store interleaved, 4-5 rounds each (2-core AMD EPYC,
+#: 2026-11-24): n = 2000 0.15-0.25 s in memory vs 0.23-0.31 stored; 3000
+#: 0.26-0.38 vs 0.36-0.43; 4000 0.37-0.63 vs 0.48-0.55 (even); 5000
+#: 0.86-1.07 vs 0.61-0.80.  (On an earlier host n = 5000 was 1.09 s in memory
+#: vs 1.26 s stored: the crossing moves between 4,000 and 6,000 with the host.)
+MEMORY_GRAM_BYTES = 1 << 27
 
 
 def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int | None = MEMORY_GRAM_BYTES) -> bool:
