@@ -44,6 +44,5 @@ __all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", 
            "SCHEDULING_SHARE", "PassCost", "balanced_block", "block_bounds", "cluster_block_size", "default_block_size",
            "n_blocks", "pair_weights", "pass_cost", "pass_tasks", "product_strip_rows", "rows_per_block", "task_memory",
            "upper_pairs", "add", "add_outputs", "block_products", "as_dense", "dense_rows", "kernel_product",
-           "scatter_sum",
-           "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire", "kernel_matrix",
-           "TaskGraph"]
+           "scatter_sum", "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire",
+           "kernel_matrix", "TaskGraph"]
