@@ -25,6 +25,10 @@ from _common import HERE, clustered, machine, run_child, write_inputs
 from _results import update_section
 from dask.utils import parse_bytes
 
+#: the sizes whose runs fill the "scale-synthetic" and "scale-workers" sections (others get their own)
+SYNTHETIC_SIZES = [50000, 100000, 200000]
+WORKERS_N = 20000
+
 
 def load_mnist(data_dir: Path) -> np.ndarray:
     path = data_dir / "mnist" / "train-images-idx3-ubyte.gz"
@@ -46,6 +50,7 @@ def _row(label, n, d, r, k):
         "passes": rep.get("passes_over_K", rep.get("passes")),
         "max_rel_residual": rep.get("max_relative_residual"), "lambda1": lam[0],
         "timings": rep.get("timings"), "error": r.get("error"), "pass_seconds": rep.get("pass_seconds"),
+        "fused_passes": rep.get("fused_passes", 0),
         "compiled_exp": rep.get("gram", {}).get("compiled_exp"),
     }
 
@@ -79,20 +84,20 @@ def synthetic_projection(rows, project_n: float) -> str:
     if not mf:
         return ""
     r = max(mf, key=lambda r: r["n"])
-    n, block = r["n"], r["block"]
-    full = [t for t in r["pass_seconds"] if t > 0.1 * max(r["pass_seconds"])]  # the start block's product is not a pass
-    t_pass = float(np.median(full))
+    n, block, passes = r["n"], r["block"], r["passes"]
+    # the first products were fused into the centring statistics' pass (no pass of their own): not timed as passes
+    t_pass = float(np.median(r["pass_seconds"][r["fused_passes"]:]))
 
     def sweep(m: float, entry_seconds: float = 1.0):  # the planner's cost of one pass, in one thread's time
         return pass_cost(int(m), block, concurrency=1, entry_seconds=entry_seconds, task_seconds=0.0).compute
 
     entries = sweep(n)
     big = sweep(project_n, t_pass / entries)
-    total = (len(full) + 1) * big  # + the centring statistics' pass (the start block's product rides on it)
+    total = passes * big  # passes over K, the centring statistics' included
     return (f"\n\nProjection to n = {project_n:,.0f} on this machine, from the n = {n:,} run's measured passes "
             f"(median {t_pass:.1f} s over {entries:.3g} kernel entries = {entries / t_pass / 1e6:.0f} M entries/s, "
-            f"exp {'compiled' if r.get('compiled_exp') else 'numpy'}), assuming the same {len(full)} full passes "
-            f"plus the centring statistics' pass and a cost proportional to the entries: {big:,.0f} s a pass, "
+            f"exp {'compiled' if r.get('compiled_exp') else 'numpy'}), assuming the same {passes} passes over K "
+            f"(the centring statistics' included) and a cost proportional to the entries: {big:,.0f} s a pass, "
             f"{total / 3600:.1f} h in all, O(n k) memory.")
 
 
@@ -235,7 +240,7 @@ def main() -> None:
     m.add_argument("--k", type=int, default=16)
     m.add_argument("--tol", type=float, default=1e-5)
     s = sub.add_parser("synthetic")
-    s.add_argument("--sizes", type=int, nargs="+", default=[50000, 100000, 200000])
+    s.add_argument("--sizes", type=int, nargs="+", default=SYNTHETIC_SIZES)
     s.add_argument("--d", type=int, default=50)
     s.add_argument("--k", type=int, default=10)
     s.add_argument("--gram", default="auto", choices=["auto", "store", "recompute"],
@@ -243,7 +248,7 @@ def main() -> None:
     s.add_argument("--tol", type=float, default=1e-5)
     s.add_argument("--project-n", type=float, default=1e6, help="n of the projection from the largest run")
     w = sub.add_parser("workers")
-    w.add_argument("--n", type=int, default=20000)
+    w.add_argument("--n", type=int, default=WORKERS_N)
     w.add_argument("--d", type=int, default=50)
     w.add_argument("--project-n", type=float, default=1e6, help="n of the projection")
     w.add_argument("--nodes", type=int, default=100, help="nodes of the projected cluster")
@@ -264,9 +269,9 @@ def main() -> None:
     print(text)
     if not a.no_write:
         name, command = f"scale-{a.cmd}", None
-        if a.cmd == "workers" and a.n != 20000:  # another size keeps its own section
+        if a.cmd == "workers" and a.n != WORKERS_N:  # another size keeps its own section
             name, command = f"scale-workers-n{a.n}", f"python benchmarks/scale.py workers --n {a.n}"
-        if a.cmd == "synthetic" and a.sizes != [50000, 100000, 200000]:  # so do other sizes
+        if a.cmd == "synthetic" and a.sizes != SYNTHETIC_SIZES:  # so do other sizes
             sizes = " ".join(str(n) for n in a.sizes)
             name = f"scale-synthetic-n{sizes.replace(' ', '-')}-{a.gram}"
             command = f"python benchmarks/scale.py synthetic --sizes {sizes} --gram {a.gram}"
