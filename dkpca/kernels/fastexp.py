@@ -1,10 +1,10 @@
 """``exp`` of non-positive arguments, compiled with numba: the rbf and laplacian kernels' elementwise bottleneck.
 
-Why a bypass of ``numpy.exp``: on CPUs without AVX-512 (measured on an AMD
-EPYC, znver1) numpy's exp costs 3.1 ns an entry in float32 and 7.3 in
-float64, more than the d = 50 GEMM that makes the exponent (3 ns).  The
-loop below is vectorised by LLVM (AVX2 there): 1.4 ns / 4.3 ns an entry,
-measured on 1 MiB strips in cache.  It is the textbook reduction
+Why a bypass of ``numpy.exp``: on CPUs without AVX-512 (measured on AMD
+EPYC hosts, AVX2) numpy's exp costs 3.1-4.5 ns an entry in float32 and
+7.3-9.3 in float64, more than the d = 50 GEMM that makes the exponent
+(3 ns).  The loop below is vectorised by LLVM (AVX2 there): 1.4-2.1 ns /
+4.3-5.9 ns an entry, measured on 1 MiB strips in cache.  It is the textbook reduction
 ``exp(x) = 2**n exp(y)``, ``n = round(x / ln 2)``, ``y = x - n ln 2`` with
 ``ln 2`` split in two (Cody & Waite), so ``|y| <= ln(2) / 2``, and the Taylor
 polynomial of ``exp(y)`` to degree 7 (float32) or 12 (float64), whose
