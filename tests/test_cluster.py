@@ -31,7 +31,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 import dkpca
 from dkpca import cluster as dc
 from dkpca.cluster.config import k8s_quantity, walltime_seconds, worker_lifetime_args
-from dkpca.cluster.resources import sizing_job
+from dkpca.cluster.resources import LOCAL_HOUSEKEEPING, local_housekeeping, sizing_job
 
 from .conftest import ROOT, dkpca_cmd, make_data, reference_eigh, write_data
 
@@ -387,11 +387,22 @@ def test_local_example_starts_and_its_dask_settings_reach_the_workers(tmp_path, 
         assert len(client.nthreads()) == 2
         spill = client.run(lambda: dask.config.get("distributed.worker.memory.spill"))
         assert set(spill.values()) == {0.85}
+        # dkpca's housekeeping intervals reach the worker processes too (through their nannies)
+        profile = client.run(lambda: dask.config.get("distributed.worker.profile.interval"))
+        assert set(profile.values()) == {"100ms"}
         model = dkpca.fit(blobs, n_components=3, gamma=0.1, solver="randomized", chunk_size=200, dtype="float64",
                           tol=1e-10, store=tmp_path / "s.zarr")
     assert caplog.text.count("dashboard: http://127.0.0.1:") == 1
     lam, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
     np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
+
+
+def test_local_housekeeping_applies_where_the_dask_config_keeps_distributeds_defaults():
+    assert local_housekeeping() == LOCAL_HOUSEKEEPING
+    with dask.config.set({"distributed.worker.profile.interval": "20ms"}):
+        lean = local_housekeeping()
+    assert "distributed.worker.profile.interval" not in lean
+    assert lean == {k: v for k, v in LOCAL_HOUSEKEEPING.items() if k != "distributed.worker.profile.interval"}
 
 
 # -- running schedulers: address and scheduler file --------------------------------------

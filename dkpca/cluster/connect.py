@@ -43,7 +43,7 @@ from .config import (
     jobs_for,
     worker_lifetime_args,
 )
-from .resources import local_arguments, sizing_job, worker_resources
+from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
 from .security import batch_security, run_security
 
 __all__ = ["connect", "close", "connected", "is_scheduler_address"]
@@ -146,7 +146,8 @@ def _start_local(spec: ClusterSpec) -> Any:
                                  "dkpca starts use TLS; remove the protocol.")
     _warn_open_dashboard(kw["dashboard_address"], spec.source)
     kw["security"] = run_security()
-    return LocalCluster(**kw)
+    with dask.config.set(local_housekeeping()):
+        return LocalCluster(**kw)
 
 
 def _start_jobqueue(spec: ClusterSpec, cleanup: contextlib.ExitStack) -> Any:
