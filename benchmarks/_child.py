@@ -116,6 +116,15 @@ def main() -> None:
         threads = dask.config.set(num_workers=extra.pop("threads")) if "threads" in extra else contextlib.nullcontext()
         if want_plan:  # plan creates nothing in the store
             res.update(_plan(zpath, k, store=store, **extra))
+        if extra.pop("housekeeping", None) == "distributed":
+            # distributed's own intervals, in other units: dkpca's LocalCluster keeps a value that differs
+            from dask.utils import parse_timedelta
+            from distributed.config import defaults
+
+            from dkpca.cluster.resources import LOCAL_HOUSEKEEPING
+
+            dask.config.set({key: f"{parse_timedelta(dask.config.get(key, config=defaults))}s"
+                             for key in LOCAL_HOUSEKEEPING})
         if cluster:
             from dkpca.cluster import connected
 
