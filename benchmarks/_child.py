@@ -119,12 +119,10 @@ def main() -> None:
         if extra.pop("housekeeping", None) == "distributed":
             # distributed's own intervals, in other units: dkpca's LocalCluster keeps a value that differs
             from dask.utils import parse_timedelta
-            from distributed.config import defaults
 
-            from dkpca.cluster.resources import LOCAL_HOUSEKEEPING
+            from dkpca.cluster.resources import LOCAL_HOUSEKEEPING, distributed_default
 
-            dask.config.set({key: f"{parse_timedelta(dask.config.get(key, config=defaults))}s"
-                             for key in LOCAL_HOUSEKEEPING})
+            dask.config.set({key: f"{parse_timedelta(distributed_default(key))}s" for key in LOCAL_HOUSEKEEPING})
         if cluster:
             from dkpca.cluster import connected
 

@@ -127,7 +127,7 @@ def cmd_workers(a) -> str:
     _, zpath = write_inputs(X, Path(a.workdir), f"clustered_{a.n}_{a.d}")
     setups = [("threads (no cluster)", {}), ("1 thread (no cluster)", {"threads": 1}),
               ("LocalCluster 1 worker", {"workers": 1}), ("LocalCluster 2 workers", {"workers": 2}),
-              # before dkpca's housekeeping intervals (cluster.LOCAL_HOUSEKEEPING): distributed's own
+              # before dkpca's housekeeping intervals (cluster.resources.LOCAL_HOUSEKEEPING): distributed's own
               ("LocalCluster 2 workers, distributed's housekeeping", {"workers": 2, "housekeeping": "distributed"})]
     # Rounds run the setups in turn and the table gives each one's median: on
     # this shared 2-core VM one fit's build or pass varies by +-10 % from run

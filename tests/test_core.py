@@ -52,7 +52,6 @@ def test_stored_gram_equals_dense_kernel(tmp_path, blobs, dtype, tol):
     assert gram_bytes(n, b, dtype) == want_bytes
 
 
-
 @pytest.mark.parametrize("width", [3, 40])  # 64-row strips (skinny), 256-row strips (wide)
 def test_block_products_of_a_float32_block_match_float64_products(rng, width):
     """``(K V_J, K^T V_I)`` of a float32 block, widened strip by strip, equal float64 GEMMs of the widened block
@@ -67,6 +66,7 @@ def test_block_products_of_a_float32_block_match_float64_products(rng, width):
     K = blk.astype(np.float64)
     assert np.all(np.abs(yI - K @ VJ) <= 1e-13 * (np.abs(K) @ np.abs(VJ)))
     assert np.all(np.abs(yJ - K.T @ VI) <= 1e-13 * (np.abs(K).T @ np.abs(VI)))
+
 
 @pytest.mark.parametrize("mode", ["stored", "matrix-free"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

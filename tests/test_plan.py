@@ -215,7 +215,6 @@ def test_cli_plan_fs_bandwidth(tmp_path, blobs, capsys):
     assert "fs_bandwidth='lots' is invalid" in err
 
 
-
 def test_cli_fit_refuses_a_bad_compiled_exp_config_before_the_store(tmp_path, blobs, capsys):
     import dask
 
@@ -224,6 +223,7 @@ def test_cli_fit_refuses_a_bad_compiled_exp_config_before_the_store(tmp_path, bl
         err = cli_error(capsys, ["fit", data, "-k", "2", "--store", str(store), "-q"])
     assert "dask config 'dkpca.compiled-exp' is 'sometimes'; it must be true, false or auto" in err
     assert not store.exists()
+
 
 # -- display: HTML repr, plots, notebook -----------------------------------------
 def test_html_repr_and_plots(tmp_path, blobs):

@@ -18,7 +18,8 @@ from distributed.config import defaults as distributed_defaults
 
 from .config import ClusterSpec, backend_class, jobs_for, k8s_quantity, memory_bytes
 
-__all__ = ["local_arguments", "local_housekeeping", "LOCAL_HOUSEKEEPING", "worker_resources", "sizing_job"]
+__all__ = ["local_arguments", "local_housekeeping", "distributed_default", "LOCAL_HOUSEKEEPING", "worker_resources",
+           "sizing_job"]
 
 
 def local_arguments(spec: ClusterSpec) -> dict[str, Any]:
@@ -54,6 +55,11 @@ LOCAL_HOUSEKEEPING = {
 }
 
 
+def distributed_default(key: str) -> Any:
+    """The value distributed ships for Dask config ``key`` (whatever the configuration now says)."""
+    return dask.config.get(key, config=distributed_defaults)
+
+
 def local_housekeeping() -> dict[str, str]:
     """:data:`LOCAL_HOUSEKEEPING`, less every setting the Dask configuration has changed from distributed's default.
 
@@ -63,7 +69,7 @@ def local_housekeeping() -> dict[str, str]:
     always wins.
     """
     return {key: value for key, value in LOCAL_HOUSEKEEPING.items()
-            if dask.config.get(key) == dask.config.get(key, config=distributed_defaults)}
+            if dask.config.get(key) == distributed_default(key)}
 
 
 def sizing_job(spec: ClusterSpec) -> Any:
