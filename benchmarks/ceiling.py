@@ -3,9 +3,10 @@
     python benchmarks/ceiling.py [--n 20000] [--d 50] [--rounds 3] [--workdir DIR]
 
 Measures GEMM (square and the kernel-block shape), exp, disk write and read
-(page cache dropped with posix_fadvise before reading), then times a Gram
-build and solver passes at (n, d) and reports each as a fraction of the
-ceiling that bounds it.  Writes the "ceiling" section of benchmarks/RESULTS.md.
+(page cache dropped with posix_fadvise before reading) and the GEMM rate of a
+solver pass's products with one block, then times a Gram build and solver
+passes at (n, d) and reports each as a fraction of the ceiling that bounds it.
+Writes the "ceiling" section of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -100,13 +101,41 @@ def disk_rates(workdir: Path, size_gb: float = 2.0) -> dict:
         while f.readinto(buf):
             pass
     read = n * len(chunk) / (time.perf_counter() - t)
-    t = time.perf_counter()
-    with open(path, "rb") as f:
-        while f.readinto(buf):
-            pass
-    cached = n * len(chunk) / (time.perf_counter() - t)
+    cached = 0.0
+    for _ in range(3):  # the fastest of three: one read varied 1.8-5.4 GB/s on this VM
+        t = time.perf_counter()
+        with open(path, "rb") as f:
+            while f.readinto(buf):
+                pass
+        cached = max(cached, n * len(chunk) / (time.perf_counter() - t))
     path.unlink()
     return {"disk_write": write, "disk_read": read, "page_cache_read": cached, "page_cache_write": cache_write}
+
+
+def product_rates(block: int, width: int, cores: int) -> dict:
+    """GEMM rate (flop/s, all cores) of a solver pass's two products with one stored block.
+
+    ``K_IJ @ V_J`` and ``K_IJ.T @ V_I`` (block x block times block x width) in
+    float32, and in float64 (a float64-accumulation pass widens K's float32
+    strips and multiplies in float64): the products' own ceiling, with K
+    already in memory.
+    """
+    rng = np.random.default_rng(0)
+    out = {}
+    for dt in (np.float32, np.float64):
+        A = [rng.random((block, block), dtype=dt) for _ in range(cores)]
+        V = [rng.standard_normal((block, width)).astype(dt) for _ in range(cores)]
+
+        def products(i: int, A=A, V=V) -> float:
+            for _ in range(3):
+                A[i] @ V[i]
+                A[i].T @ V[i]
+            return 3 * 4.0 * block * block * width
+
+        with threadpool_limits(1, user_api="blas"):
+            out[dt.__name__] = parallel_rate(products, cores)
+        del A, V
+    return out
 
 
 def chunk_write_rate(workdir: Path, cores: int, block: int, direct: bool, files_per_thread: int = 6) -> float:
@@ -175,6 +204,7 @@ def main() -> None:
     # into fresh page cache ran at 0.5-1.3 GB/s, into just-freed pages at
     # 3-6 GB/s.  Both the probe and the build therefore start after a pause
     # (the state a real build meets), and the probe is repeated each round.
+    pass_bytes = gram_bytes(a.n, b, "float32")
     rounds = []
     for _ in range(a.rounds):
         shutil.rmtree(store.path, ignore_errors=True)
@@ -187,13 +217,15 @@ def main() -> None:
         rounds.append((w, s, computed / s))
     op = StoredKernelOperator(info)
     V = np.random.default_rng(0).standard_normal((a.n, 20))
+    products = product_rates(b, V.shape[1], cores)
+    pass_flops = 4 * computed * V.shape[1]  # K_IJ V_J and K_IJ^T V_I for every stored entry
     reps = 2 if a.n <= 50000 else 1  # a pass over a large K takes a while
     single_s = best_of(lambda: op.matmat(V, single=True), reps=reps)
     double_s = best_of(lambda: op.matmat(V), reps=reps)
     shutil.rmtree(store.path, ignore_errors=True)
 
     _, build_s, build_rate = min(rounds, key=lambda row: row[1])
-    pass_bytes = gram_bytes(a.n, b, "float32")
+    product_s = {"single": pass_flops / products["float32"], "double": pass_flops / products["float64"]}
     lines = [
         f"Machine: {machine()}",
         "",
@@ -210,6 +242,9 @@ def main() -> None:
         f"| disk write, O_DIRECT, {cores} threads x 64 MB chunk files | {r['direct_write'] / 1e9:.2f} GB/s |",
         f"| disk read (cache dropped) | {r['disk_read'] / 1e9:.2f} GB/s |",
         f"| page-cache read | {r['page_cache_read'] / 1e9:.2f} GB/s |",
+        f"| a pass's products (block {b} x {b} times {b} x {V.shape[1]}, both ways), float32, {cores} cores | "
+        f"{products['float32'] / 1e9:.0f} GFLOP/s |",
+        f"| the same in float64, {cores} cores | {products['float64'] / 1e9:.0f} GFLOP/s |",
         "",
         f"rbf kernel-evaluation ceiling at d={a.d}, float32, {cores} cores: {kernel_ceiling / 1e6:.0f} M "
         "entries/s (GEMM + exp). A K that fits in memory is written through the page cache (dirty pages "
@@ -239,14 +274,21 @@ def main() -> None:
         f"({r['direct_write'] / 4e6:.0f} M float32 entries/s); `benchmarks/scale.py synthetic` reports the "
         "build's write rate at that size (column 'K written').",
         "",
-        f"| solver pass (n={a.n}, block {b}) | time | rate | fraction of ceiling |",
-        "|---|---:|---:|---:|",
+        f"A solver pass maps K's chunks from the page cache (no copy) and makes {pass_flops / 1e9:.1f} GFLOP of "
+        f"products with its {V.shape[1]}-column block: at the products' GEMM rate above, that alone takes the "
+        "time in the fifth column, the bound of a pass over a K in the page cache.",
+        "",
+        f"| solver pass (n={a.n}, block {b}) | time | rate | fraction of ceiling | products at their GEMM rate "
+        "| pass vs its products |",
+        "|---|---:|---:|---:|---:|---:|",
         f"| single precision | {single_s:.2f} s | {pass_bytes / single_s / 1e9:.2f} GB/s of K | "
         f"{pass_bytes / single_s / r['disk_read']:.0%} of disk read, "
-        f"{pass_bytes / single_s / r['page_cache_read']:.0%} of page-cache read |",
+        f"{pass_bytes / single_s / r['page_cache_read']:.0%} of page-cache read | "
+        f"{product_s['single']:.2f} s | {product_s['single'] / single_s:.0%} |",
         f"| float64 accumulation | {double_s:.2f} s | {pass_bytes / double_s / 1e9:.2f} GB/s of K | "
         f"{pass_bytes / double_s / r['disk_read']:.0%} of disk read, "
-        f"{pass_bytes / double_s / r['page_cache_read']:.0%} of page-cache read |",
+        f"{pass_bytes / double_s / r['page_cache_read']:.0%} of page-cache read | "
+        f"{product_s['double']:.2f} s | {product_s['double'] / double_s:.0%} |",
     ]
     text = "\n".join(lines)
     print(text)
