@@ -205,6 +205,32 @@ def test_solver_algebra_runs_on_one_blas_thread_only_for_narrow_blocks(tmp_path,
     assert bool(entered) is serial
 
 
+@pytest.mark.parametrize("k, serial", [(3, True), (100, False)])
+def test_a_nystroem_start_blocks_algebra_runs_on_one_blas_thread_only_for_narrow_blocks(tmp_path, monkeypatch, k,
+                                                                                         serial):
+    """The Nystroem start block (forced here at n = 300) is computed with the BLAS threads of the solver's algebra
+    after it: one for Lanczos's 13 columns, as configured for 110 (> 64)."""
+    from threadpoolctl import threadpool_info
+
+    from dkpca.solvers import nystrom
+
+    def blas_threads() -> set[int]:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    configured, seen = blas_threads(), []
+    real = nystrom.start_block
+
+    def spy(*args, **kwargs):
+        seen.append(blas_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nystrom, "start_landmarks", lambda n, ell: 2 * ell)
+    monkeypatch.setattr(nystrom, "start_block", spy)
+    X = np.random.default_rng(5).standard_normal((300, 4))
+    dkpca.fit(X, k, gamma=0.3, solver="lanczos", gram="store", store=tmp_path / "s.zarr", random_state=0)
+    assert seen == [{1} if serial else configured]
+
+
 @pytest.mark.parametrize("gram", ["store", "recompute"])
 def test_a_fit_with_the_compiled_exp_matches_the_reference(tmp_path, blobs, gram):
     """Planning compiles the exp from a size (here forced by Dask config dkpca.compiled-exp): the blocks it builds
