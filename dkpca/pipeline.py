@@ -367,10 +367,10 @@ def _start_block(solver_name: str, X: Any, kernel: Kernel, k: int, rng: np.rando
     n = X.shape[0]
     ell = block_width(solver_name, n, k)
     landmarks = nystrom.start_landmarks(n, ell)
-    if landmarks is None:
-        return start_block(n, ell, rng)
-    with _algebra_blas(ell):
-        block = nystrom.start_block(X, kernel, ell, rng, landmarks)
+    block = None
+    if landmarks is not None:
+        with _algebra_blas(ell):
+            block = nystrom.start_block(X, kernel, ell, rng, landmarks)
     return start_block(n, ell, rng) if block is None else block
 
 
