@@ -107,7 +107,9 @@ def fit(
     chunk_size : int, optional
         Square Gram block edge (default: about 4096, balanced).
     dtype : {"float32", "float64"}, default="float32"
-        Storage precision of K (products always accumulate in float64).
+        Precision K is held in, stored or in memory (products accumulate in
+        float64, but for early single-precision passes and ARPACK on a float32
+        K, which runs in single precision as scikit-learn's does).
     tol : float, default=1e-6
         Iterative solvers stop when every residual ``||K~u - theta u||`` is
         below ``tol * theta_1``.
@@ -120,9 +122,9 @@ def fit(
     gram : {"auto", "store", "recompute", "memory"}, default="auto"
         ``store`` writes K to Zarr once and reads it each pass; ``recompute``
         evaluates kernel blocks from X every pass and stores no K;
-        ``memory`` evaluates K once into memory (float64; not resumable);
+        ``memory`` evaluates K once into memory (in ``dtype``; not resumable);
         ``auto`` holds K in memory when the input is in memory, its store
-        temporary and K fits (128 MiB in float64, n <= 4,096), else recomputes when K does
+        temporary and K fits (128 MiB: n <= 5,792 in float32, 4,096 in float64), else recomputes when K does
         not fit on the store's disk or when the measured cost of a pass says
         it is faster (see :func:`dkpca.planning.choose`), else stores.
     progress : bool or callable, default=False
@@ -253,7 +255,8 @@ def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Finge
             timings["gram"] = time.perf_counter() - t
             t = time.perf_counter()
             start = solver_opts.get("start")
-            with warnings.catch_warnings(), _algebra_blas(None if start is None else start.shape[1]):
+            width = None if start is None else start.shape[1]
+            with warnings.catch_warnings(), _algebra_blas(width, arpack_n=op.n if solver_name == "arpack" else None):
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = _solve(solver_name, op, req.n_components, req.fraction, tol=req.tol,
                              max_passes=req.max_passes, rng=rng, callback=_log_pass, **solver_opts)
@@ -277,16 +280,29 @@ def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Finge
 #: 0.30 s vs 0.41 s at n = 20,000, 0.51 s vs 0.61 s at n = 40,000.
 SERIAL_ALGEBRA_MAX_WIDTH = 64
 
+#: largest n whose ARPACK solve runs on one BLAS thread.  ARPACK's steps between its one-vector
+#: products are level-2 BLAS on n x ncv arrays; two OpenBLAS threads woken for each of them cost more
+#: than they save.  Measured, ``dkpca.fit(X)`` at k = 10, d = 50, K in float32, each fit in a new
+#: process (2-core AMD EPYC, 2026-11-24): n = 2,000 (10 fits each) solve 0.028-0.054 s on one
+#: thread; on two 0.022-0.032 s in 4 fits and 0.092-0.114 s in 6.  n = 4,000 (5 each): 0.198-0.221 s
+#: vs 0.126-0.227 s (even).  Above it ARPACK keeps the configured threads (not measured there: its
+#: products, which stream K from memory, then dominate).
+SERIAL_ARPACK_MAX_N = 4096
 
-def _algebra_blas(width: int | None) -> contextlib.AbstractContextManager:
-    """BLAS threads for an iterative solver's algebra: one for a block up to SERIAL_ALGEBRA_MAX_WIDTH wide.
 
-    ``width``: the start block's columns; None (the dense and ARPACK solvers, K in memory): BLAS
-    as configured.  For a fraction of explained variance the first round's block decides for every
-    round (later rounds are wider: a fit that starts narrow keeps one thread).
+def _algebra_blas(width: int | None, arpack_n: int | None = None) -> contextlib.AbstractContextManager:
+    """BLAS threads for a solver's own algebra: one for a narrow block, or for ARPACK on a small K.
+
+    ``width``: an iterative solver's start block's columns (one thread up to
+    SERIAL_ALGEBRA_MAX_WIDTH); ``arpack_n``: n of an ARPACK solve (one thread up
+    to SERIAL_ARPACK_MAX_N).  Neither (the dense solver): BLAS as
+    configured.  For a fraction of explained variance the first round's block
+    decides for every round (later rounds are wider: a fit that starts narrow
+    keeps one thread).
     """
     narrow = width is not None and width <= SERIAL_ALGEBRA_MAX_WIDTH
-    return serial_blas() if narrow else contextlib.nullcontext()
+    small = arpack_n is not None and arpack_n <= SERIAL_ARPACK_MAX_N
+    return serial_blas() if narrow or small else contextlib.nullcontext()
 
 
 def _make_operator(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
@@ -303,11 +319,10 @@ def _make_operator(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerp
     solver_opts: dict[str, Any] = {}
     probe = None
     if gram == "memory":
-        # K evaluated once into memory (float64): no store, no fused start block, no checkpoints (see
-        # planning.choose: chosen where there is nothing to reuse or resume).
-        gram_report["dtype"] = "float64"
+        # K evaluated once into memory, in the fit's dtype as a store would hold it: no store, no fused start
+        # block, no checkpoints (see planning.choose: chosen where there is nothing to reuse or resume).
         t = time.perf_counter()
-        op = InMemoryKernelOperator(memory_kernel_matrix(req.kernel, np.asarray(compute(Xs)[0])))
+        op = InMemoryKernelOperator(memory_kernel_matrix(req.kernel, np.asarray(compute(Xs)[0]), dt))
         gram_report["build_seconds"] = time.perf_counter() - t
         return op, gram_report, solver_opts
     if solver_name in ("randomized", "lanczos"):
@@ -431,7 +446,8 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
     op = InMemoryKernelOperator(K)
     fraction = k if isinstance(k, float) else None
     if solver == "arpack":  # with an int k (fractions are refused by check_kernel_pca_params)
-        res = get_solver("arpack")(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
+        with _algebra_blas(None, arpack_n=op.n):
+            res = get_solver("arpack")(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
     else:
         opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if solver == "dense" else
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))

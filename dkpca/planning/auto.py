@@ -51,24 +51,27 @@ DENSE_K_SHARE = 0.1
 #: rounding of the result -- does not depend on a timing.
 SMALL_GRAM_BYTES = 1 << 30
 
-#: ``gram="auto"`` holds K in memory (float64, n^2 x 8 bytes) up to this size
+#: ``gram="auto"`` holds K in memory, in the fit's ``dtype``, up to this size
 #: when its store would be temporary anyway (in-memory input without
 #: ``store=``): nothing to reuse or resume, so the store's writes, checksums
-#: and reads are pure cost.  128 MiB (n <= 4,096): beyond it a stored float32
-#: K with block Lanczos is faster.  ``dkpca.fit(X)``, k = 10, d = 50, one
-#: process, memory and store interleaved, 4-5 rounds each (2-core AMD EPYC,
-#: 2026-11-24): n = 2000 0.15-0.25 s in memory vs 0.23-0.31 stored; 3000
-#: 0.26-0.38 vs 0.36-0.43; 4000 0.37-0.63 vs 0.48-0.55 (even); 5000
-#: 0.86-1.07 vs 0.61-0.80.  (On an earlier host n = 5000 was 1.09 s in memory
-#: vs 1.26 s stored: the crossing moves between 4,000 and 6,000 with the host.)
+#: and reads are pure cost.  128 MiB: n <= 5,792 in float32 (the default),
+#: n <= 4,096 in float64.  ``dkpca.fit(X)``, k = 10, d = 50, each fit in a new
+#: process (``benchmarks/_child.py``), memory and store interleaved (2-core AMD
+#: EPYC, 2026-11-24, K in float32, ARPACK vs stored Lanczos): n = 5,000 (5
+#: rounds) 0.43-0.53 s in memory vs 0.60-0.67 s stored; n = 5,700 (4 rounds)
+#: 0.56-0.67 vs 0.66-0.77.  (K in float64 crossed over earlier: 2026-11-24,
+#: n = 4000 0.37-0.63 s in memory vs 0.48-0.55 stored; 5000 0.86-1.07 vs
+#: 0.61-0.80.)
 MEMORY_GRAM_BYTES = 1 << 27
 
 
-def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int | None = MEMORY_GRAM_BYTES) -> bool:
-    """Whether an n x n float64 K fits ``budget`` (None: no budget, as when asked for) and a quarter of the memory."""
+def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int | None = MEMORY_GRAM_BYTES,
+                     itemsize: int = 8) -> bool:
+    """Whether an n x n K of ``itemsize`` bytes an entry fits ``budget`` (None: no budget, as when asked for)
+    and a quarter of the memory."""
     if memory_bytes is None:
         memory_bytes = int(psutil.virtual_memory().available)
-    need = 8 * n * n
+    need = itemsize * n * n
     return (budget is None or need <= budget) and need <= 0.25 * memory_bytes
 
 
@@ -184,7 +187,7 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     gram
         * ``nystrom`` never reads K: ``recompute`` (no Gram store);
         * ``temporary`` (in-memory input without ``store=``: the store would
-          be removed with the model) and K in float64 fits
+          be removed with the model) and K in ``dtype`` fits
           ``MEMORY_GRAM_BYTES`` and a quarter of the memory: ``memory`` (K
           evaluated once into memory; no store writes, checksums or reads);
         * K (upper-triangular blocks) does not fit in 90 % of the free disk
@@ -237,14 +240,15 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     if memory_bytes is None and (solver in ("auto", "arpack") or gram in ("auto", "memory")):
         memory_bytes = int(psutil.virtual_memory().available)
     ell = block_size(n, k)
+    kdtype = np.dtype(dtype)  # K's precision, in memory as in a store
     if gram == "memory" or solver == "arpack":
-        if not memory_gram_fits(n, memory_bytes, budget=None):
+        if not memory_gram_fits(n, memory_bytes, budget=None, itemsize=kdtype.itemsize):
             raise ValueError(f"{'solver=arpack' if solver == 'arpack' else 'gram=memory'} needs K in memory: "
-                             f"{8 * n * n / 1e9:.2f} GB in float64, more than a quarter of the memory available; "
-                             "use gram='store' (or 'auto') and another solver.")
+                             f"{kdtype.itemsize * n * n / 1e9:.2f} GB in {kdtype.name}, more than a quarter of the "
+                             "memory available; use gram='store' (or 'auto') and another solver.")
         gram = "memory" if solver == "arpack" and gram == "auto" else gram
     memory = gram == "memory" or (gram == "auto" and solver != "nystrom" and temporary
-                                  and memory_gram_fits(n, memory_bytes))
+                                  and memory_gram_fits(n, memory_bytes, itemsize=kdtype.itemsize))
     if solver != "auto":
         name, why = solver, "solver requested"
     elif memory:
@@ -271,7 +275,8 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         mode, why = "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
     elif memory:
         mode, why = "memory", (f"the input is in memory and its store temporary (nothing to reuse or resume), and "
-                               f"K ({8 * n * n / 1e6:.0f} MB in float64) fits in memory: evaluated once, no store")
+                               f"K ({kdtype.itemsize * n * n / 1e6:.0f} MB in {kdtype.name}) fits in memory: evaluated "
+                               "once, no store")
     else:
         blk = min(block or n, n)
         d = int(X.shape[1]) if X is not None else 0

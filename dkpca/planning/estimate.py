@@ -84,7 +84,8 @@ PASS_SECONDS = 0.015
 #: One ARPACK product (K times one vector) with a float64 K held in memory,
 #: per entry of K: bound by memory bandwidth, not by a thread's arithmetic.
 #: ``K @ v`` at n = 10,000 took 38.9-40.6 ms with 2 BLAS threads on the
-#: development machine (2026-11-23).
+#: development machine (2026-11-23).  A float32 K streams half the bytes
+#: (:func:`memory_estimate` scales this by the itemsize).
 ARPACK_SECONDS_PER_ENTRY = 4e-10
 
 #: the share of a worker's memory its block tasks may fill (the rest: Dask, the worker's own data)
@@ -163,15 +164,16 @@ def choose_block(n: int, *, d: int, ell: int, itemsize: int, gram: str, resource
         shares=int(resources["workers"]) * threads)
 
 
-def memory_estimate(n: int, *, concurrency: int, rates: EntryRates, solver: str = "") -> tuple[float, float]:
+def memory_estimate(n: int, *, concurrency: int, rates: EntryRates, solver: str = "",
+                    itemsize: int = 8) -> tuple[float, float]:
     """``(build, pass)`` seconds with K held in memory (``gram="memory"``): no tasks, no I/O.
 
     All n^2 entries are evaluated once; a pass is one GEMM with K (a single
     product per entry: ``rates.product`` times both products of a block),
     or for ARPACK one product with one vector, bound by memory bandwidth
-    (:data:`ARPACK_SECONDS_PER_ENTRY`).
+    (:data:`ARPACK_SECONDS_PER_ENTRY`, for K of ``itemsize`` bytes an entry).
     """
     entries = float(n) * n
-    sweep = (entries * ARPACK_SECONDS_PER_ENTRY if solver == "arpack"
+    sweep = (entries * ARPACK_SECONDS_PER_ENTRY * itemsize / 8 if solver == "arpack"
              else entries * rates.product / 2 / max(1, concurrency))
     return entries * rates.kernel / max(1, concurrency), sweep

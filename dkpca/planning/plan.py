@@ -153,7 +153,7 @@ class Plan:
                "is explained)" if self.fraction is not None else "")
             + f", kernel {self.kernel.get('name', self.kernel)}",
             f"  solver:        {self.solver} ({self.solver_reason})",
-            "  Gram matrix:   " + ("stored in " + self.store if stored else "held in memory (float64), no store"
+            "  Gram matrix:   " + ("stored in " + self.store if stored else f"held in memory ({self.dtype}), no store"
                                      if self.gram == "memory" else "recomputed every pass (not stored)"),
             f"  chunk shape:   {self.chunk_shape[0]} x {self.chunk_shape[1]} {self.dtype} "
             f"({_fmt_bytes(self.chunk_bytes)}), {self.n_row_blocks} row blocks, "
@@ -236,7 +236,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     item = dtype.itemsize
     per_task = task_memory(block, d, ell, item)
     per_worker = res["threads_per_worker"] * per_task
-    client_mem = 6 * n * ell * 8 + 2 * n * 8 + n * n * 8 * ((solver == "dense") * 2 + (gram == "memory"))
+    client_mem = 6 * n * ell * 8 + 2 * n * 8 + n * n * (8 * 2 * (solver == "dense") + item * (gram == "memory"))
     warnings = []
     if free is not None and gbytes > free:
         warnings.append(f"the Gram store needs {_fmt_bytes(gbytes)} but only {_fmt_bytes(free)} is free there")
@@ -286,7 +286,8 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         # the first product is fused into the build for the iterative solvers
         fused = 1 if build is not None and solver != "dense" else 0
         if gram == "memory":
-            p.build_seconds, p.pass_seconds = memory_estimate(n, concurrency=conc, rates=rates, solver=solver)
+            p.build_seconds, p.pass_seconds = memory_estimate(n, concurrency=conc, rates=rates, solver=solver,
+                                                              itemsize=item)
             fused = 0
         else:  # a pass's graph and a store's set-up cost the same at every n: they bound small fits
             p.pass_seconds += PASS_SECONDS
@@ -373,8 +374,7 @@ max_passes, gram
                temporary=req.store is None)
     res = cluster_resources(cluster)
     ell = subspace(req.n, req.n_components, c.solver)
-    dt = np.dtype(np.float64) if c.gram == "memory" else req.dtype  # K in memory is float64
-    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, dt, ell, path),
+    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, req.dtype, ell, path),
                                 req.block) if measure else None
     X, block = req.X, req.block
     why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
