@@ -96,6 +96,26 @@ def done_markers(store: str) -> dict[str, int]:
     return out
 
 
+def blas_threads() -> set[int]:
+    """The thread counts of this process's BLAS libraries now (threadpoolctl)."""
+    from threadpoolctl import threadpool_info
+
+    return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+
+def spy_blas_threads(monkeypatch, module, name: str) -> list[set[int]]:
+    """Replace ``module.name`` by a wrapper that records :func:`blas_threads` at each call; the records."""
+    seen: list[set[int]] = []
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        seen.append(blas_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
 def wait_until(cond, timeout: float, interval: float = 0.01, what: str = "condition"):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -22,7 +22,7 @@ from dkpca import pipeline, planning
 from dkpca.operator import InMemoryKernelOperator
 from dkpca.solvers import PassReport, get_solver
 
-from .conftest import centered, reference_eigh
+from .conftest import blas_threads, centered, reference_eigh, spy_blas_threads
 
 
 @pytest.fixture
@@ -218,22 +218,11 @@ def test_a_nystroem_start_blocks_algebra_runs_on_one_blas_thread_only_for_narrow
                                                                                          serial):
     """The Nystroem start block (forced here at n = 300) is computed with the BLAS threads of the solver's algebra
     after it: one for Lanczos's 13 columns, as configured for 110 (> 64)."""
-    from threadpoolctl import threadpool_info
-
     from dkpca.solvers import nystrom
 
-    def blas_threads() -> set[int]:
-        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
-
-    configured, seen = blas_threads(), []
-    real = nystrom.start_block
-
-    def spy(*args, **kwargs):
-        seen.append(blas_threads())
-        return real(*args, **kwargs)
-
+    configured = blas_threads()
     monkeypatch.setattr(nystrom, "start_landmarks", lambda n, ell: 2 * ell)
-    monkeypatch.setattr(nystrom, "start_block", spy)
+    seen = spy_blas_threads(monkeypatch, nystrom, "start_block")
     X = np.random.default_rng(5).standard_normal((300, 4))
     dkpca.fit(X, k, gamma=0.3, solver="lanczos", gram="store", store=tmp_path / "s.zarr", random_state=0)
     assert seen == [{1} if serial else configured]
@@ -244,22 +233,11 @@ def test_a_nystroem_start_blocks_algebra_runs_on_one_blas_thread_only_for_narrow
 def test_an_arpack_solve_runs_on_one_blas_thread_only_for_small_n(tmp_path, monkeypatch, path, limit, serial):
     """ARPACK on K in memory (n = 300) runs on one BLAS thread up to SERIAL_ARPACK_MAX_N (the default 4,096), on
     the configured threads above it (the limit lowered to 100 here); in dkpca.fit and in the estimator alike."""
-    from threadpoolctl import threadpool_info
-
     from dkpca.solvers import arpack
 
-    def blas_threads() -> set[int]:
-        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
-
-    configured, seen = blas_threads(), []
-    real = arpack.eigsh
-
-    def spy(*args, **kwargs):
-        seen.append(blas_threads())
-        return real(*args, **kwargs)
-
+    configured = blas_threads()
     monkeypatch.setattr(pipeline, "SERIAL_ARPACK_MAX_N", limit)
-    monkeypatch.setattr(arpack, "eigsh", spy)
+    seen = spy_blas_threads(monkeypatch, arpack, "eigsh")
     X = np.random.default_rng(6).standard_normal((300, 4))
     if path == "fit":
         dkpca.fit(X, 4, gamma=0.3, solver="arpack", store=tmp_path / "s.zarr", random_state=0)
