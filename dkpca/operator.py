@@ -27,7 +27,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .execution import active_client, compute, placed, shares
+from .execution import active_client, compute, local_threads, placed, shares
 from .kernels import Kernel, NonFiniteKernelError
 from .linalg import (
     FAN_IN,
@@ -37,6 +37,7 @@ from .linalg import (
     block_products,
     gather_sum,
     group_products,
+    matrix_product,
     pair_weights,
     scatter_sum,
     scratch,
@@ -360,7 +361,12 @@ class InMemoryKernelOperator(CenteredKernelOperator):
         # precision, scikit-learn's arithmetic for float32 input); otherwise
         # exactly, as fl32(K) in float64 -- block_products' rules for a block.
         V = self.operand(V, single)
-        return block_products(self.K, V, V, False)[0]
+        if V.dtype == self.K.dtype:  # one GEMM on the configured BLAS threads
+            return block_products(self.K, V, V, False)[0]
+        # fl32(K) times a float64 V is widened strip by strip (block_products), a copy per entry that one
+        # BLAS call cannot spread over the cores: row blocks go to this process's threads instead.
+        with local_threads() as pmap:
+            return matrix_product(self.K, V, map=pmap)
 
     def read_block(self, I: int, J: int) -> np.ndarray:
         return self.K

@@ -68,6 +68,26 @@ def test_block_products_of_a_float32_block_match_float64_products(rng, width):
     assert np.all(np.abs(yJ - K.T @ VI) <= 1e-13 * (np.abs(K).T @ np.abs(VI)))
 
 
+def test_matrix_product_of_a_float32_matrix_by_row_blocks_on_threads(rng):
+    """``matrix_product`` (an in-memory K times V by row blocks through a thread pool's map) equals the float64
+    product of the widened K to 1e-13 of ``|K| |V|`` (block_products' bound), in row order, on 601 rows that
+    its 256-row blocks do not divide.  A float32 V asks for single-precision products: within float32's
+    rounding (1e-4 of the largest entry, for sums of 601 products), returned in float64."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dkpca.linalg import matrix_product
+
+    K = rng.random((601, 601)).astype(np.float32)
+    V = rng.standard_normal((601, 7))
+    with ThreadPoolExecutor(2) as pool:
+        got = matrix_product(K, V, map=pool.map)
+    ref = K.astype(np.float64) @ V
+    assert got.dtype == np.float64 and np.all(np.abs(got - ref) <= 1e-13 * (np.abs(K).astype(np.float64) @ np.abs(V)))
+    single = matrix_product(K, V.astype(np.float32))
+    assert single.dtype == np.float64
+    np.testing.assert_allclose(single, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("mode", ["stored", "matrix-free"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_operator_matches_HKH(tmp_path, blobs, rng, mode, dtype):

@@ -33,6 +33,7 @@ from .products import (
     group_products,
     kernel_matrix,
     kernel_product,
+    matrix_product,
     scatter_sum,
     touched_rows,
     tree_sum,
@@ -45,4 +46,4 @@ __all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", 
            "n_blocks", "pair_weights", "pass_cost", "pass_tasks", "product_strip_rows", "rows_per_block", "task_memory",
            "upper_pairs", "add", "add_outputs", "block_products", "as_dense", "dense_rows", "kernel_product",
            "scatter_sum", "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire",
-           "kernel_matrix", "TaskGraph"]
+           "kernel_matrix", "matrix_product", "TaskGraph"]

@@ -21,7 +21,8 @@ from .taskgraph import TaskGraph
 from .workspace import scratch
 
 __all__ = ["block_products", "add", "add_outputs", "tree_sum", "touched_rows", "group_products",
-           "scatter_sum", "gather_sum", "dense_rows", "kernel_product", "kernel_matrix", "MEMORY_BLOCK"]
+           "scatter_sum", "gather_sum", "dense_rows", "kernel_product", "kernel_matrix", "matrix_product",
+           "MEMORY_BLOCK"]
 
 
 def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
@@ -208,6 +209,19 @@ def kernel_matrix(kernel: Any, X: np.ndarray, dtype: Any = np.float64, map: Any 
     for _ in map(one, upper_pairs(len(bounds))):
         pass
     return K
+
+
+def matrix_product(K: np.ndarray, V: np.ndarray, map: Any = map) -> np.ndarray:
+    """``K @ V`` (float64 unless both are float32) for a K held in memory, by row blocks run through ``map``.
+
+    Each row block follows :func:`block_products`' rules; the caller passes a
+    thread pool's ``map`` (each block's BLAS then on one thread).  Measured,
+    Lanczos at n = 5,000 with a float32 K in memory (``dkpca.fit(X)``, each
+    fit in a new process, 2 cores): 1.03-1.23 s with the whole K widened in
+    one call, 0.76-0.86 s with a float64 K.
+    """
+    bounds = block_bounds(K.shape[0], balanced_block(K.shape[0], MEMORY_BLOCK // 4))  # enough to share out evenly
+    return np.concatenate(list(map(lambda b: block_products(K[b[0]:b[1]], V, V, False)[0], bounds)), axis=0)
 
 
 def kernel_product(kernel: Any, X: np.ndarray, Y: Any, W: np.ndarray,
