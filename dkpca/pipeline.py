@@ -255,8 +255,7 @@ def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Finge
             timings["gram"] = time.perf_counter() - t
             t = time.perf_counter()
             start = solver_opts.get("start")
-            width = None if start is None else start.shape[1]
-            with warnings.catch_warnings(), _algebra_blas(width, arpack_n=op.n if solver_name == "arpack" else None):
+            with warnings.catch_warnings(), _algebra_blas(None if start is None else start.shape[1]):
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = _solve(solver_name, op, req.n_components, req.fraction, tol=req.tol,
                              max_passes=req.max_passes, rng=rng, callback=_log_pass, **solver_opts)
@@ -280,29 +279,16 @@ def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Finge
 #: 0.30 s vs 0.41 s at n = 20,000, 0.51 s vs 0.61 s at n = 40,000.
 SERIAL_ALGEBRA_MAX_WIDTH = 64
 
-#: largest n whose ARPACK solve runs on one BLAS thread.  ARPACK's steps between its one-vector
-#: products are level-2 BLAS on n x ncv arrays; two OpenBLAS threads woken for each of them cost more
-#: than they save.  Measured, ``dkpca.fit(X)`` at k = 10, d = 50, K in float32, each fit in a new
-#: process (2-core AMD EPYC, 2026-11-24): n = 2,000 (10 fits each) solve 0.028-0.054 s on one
-#: thread; on two 0.022-0.032 s in 4 fits and 0.092-0.114 s in 6.  n = 4,000 (5 each): 0.198-0.221 s
-#: vs 0.126-0.227 s (even).  Above it ARPACK keeps the configured threads (not measured there: its
-#: products, which stream K from memory, then dominate).
-SERIAL_ARPACK_MAX_N = 4096
+def _algebra_blas(width: int | None) -> contextlib.AbstractContextManager:
+    """BLAS threads for an iterative solver's algebra: one for a block up to SERIAL_ALGEBRA_MAX_WIDTH wide.
 
-
-def _algebra_blas(width: int | None, arpack_n: int | None = None) -> contextlib.AbstractContextManager:
-    """BLAS threads for a solver's own algebra: one for a narrow block, or for ARPACK on a small K.
-
-    ``width``: an iterative solver's start block's columns (one thread up to
-    SERIAL_ALGEBRA_MAX_WIDTH); ``arpack_n``: n of an ARPACK solve (one thread up
-    to SERIAL_ARPACK_MAX_N).  Neither (the dense solver): BLAS as
-    configured.  For a fraction of explained variance the first round's block
-    decides for every round (later rounds are wider: a fit that starts narrow
-    keeps one thread).
+    ``width``: the start block's columns; None (the dense and ARPACK solvers, K in memory): BLAS
+    as configured (ARPACK sets its own, :data:`dkpca.solvers.arpack.SERIAL_MAX_N`).  For a
+    fraction of explained variance the first round's block decides for every round (later
+    rounds are wider: a fit that starts narrow keeps one thread).
     """
     narrow = width is not None and width <= SERIAL_ALGEBRA_MAX_WIDTH
-    small = arpack_n is not None and arpack_n <= SERIAL_ARPACK_MAX_N
-    return serial_blas() if narrow or small else contextlib.nullcontext()
+    return serial_blas() if narrow else contextlib.nullcontext()
 
 
 def _make_operator(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
@@ -446,8 +432,7 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
     op = InMemoryKernelOperator(K)
     fraction = k if isinstance(k, float) else None
     if solver == "arpack":  # with an int k (fractions are refused by check_kernel_pca_params)
-        with _algebra_blas(None, arpack_n=op.n):
-            res = get_solver("arpack")(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
+        res = get_solver("arpack")(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
     else:
         opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if solver == "dense" else
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))

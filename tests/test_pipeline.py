@@ -18,7 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import rbf_kernel, sigmoid_kernel
 
 import dkpca
-from dkpca import pipeline, planning
+from dkpca import planning
 from dkpca.operator import InMemoryKernelOperator
 from dkpca.solvers import PassReport, get_solver
 
@@ -231,12 +231,12 @@ def test_a_nystroem_start_blocks_algebra_runs_on_one_blas_thread_only_for_narrow
 @pytest.mark.parametrize("limit, serial", [(4096, True), (100, False)])
 @pytest.mark.parametrize("path", ["fit", "estimator"])
 def test_an_arpack_solve_runs_on_one_blas_thread_only_for_small_n(tmp_path, monkeypatch, path, limit, serial):
-    """ARPACK on K in memory (n = 300) runs on one BLAS thread up to SERIAL_ARPACK_MAX_N (the default 4,096), on
+    """ARPACK on K in memory (n = 300) runs on one BLAS thread up to arpack.SERIAL_MAX_N (the default 4,096), on
     the configured threads above it (the limit lowered to 100 here); in dkpca.fit and in the estimator alike."""
     from dkpca.solvers import arpack
 
     configured = blas_threads()
-    monkeypatch.setattr(pipeline, "SERIAL_ARPACK_MAX_N", limit)
+    monkeypatch.setattr(arpack, "SERIAL_MAX_N", limit)
     seen = spy_blas_threads(monkeypatch, arpack, "eigsh")
     X = np.random.default_rng(6).standard_normal((300, 4))
     if path == "fit":

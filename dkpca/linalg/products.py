@@ -217,8 +217,9 @@ def matrix_product(K: np.ndarray, V: np.ndarray, map: Any = map) -> np.ndarray:
     Each row block follows :func:`block_products`' rules; the caller passes a
     thread pool's ``map`` (each block's BLAS then on one thread).  Measured,
     Lanczos at n = 5,000 with a float32 K in memory (``dkpca.fit(X)``, each
-    fit in a new process, 2 cores): 1.03-1.23 s with the whole K widened in
-    one call, 0.76-0.86 s with a float64 K.
+    fit in a new process, 2 cores, 6 fits): 1.03-1.34 s with the whole K
+    widened in one call, 0.63-0.93 s by row blocks on two threads; 0.73-0.86 s
+    with a float64 K.
     """
     bounds = block_bounds(K.shape[0], balanced_block(K.shape[0], MEMORY_BLOCK // 4))  # enough to share out evenly
     return np.concatenate(list(map(lambda b: block_products(K[b[0]:b[1]], V, V, False)[0], bounds)), axis=0)

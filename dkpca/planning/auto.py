@@ -65,13 +65,10 @@ SMALL_GRAM_BYTES = 1 << 30
 MEMORY_GRAM_BYTES = 1 << 27
 
 
-def memory_gram_fits(n: int, memory_bytes: int | None = None, budget: int | None = MEMORY_GRAM_BYTES,
-                     itemsize: int = 8) -> bool:
-    """Whether an n x n K of ``itemsize`` bytes an entry fits ``budget`` (None: no budget, as when asked for)
-    and a quarter of the memory."""
+def memory_gram_fits(need: int, memory_bytes: int | None = None, budget: int | None = MEMORY_GRAM_BYTES) -> bool:
+    """Whether a K of ``need`` bytes fits ``budget`` (None: no budget, as when asked for) and a quarter of memory."""
     if memory_bytes is None:
         memory_bytes = int(psutil.virtual_memory().available)
-    need = itemsize * n * n
     return (budget is None or need <= budget) and need <= 0.25 * memory_bytes
 
 
@@ -241,14 +238,15 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         memory_bytes = int(psutil.virtual_memory().available)
     ell = block_size(n, k)
     kdtype = np.dtype(dtype)  # K's precision, in memory as in a store
+    k_memory = kdtype.itemsize * n * n  # K held whole in memory
     if gram == "memory" or solver == "arpack":
-        if not memory_gram_fits(n, memory_bytes, budget=None, itemsize=kdtype.itemsize):
+        if not memory_gram_fits(k_memory, memory_bytes, budget=None):
             raise ValueError(f"{'solver=arpack' if solver == 'arpack' else 'gram=memory'} needs K in memory: "
-                             f"{kdtype.itemsize * n * n / 1e9:.2f} GB in {kdtype.name}, more than a quarter of the "
+                             f"{k_memory / 1e9:.2f} GB in {kdtype.name}, more than a quarter of the "
                              "memory available; use gram='store' (or 'auto') and another solver.")
         gram = "memory" if solver == "arpack" and gram == "auto" else gram
     memory = gram == "memory" or (gram == "auto" and solver != "nystrom" and temporary
-                                  and memory_gram_fits(n, memory_bytes, itemsize=kdtype.itemsize))
+                                  and memory_gram_fits(k_memory, memory_bytes))
     if solver != "auto":
         name, why = solver, "solver requested"
     elif memory:
@@ -275,8 +273,8 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         mode, why = "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
     elif memory:
         mode, why = "memory", (f"the input is in memory and its store temporary (nothing to reuse or resume), and "
-                               f"K ({kdtype.itemsize * n * n / 1e6:.0f} MB in {kdtype.name}) fits in memory: evaluated "
-                               "once, no store")
+                               f"K ({k_memory / 1e6:.0f} MB in {kdtype.name}) fits in memory: evaluated once, no "
+                               "store")
     else:
         blk = min(block or n, n)
         d = int(X.shape[1]) if X is not None else 0

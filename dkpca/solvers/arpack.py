@@ -13,6 +13,7 @@ iterations as scikit-learn's ``KernelPCA(eigen_solver="arpack")``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -20,9 +21,19 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator, eigsh
 from sklearn.utils import check_random_state
 
+from ..execution import serial_blas
 from .result import Callback, EigResult, report
 
-__all__ = ["solve", "start_vector"]
+__all__ = ["solve", "start_vector", "SERIAL_MAX_N"]
+
+#: largest n whose ARPACK solve runs on one BLAS thread.  ARPACK's steps between its one-vector
+#: products are level-2 BLAS on n x ncv arrays; two OpenBLAS threads woken for each of them cost more
+#: than they save.  Measured, ``dkpca.fit(X)`` at k = 10, d = 50, K in float32, each fit in a new
+#: process (2-core AMD EPYC, 2026-11-24): n = 2,000 (10 fits each) solve 0.028-0.054 s on one
+#: thread; on two 0.022-0.032 s in 4 fits and 0.092-0.114 s in 6.  n = 4,000 (5 each): 0.198-0.221 s
+#: vs 0.126-0.227 s (even).  Above it ARPACK keeps the configured threads (not measured there: its
+#: products, which stream K from memory, then dominate).
+SERIAL_MAX_N = 4096
 
 
 def start_vector(n: int, random_state: Any = None) -> np.ndarray:
@@ -96,7 +107,8 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
         return operator.matmat(V, single=single).astype(dtype, copy=False)
 
     A = LinearOperator((n, n), matvec=lambda v: matmat(v.reshape(-1, 1)).ravel(), matmat=matmat, dtype=dtype)
-    lam, U = eigsh(A, k, which="LA", tol=tol, maxiter=maxiter, v0=v0)
+    with serial_blas() if n <= SERIAL_MAX_N else contextlib.nullcontext():
+        lam, U = eigsh(A, k, which="LA", tol=tol, maxiter=maxiter, v0=v0)
     lam, U = lam.astype(np.float64), U.astype(np.float64)
     residuals = np.linalg.norm(operator.matmat(U, single=single) - U * lam, axis=0)
     scale = max(abs(float(lam.max())), np.finfo(float).tiny)
