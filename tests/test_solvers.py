@@ -325,6 +325,18 @@ def test_nystrom_with_every_point_a_landmark_is_exact(problems, spectrum, mode):
     assert c["grand_mean"] == pytest.approx(op.grand_mean, rel=1e-10)
 
 
+@pytest.mark.parametrize("threads", [1, 3, 7])
+def test_nystrom_rows_split_among_any_number_of_threads_give_the_exact_result(problems, threads):
+    """The passes over X run as one share of equal rows per thread, cut across X's row blocks (480 rows in
+    blocks of 128: 7 threads cut every block); with every point a landmark the result is exact (1e-8)."""
+    p = problems["fast"]
+    op = _operator(p, "matrix-free")
+    with dask.config.set(num_workers=threads):
+        res = postprocess(get_solver("nystrom")(op, K_COMP, n_landmarks=N, rng=0), remove_zero=False)
+    np.testing.assert_allclose(res.eigenvalues, p["lam"][:K_COMP], rtol=1e-8)
+    np.testing.assert_allclose(res.info["centering"]["row_means"], op.row_means, rtol=0, atol=1e-10)
+
+
 @pytest.mark.parametrize("spectrum", ["fast", "slow"])
 def test_nystrom_error_non_increasing_for_nested_landmarks(problems, spectrum):
     p = problems[spectrum]
