@@ -226,6 +226,51 @@ def _row_shares(X: da.Array) -> list[tuple[str | None, int, int, list[int]]]:
     return out
 
 
+def _spectrum(n: int, k: int, W: np.ndarray, s: np.ndarray, *parts: tuple) -> dict[str, Any]:
+    """Between the two passes: the top-k eigenpairs of ``F~^T F~`` from the first pass's sums (:func:`_gram_share`).
+
+    Returns ``lam``, ``mu`` (the features' mean), ``B`` and ``offset`` for the
+    second pass (:func:`_vector_share`), ``rank``, ``diag_sum`` and
+    ``trace_nys`` (``||F||_F^2``).  Raises ``ValueError`` where the
+    approximation's rank is below k.
+    """
+    R = nystrom_features(W)
+    Gs = sum(p[0] for p in parts)
+    # Accumulated about the landmarks' own mean row s of W (close to the mean of C's rows): that avoids
+    # cancellation in F~^T F~ = F^T F - n mu mu^T.  F = C R, so F - 1 (s R)^T = (C - 1 s^T) R.
+    shift = s @ R
+    delta = (sum(p[1] for p in parts) @ R) / n
+    GR = Gs @ R
+    fro2 = float(np.einsum("ij,ij->", R, GR))  # ||F - 1 shift^T||_F^2 = trace(R^T Gs R)
+    Gc = R.T @ GR - n * np.outer(delta, delta)
+    sig2, Vs = scipy.linalg.eigh(0.5 * (Gc + Gc.T), check_finite=False)
+    sig2, Vs = sig2[::-1], Vs[:, ::-1]
+    r = R.shape[1]
+    if r < k:
+        raise ValueError(
+            f"the Nystroem approximation has rank {r} < k={k} (landmarks nearly duplicate); "
+            "use more landmarks (n_landmarks=...) or fewer components."
+        )
+    # F~^T F~ is PSD: a negative here is rounding, which the spectrum policy
+    # (dkpca.solvers.spectrum) cleans like any other solver's -- no clamp of our own
+    lam = sig2[:k].copy()
+    inv = np.zeros(k)
+    pos = lam > np.finfo(float).eps * max(lam[0], np.finfo(float).tiny) * n
+    inv[pos] = 1.0 / np.sqrt(lam[pos])
+    P = Vs[:, :k] * inv
+    mu = shift + delta
+    # ||F||_F^2 = ||F - s||^2 + 2 s.sum(F - s) + n |s|^2; trace(K - K_nys) >= 0 up to rounding.
+    trace_nys = fro2 + 2.0 * shift @ (delta * n) + n * shift @ shift
+    # U = (F - 1 mu^T) P and the row means F mu, both C times an m-row matrix: one product per block
+    return {"lam": lam, "mu": mu, "B": R @ np.column_stack([P, mu]), "offset": np.append(mu @ P, 0.0),
+            "rank": int(r), "diag_sum": float(sum(p[2] for p in parts)), "trace_nys": float(trace_nys)}
+
+
+def _field(values: dict[str, Any], key: str) -> Any:
+    """One of :func:`_spectrum`'s values (a function of its own: a graph's layers, one per function, form a DAG)."""
+    return values[key]
+
+
 def _share_task(graph: TaskGraph, rows: list, edges: list[int], share: tuple, func: Callable,
                 *args: Any) -> TaskRef:
     """``func(*args, start, stop, offsets, *row blocks)`` for one share of :func:`_row_shares`, on its worker."""
@@ -341,7 +386,8 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     idx, sel_passes = (given, 0) if given is not None else select_landmarks(X, kernel, m, landmarks, rng)
     t_select = time.perf_counter() - t0
     t0 = time.perf_counter()
-    # The landmarks' rows and the first pass over X in one graph (one round trip to a cluster, not two).
+    # Both passes over X in one graph, with the landmarks' rows and the small eigenproblem between them
+    # (one round trip to a cluster, not three; X's row blocks are read once).
     rows = X.to_delayed().ravel()
     edges = np.cumsum((0,) + X.chunks[0]).tolist()
     shares = _row_shares(X)
@@ -351,51 +397,18 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     pieces = [graph.task(np.take, graph.ref(rows[i]), ordered[cut[i]:cut[i + 1]] - edges[i], 0)
               for i in range(len(rows)) if cut[i + 1] > cut[i]]
     lm = graph.task(_landmarks, kernel, idx, *pieces)
-    XL_ref, W_ref, s_ref = (graph.task(getitem, lm, i) for i in range(3))
-    parts = [_share_task(graph, rows, edges, share, _gram_share, kernel, XL_ref, s_ref) for share in shares]
-    XL, W, s, *parts = compute(*graph.outputs([XL_ref, W_ref, s_ref, *parts]), label="")
-    R = nystrom_features(W)
-    Gs = sum(p[0] for p in parts)
-    # Accumulated about the landmarks' own mean row s of W (close to the mean of C's rows): that avoids
-    # cancellation in F~^T F~ = F^T F - n mu mu^T.  F = C R, so F - 1 (s R)^T = (C - 1 s^T) R.
-    shift = s @ R
-    delta = (sum(p[1] for p in parts) @ R) / n
-    diag_sum = float(sum(p[2] for p in parts))
-    GR = Gs @ R
-    G = R.T @ GR
-    fro2 = float(np.einsum("ij,ij->", R, GR))  # ||F - 1 shift^T||_F^2 = trace(R^T Gs R)
-    mu = shift + delta
-    t_pass1 = time.perf_counter() - t0
-    Gc = G - n * np.outer(delta, delta)
-    sig2, Vs = scipy.linalg.eigh(0.5 * (Gc + Gc.T), check_finite=False)
-    sig2, Vs = sig2[::-1], Vs[:, ::-1]
-    r = R.shape[1]
-    if r < k:
-        raise ValueError(
-            f"the Nystroem approximation has rank {r} < k={k} (landmarks nearly duplicate); "
-            "use more landmarks (n_landmarks=...) or fewer components."
-        )
-    # F~^T F~ is PSD: a negative here is rounding, which the spectrum policy
-    # (dkpca.solvers.spectrum) cleans like any other solver's -- no clamp of our own
-    lam = sig2[:k].copy()
-    inv = np.zeros(k)
-    pos = lam > np.finfo(float).eps * max(lam[0], np.finfo(float).tiny) * n
-    inv[pos] = 1.0 / np.sqrt(lam[pos])
-    P = Vs[:, :k] * inv
-    # U = (F - 1 mu^T) P and the row means F mu, both C times an m-row matrix: one product per block
-    B = R @ np.column_stack([P, mu])
-    offset = np.append(mu @ P, 0.0)
-    t0 = time.perf_counter()
-    graph = TaskGraph("dkpca-nystrom-vectors", rows[:1])
-    XL_ref, B_ref = graph.data(XL), graph.data(B)
-    out = np.concatenate(compute(*graph.outputs([
-        _share_task(graph, rows, edges, share, _vector_share, kernel, XL_ref, B_ref, offset) for share in shares]),
-        label=""), axis=0)
+    XL, W, s = (graph.task(getitem, lm, i) for i in range(3))
+    parts = [_share_task(graph, rows, edges, share, _gram_share, kernel, XL, s) for share in shares]
+    spec = graph.task(_spectrum, n, k, W, s, *parts)
+    B, offset = graph.task(_field, spec, "B"), graph.task(_field, spec, "offset")
+    vectors = [_share_task(graph, rows, edges, share, _vector_share, kernel, XL, B, offset) for share in shares]
+    spec, *outs = compute(*graph.outputs([spec, *vectors]), label="")
+    out = np.concatenate(outs, axis=0)
     U, row_means = out[:, :k], out[:, k]
-    pass_seconds = [t_select / max(sel_passes, 1)] * sel_passes + [t_pass1, time.perf_counter() - t0]
-    # ||F||_F^2 = ||F - s||^2 + 2 s.sum(F - s) + n |s|^2; trace(K - K_nys) >= 0 up to rounding.
-    trace_nys = fro2 + 2.0 * shift @ (delta * n) + n * shift @ shift
-    trace_err = max(diag_sum - trace_nys, 0.0)
+    lam, mu, diag_sum = spec["lam"], spec["mu"], spec["diag_sum"]
+    # one graph makes both passes: its time is split evenly between them
+    pass_seconds = [t_select / max(sel_passes, 1)] * sel_passes + [(time.perf_counter() - t0) / 2] * 2
+    trace_err = max(diag_sum - spec["trace_nys"], 0.0)
     passes = sel_passes + 2
     if exact_residuals:
         KU = operator.matmat(U)
@@ -408,7 +421,7 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     report(callback, passes, res.max() / scale, time.perf_counter() - t_start)
     info = {
         "n_landmarks": m, "landmarks": landmarks if given is None else "given", "landmark_passes": sel_passes,
-        "rank": int(R.shape[1]),
+        "rank": spec["rank"],
         "trace_error": trace_err, "relative_trace_error": trace_err / diag_sum if diag_sum > 0 else 0.0,
         "residuals": passes_note, "passes_are": "passes over X (n x m kernel slices), not over K",
         "pass_seconds": pass_seconds,
