@@ -52,12 +52,15 @@ def write_inputs(X: np.ndarray, workdir: Path, name: str) -> tuple[Path, Path]:
 WARM_ENV = "DKPCA_BENCH_WARM_BYTES"
 
 
-def warm_bytes(n: int) -> int:
-    """Memory warmed before a fit of n points: 5 n^2 bytes (above the largest fit's new memory, scikit-learn's
-    float32 K and ARPACK's workspace: 8.2 GB peak at n = 40,000), at least 0.5 GiB, at most a third of the RAM."""
+def warm_bytes(n: int, per_entry: float = 5.0) -> int:
+    """Memory warmed before a fit of n points: ``per_entry`` n^2 bytes, at least 0.5 GiB, at most a third of the RAM.
+
+    5 (the default) is above the largest fit's new memory: scikit-learn's float32 K and ARPACK's workspace,
+    8.2 GB peak at n = 40,000; 3 is above a float32 Gram store's page cache (2 n^2 bytes) and a cluster's
+    workers."""
     import psutil
 
-    return int(min(max(5 * n * n, 2**29), psutil.virtual_memory().total // 3))
+    return int(min(max(per_entry * n * n, 2**29), psutil.virtual_memory().total // 3))
 
 
 def start_timing(res: dict) -> float:

@@ -135,7 +135,8 @@ def cmd_workers(a) -> str:
     runs: dict[str, list[dict]] = {label: [] for label, _ in setups}
     for _ in range(a.rounds):
         for label, extra in setups:
-            r = run_child(["dkpca", "-", str(zpath), "10", json.dumps(extra)], warm=0 if a.no_warm else warm_bytes(a.n))
+            r = run_child(["dkpca", "-", str(zpath), "10", json.dumps(extra)],
+                          warm=0 if a.no_warm else warm_bytes(a.n, 3))
             rep = r.get("report", {})
             r["gram_s"] = rep.get("timings", {}).get("gram", float("nan"))
             r["solve_s"] = rep.get("timings", {}).get("solve", float("nan"))
@@ -148,7 +149,7 @@ def cmd_workers(a) -> str:
     base = med["threads (no cluster)"]
     lines = [f"Median of {a.rounds} rounds (each round runs the setups in turn, each fit in its own process; "
              "a cluster's start-up and its workers' imports are not timed, as the client's are not"
-             + ("" if a.no_warm else f"; before each fit the child touches and frees {warm_bytes(a.n) / 2**30:.1f} "
+             + ("" if a.no_warm else f"; before each fit the child touches and frees {warm_bytes(a.n, 3) / 2**30:.1f} "
                 "GiB, untimed: this VM backs memory freed and reported to its host at 0.3-0.8 GB/s on first touch, "
                 "and a cluster's processes use up the pages freed before them, `_common.start_timing`; "
                 "`--no-warm` leaves that out") + ").", "",
