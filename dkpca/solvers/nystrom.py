@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from operator import getitem
 from typing import Any
 
 import dask
@@ -165,22 +164,30 @@ def _diag_block(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
     return kernel.diag(Xb, np.float64)
 
 
-def _landmarks(kernel: Kernel, idx: np.ndarray, *pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The landmarks' rows ``XL`` in the order of ``idx`` (``pieces`` hold them sorted), ``K(L, L)``, its mean row."""
-    XL = np.ascontiguousarray(np.concatenate(pieces)[np.argsort(np.argsort(idx))], dtype=np.float64)
+def _landmark_rows(idx: np.ndarray, pieces: list[np.ndarray]) -> np.ndarray:
+    """The landmarks' rows ``XL`` in the order of ``idx`` (``pieces`` hold them sorted)."""
+    return np.ascontiguousarray(np.concatenate(pieces)[np.argsort(np.argsort(idx))], dtype=np.float64)
+
+
+def _landmarks(kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``XL``, ``W = K(L, L)`` and W's mean row, made where they are used: an m x m kernel costs less than a
+    task of its own, whose results would travel between workers (a graph hop: ~10 ms on a cluster)."""
+    XL = _landmark_rows(idx, pieces)
     W = kernel.block(XL, None, np.float64)
     return XL, W, W.mean(axis=0)
 
 
-def _gram_share(kernel: Kernel, XL: np.ndarray, shift: np.ndarray, start: int, stop: int, offsets: list[int],
-                *blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Rows ``start:stop``: ``sum (C_b - s)^T (C_b - s)``, ``sum (C_b - s)``, ``sum k(x, x)`` (``C_b = K(X_b, L)``).
+def _gram_share(kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray], start: int, stop: int,
+                offsets: list[int], *blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Rows ``start:stop``: ``sum (C_b - s)^T (C_b - s)``, ``sum (C_b - s)``, ``sum k(x, x)`` (``C_b = K(X_b, L)``,
+    ``s`` the mean row of ``W``: :func:`_landmarks`).
 
     The features' statistics are ``R^T`` (these) ``R``, formed once by the
     caller: the m x m product is a SYRK of the kernel slice, where forming
     ``F_b = C_b R`` first would cost a full GEMM more (measured on a 4000 x 200
     block, one thread: 4.4 ms for this against 8.2 + 4.7 ms).
     """
+    XL, _, shift = _landmarks(kernel, idx, pieces)
     m = XL.shape[0]
     G, col, diag = np.zeros((m, m)), np.zeros(m), 0.0
     for Xb in _slices(start, stop, offsets, blocks):
@@ -192,9 +199,11 @@ def _gram_share(kernel: Kernel, XL: np.ndarray, shift: np.ndarray, start: int, s
     return G, col, diag
 
 
-def _vector_share(kernel: Kernel, XL: np.ndarray, B: np.ndarray, offset: np.ndarray, start: int, stop: int,
-                  offsets: list[int], *blocks: np.ndarray) -> np.ndarray:
-    """Rows ``start:stop`` of ``C B - offset`` (``B = R [P | mu]``: eigenvectors and row means in one product)."""
+def _vector_share(kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray], spec: dict[str, Any], start: int,
+                  stop: int, offsets: list[int], *blocks: np.ndarray) -> np.ndarray:
+    """Rows ``start:stop`` of ``C B - offset`` (:func:`_spectrum`'s ``B = R [P | mu]`` and ``offset``: eigenvectors
+    and row means in one product)."""
+    XL, B, offset = _landmark_rows(idx, pieces), spec["B"], spec["offset"]
     out = np.concatenate([kernel.block(Xb, XL, np.float64) @ B for Xb in _slices(start, stop, offsets, blocks)])
     out -= offset
     return out
@@ -226,7 +235,8 @@ def _row_shares(X: da.Array) -> list[tuple[str | None, int, int, list[int]]]:
     return out
 
 
-def _spectrum(n: int, k: int, W: np.ndarray, s: np.ndarray, *parts: tuple) -> dict[str, Any]:
+def _spectrum(n: int, k: int, kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray], *parts: tuple
+              ) -> dict[str, Any]:
     """Between the two passes: the top-k eigenpairs of ``F~^T F~`` from the first pass's sums (:func:`_gram_share`).
 
     Returns ``lam``, ``mu`` (the features' mean), ``B`` and ``offset`` for the
@@ -234,6 +244,7 @@ def _spectrum(n: int, k: int, W: np.ndarray, s: np.ndarray, *parts: tuple) -> di
     ``trace_nys`` (``||F||_F^2``).  Raises ``ValueError`` where the
     approximation's rank is below k.
     """
+    _, W, s = _landmarks(kernel, idx, pieces)
     R = nystrom_features(W)
     Gs = sum(p[0] for p in parts)
     # Accumulated about the landmarks' own mean row s of W (close to the mean of C's rows): that avoids
@@ -264,11 +275,6 @@ def _spectrum(n: int, k: int, W: np.ndarray, s: np.ndarray, *parts: tuple) -> di
     # U = (F - 1 mu^T) P and the row means F mu, both C times an m-row matrix: one product per block
     return {"lam": lam, "mu": mu, "B": R @ np.column_stack([P, mu]), "offset": np.append(mu @ P, 0.0),
             "rank": int(r), "diag_sum": float(sum(p[2] for p in parts)), "trace_nys": float(trace_nys)}
-
-
-def _field(values: dict[str, Any], key: str) -> Any:
-    """One of :func:`_spectrum`'s values (a function of its own: a graph's layers, one per function, form a DAG)."""
-    return values[key]
 
 
 def _share_task(graph: TaskGraph, rows: list, edges: list[int], share: tuple, func: Callable,
@@ -396,12 +402,9 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     cut = np.searchsorted(ordered, edges)
     pieces = [graph.task(np.take, graph.ref(rows[i]), ordered[cut[i]:cut[i + 1]] - edges[i], 0)
               for i in range(len(rows)) if cut[i + 1] > cut[i]]
-    lm = graph.task(_landmarks, kernel, idx, *pieces)
-    XL, W, s = (graph.task(getitem, lm, i) for i in range(3))
-    parts = [_share_task(graph, rows, edges, share, _gram_share, kernel, XL, s) for share in shares]
-    spec = graph.task(_spectrum, n, k, W, s, *parts)
-    B, offset = graph.task(_field, spec, "B"), graph.task(_field, spec, "offset")
-    vectors = [_share_task(graph, rows, edges, share, _vector_share, kernel, XL, B, offset) for share in shares]
+    parts = [_share_task(graph, rows, edges, share, _gram_share, kernel, idx, pieces) for share in shares]
+    spec = graph.task(_spectrum, n, k, kernel, idx, pieces, *parts)
+    vectors = [_share_task(graph, rows, edges, share, _vector_share, kernel, idx, pieces, spec) for share in shares]
     spec, *outs = compute(*graph.outputs([spec, *vectors]), label="")
     out = np.concatenate(outs, axis=0)
     U, row_means = out[:, :k], out[:, k]
