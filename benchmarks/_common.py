@@ -69,7 +69,7 @@ def start_timing(res: dict) -> float:
     This VM (Firecracker, free page reporting) backs a page the guest has
     not touched since it was freed and reported only when it is next touched:
     measured 0.34 GB/s on one thread, 0.67-0.85 GB/s on two, against 9.2 GB/s
-    for pages freed just before (scratch /tmp/w/ft.py).  A fit's new memory
+    for pages freed just before (a scratch script touching 0.5-1 GB).  A fit's new memory
     -- its arrays, and the page cache a Gram build writes -- then costs what
     the host makes of it: at n = 20,000 the last Gram chunks a LocalCluster's
     workers wrote took 0.16-0.31 s each against 0.04 s (their processes had
