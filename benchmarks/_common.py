@@ -103,6 +103,10 @@ def run_child(args: list[str], timeout: float = 3600, env: dict | None = None, s
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {}), WARM_ENV: str(int(warm))})
     samples: list[tuple[float, int]] = []
+
+    def peak_gb(since: float = 0.0) -> float:
+        return max((rss for at, rss in samples if at >= since), default=0) / 1e9
+
     ps = psutil.Process(proc.pid)
     while proc.poll() is None:
         try:
@@ -114,16 +118,13 @@ def run_child(args: list[str], timeout: float = 3600, env: dict | None = None, s
         time.sleep(0.05)
         if time.perf_counter() - t0 > timeout:
             proc.kill()
-            return {"error": "timeout", "peak_rss_gb": max((r for _, r in samples), default=0) / 1e9}
+            return {"error": "timeout", "peak_rss_gb": peak_gb()}
     out, err = proc.communicate()
     if proc.returncode != 0:
         tail = (err or out).strip().splitlines()[-1:] or ["?"]
-        return {"error": f"exit {proc.returncode}: {tail[0][:200]}",
-                "peak_rss_gb": max((r for _, r in samples), default=0) / 1e9}
+        return {"error": f"exit {proc.returncode}: {tail[0][:200]}", "peak_rss_gb": peak_gb()}
     result = json.loads(out.strip().splitlines()[-1])
-    since = result.get("warm_done_at", 0.0)
-    peak = max((r for at, r in samples if at >= since), default=0)
-    result["peak_rss_gb"] = peak / 1e9
+    result["peak_rss_gb"] = peak_gb(since=result.get("warm_done_at", 0.0))
     result["wall_s"] = time.perf_counter() - t0
     return result
 

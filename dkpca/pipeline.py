@@ -279,6 +279,7 @@ def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Finge
 #: 0.30 s vs 0.41 s at n = 20,000, 0.51 s vs 0.61 s at n = 40,000.
 SERIAL_ALGEBRA_MAX_WIDTH = 64
 
+
 def _algebra_blas(width: int | None) -> contextlib.AbstractContextManager:
     """BLAS threads for an iterative solver's algebra: one for a block up to SERIAL_ALGEBRA_MAX_WIDTH wide.
 

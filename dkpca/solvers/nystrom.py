@@ -105,8 +105,7 @@ def _data(operator, X, kernel):
 
 
 def _rows_of(X: da.Array, idx: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(compute(X[np.sort(idx)], label="")[0], dtype=np.float64)[
-        np.argsort(np.argsort(idx))]
+    return _landmark_rows(idx, [compute(X[np.sort(idx)], label="")[0]])
 
 
 def _columns(X: da.Array, kernel: Kernel, XL: np.ndarray) -> np.ndarray:
@@ -216,24 +215,20 @@ def _slices(start: int, stop: int, offsets: Sequence[int], blocks: Sequence[np.n
                                                                                               strict=True)]
 
 
-def _row_shares(X: da.Array) -> list[tuple[str | None, int, int, list[int]]]:
+def _row_shares(n: int, edges: list[int]) -> list[tuple[str | None, int, int, list[int]]]:
     """Equal row ranges, one per worker thread: ``(worker, start, stop, row blocks overlapped)``.
 
-    A pass over X is a few ms of work per row block; as one task per block,
-    5 blocks on 2 workers ran as 4 and 1 (the scheduler follows the data), and
-    a share of equal rows per thread keeps both busy (:func:`execution.placement`
-    puts each where it was given).
+    ``edges``: the first row of each of X's row blocks, and n.  A pass over X
+    is a few ms of work per row block; as one task per block, 5 blocks on 2
+    workers ran as 4 and 1 (the scheduler follows the data), and a share of
+    equal rows per thread keeps both busy (:func:`execution.placement` puts
+    each where it was given).
     """
-    n = X.shape[0]
-    edges = np.cumsum((0,) + X.chunks[0])
-    cuts = np.linspace(0, n, min(n_workers_threads(), n) + 1).astype(int)
-    bounds = list(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
-    out = []
-    for worker, (a, b) in zip(placement([b - a for a, b in bounds]), bounds, strict=True):
-        first = int(np.searchsorted(edges, a, side="right")) - 1
-        last = int(np.searchsorted(edges, b, side="left"))
-        out.append((worker, a, b, list(range(first, last))))
-    return out
+    cuts = np.linspace(0, n, min(n_workers_threads(), n) + 1).astype(int).tolist()
+    bounds = list(zip(cuts[:-1], cuts[1:], strict=True))
+    return [(worker, a, b, list(range(int(np.searchsorted(edges, a, side="right")) - 1,
+                                      int(np.searchsorted(edges, b, side="left")))))
+            for worker, (a, b) in zip(placement([b - a for a, b in bounds]), bounds, strict=True)]
 
 
 def _spectrum(n: int, k: int, kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray], *parts: tuple
@@ -397,7 +392,7 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     # (one round trip to a cluster, not three; X's row blocks are read once).
     rows = X.to_delayed().ravel()
     edges = np.cumsum((0,) + X.chunks[0]).tolist()
-    shares = _row_shares(X)
+    shares = _row_shares(n, edges)
     graph = TaskGraph("dkpca-nystrom", rows[:1])
     ordered = np.sort(idx)
     cut = np.searchsorted(ordered, edges)
