@@ -35,15 +35,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import heapq
+import multiprocessing.pool
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from typing import Any
 
 import dask
 from dask.callbacks import Callback
+from dask.local import MultiprocessingPoolExecutor
+from dask.threaded import ContextAwareThreadPoolExecutor
 from distributed import as_completed, default_client
+from distributed import wait as wait_futures
 from distributed.utils import is_kernel
 from threadpoolctl import ThreadpoolController
 
@@ -301,6 +306,37 @@ def _local_callback(progress: Progress) -> Callback:
     return Callback(start_state=start, posttask=posttask)
 
 
+class _Joined(Executor):
+    """A pool's ``submit`` that keeps the futures it made, so that a failed computation can wait for them.
+
+    dask's local scheduler raises a task's error at once, while the tasks it
+    already handed to the pool run on: a Gram block task could then write its
+    chunk and done marker after the failed fit had released the store's lock,
+    under a rerun with another kernel.  Waiting costs at most one task per
+    thread (the scheduler hands out no more than the pool has threads).
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = MultiprocessingPoolExecutor(pool) if isinstance(pool, multiprocessing.pool.Pool) else pool
+        self._max_workers = self._pool._max_workers  # what dask's get_async sizes its batches by
+        self.started: list[Future] = []
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        future = self._pool.submit(fn, *args, **kwargs)
+        self.started.append(future)
+        return future
+
+
+@functools.cache
+def _thread_pool(threads: int) -> Executor:
+    """This process's pool of ``threads`` threads, made once, as dask keeps its own.
+
+    The threads must outlive a computation: each keeps its scratch buffers
+    (``linalg.workspace``) from one pass to the next.
+    """
+    return ContextAwareThreadPoolExecutor(threads)
+
+
 def compute(*tasks: Any, label: str = "", threads: int | None = None,
             progress: bool | ProgressCallback = False) -> tuple:
     """``dask.compute(*tasks)`` under dkpca's execution policy.
@@ -310,26 +346,47 @@ def compute(*tasks: Any, label: str = "", threads: int | None = None,
     hint for the local thread count (tasks that block on I/O want more
     threads than cores); the Dask setting ``num_workers`` and a distributed
     cluster take precedence.
+
+    A computation that fails returns (raises) only once none of its tasks
+    runs any more, so that nothing it started writes into a store after its
+    caller has let the store go.  On a cluster that means waiting for all of
+    its tasks (a client cannot tell which have started); the blocks they
+    finish are kept for the rerun.  Only an interrupt (Ctrl-C) on a cluster
+    returns at once, cancelling what has not started.
     """
     show = bool(progress) and bool(label)
     client = active_client()
     if client is not None:
         futures = client.compute(list(tasks))
-        if show:
-            bar = Progress(label, progress)
-            bar.start(len(futures))
-            try:
-                for _ in as_completed(futures):
-                    bar.advance()
-            finally:
-                bar.close()
-        return tuple(client.gather(futures))
+        try:
+            if show:
+                bar = Progress(label, progress)
+                bar.start(len(futures))
+                try:
+                    for _ in as_completed(futures):
+                        bar.advance()
+                finally:
+                    bar.close()
+            return tuple(client.gather(futures))
+        except Exception:
+            wait_futures(futures)
+            raise
+        except BaseException:
+            client.cancel(futures)
+            raise
     scheduler = dask.config.get("scheduler", None) or "threads"
-    kw = {}
-    if threads and scheduler in ("threads", "threading") and dask.config.get("num_workers", None) is None:
-        kw["num_workers"] = threads
+    kw: dict[str, Any] = {}
+    if scheduler in ("threads", "threading"):
+        if not threads or dask.config.get("num_workers", None) is not None:
+            threads = _local_thread_count()
+        kw["pool"] = _Joined(dask.config.get("pool", None) or _thread_pool(threads))
     with contextlib.ExitStack() as ctx, serial_blas():
         if show:
             bar = ctx.enter_context(contextlib.closing(Progress(label, progress)))
             ctx.enter_context(_local_callback(bar))
-        return dask.compute(*tasks, scheduler=scheduler, **kw)
+        try:
+            return dask.compute(*tasks, scheduler=scheduler, **kw)
+        except BaseException:
+            if "pool" in kw:
+                wait_all(kw["pool"].started)
+            raise

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 import dask
 import dask.array as da
@@ -146,3 +147,30 @@ def test_notebook_progress_leaves_nothing_behind_when_the_cluster_closes(tmp_pat
     assert "after close" in text
     after = "".join(str(o) for cell in nb.cells[3:] for o in cell.get("outputs", []))
     assert "Error" not in after and "Traceback" not in after
+
+
+def _fail_now_and_finish_late(mark):
+    def late():
+        time.sleep(0.5)
+        mark.write_text("written")  # a file: a worker may run a copy of this closure
+
+    def fail():
+        raise OSError("No space left on device")
+
+    return [dask.delayed(late)(), dask.delayed(fail)()]
+
+
+def test_a_failed_computation_returns_after_its_running_tasks_end(tmp_path):
+    # dask's local scheduler raises at the first error; a sibling already
+    # running would otherwise write after the caller let the store go
+    with dask.config.set(num_workers=2), pytest.raises(OSError, match="No space"):
+        compute(*_fail_now_and_finish_late(tmp_path / "late"))
+    assert (tmp_path / "late").exists()
+
+
+def test_a_failed_computation_on_a_cluster_returns_after_its_tasks_end(tmp_path):
+    local = {"n_workers": 1, "threads_per_worker": 2, "processes": False, "dashboard_address": None}
+    with dc.connected({"dkpca": {"cluster": {"local": local}}}):
+        with pytest.raises(OSError, match="No space"):
+            compute(*_fail_now_and_finish_late(tmp_path / "late"))
+        assert (tmp_path / "late").exists()  # before the cluster closes
