@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 import warnings
@@ -40,7 +41,14 @@ logger = logging.getLogger("dkpca")
 
 
 def _log_pass(report: PassReport) -> None:
-    """The per-pass report, through logging (the CLI shows it on stderr; ``logging`` configures it in Python)."""
+    """The per-pass report, through logging (the CLI shows it on stderr; ``logging`` configures it in Python).
+
+    A residual not computed (NaN: block Lanczos leaves out the Ritz pairs of a
+    pass that could not converge) is said in words.
+    """
+    if math.isnan(report.max_relative_residual):
+        logger.info("pass %d: residual not computed (predicted above tol) (%.2fs)", report.pass_number, report.seconds)
+        return
     logger.info("pass %d: max relative residual %.2e (%.2fs)", report.pass_number, report.max_relative_residual,
                 report.seconds)
 

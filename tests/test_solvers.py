@@ -274,6 +274,40 @@ def test_lanczos_basis_stays_orthonormal_past_convergence():
     np.testing.assert_allclose(res.eigenvectors.T @ res.eigenvectors, np.eye(K_COMP), atol=1e-12)
 
 
+def test_lanczos_leaves_out_the_ritz_pairs_of_passes_that_cannot_converge(problems):
+    # slow decay (10 passes): a pass whose residual, carried forward at the
+    # rate of the last two computed, stays 10x above tol is not solved; the
+    # result is the reference's all the same, from a computed last residual
+    p = problems["slow"]
+    res = postprocess(lanczos_solve(_operator(p, "stored"), K_COMP, tol=TOL, max_passes=BUDGET["lanczos", "slow"],
+                                    rng=0), remove_zero=False)
+    skipped = [i for i, h in enumerate(res.history) if np.isnan(h)]
+    assert skipped and skipped[-1] < len(res.history) - 1 and res.history[-1] <= TOL
+    assert "nan, nan, nan" not in str(res.history)  # at most two passes in a row
+    assert not any(np.isnan(res.history[i]) for i in (0, 1))  # two residuals before any prediction
+    np.testing.assert_allclose(res.eigenvalues, p["lam"][:K_COMP], rtol=1e-8)
+
+
+def test_lanczos_with_a_checkpoint_computes_every_pass_residual(problems, tmp_path):
+    p = problems["slow"]
+    path = str(tmp_path / "ck.zarr")
+    FitStore.at(path).open_for_write()
+    ck = SolverCheckpoint(path, {"test": "lanczos"}, interval=0)
+    res = lanczos_solve(_operator(p, "stored"), K_COMP, tol=TOL, max_passes=BUDGET["lanczos", "slow"], rng=0,
+                        checkpoint=ck)
+    assert res.converged and not any(np.isnan(res.history))
+
+
+def test_a_pass_without_a_residual_is_logged_in_words(problems, caplog):
+    # K in memory: no checkpoint, so Lanczos may leave passes out
+    p = problems["slow"]
+    with caplog.at_level("INFO", logger="dkpca"):
+        dkpca.fit(p["X"], n_components=K_COMP, kernel=p["kernel"], solver="lanczos", gram="memory",
+                  dtype="float64", tol=TOL, random_state=0)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass ")]
+    assert any("residual not computed" in line for line in lines) and "nan" not in " ".join(lines), lines
+
+
 def test_lanczos_default_block_is_k_plus_ten_and_subspace_iteration_doubles_k():
     from dkpca.solvers import block_width
 

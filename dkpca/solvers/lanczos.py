@@ -104,35 +104,100 @@ def _ritz(T: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
     return theta[::-1], S[:, ::-1]
 
 
+#: passes in a row whose Ritz pairs may be left out (:func:`_worth_ritz`)
+MAX_SKIPPED_RITZ = 2
+
+#: a pass's Ritz pairs are computed when its residual is predicted below this many times tol
+RITZ_MARGIN = 10.0
+
+
+def _worth_ritz(history: list[float], tol: float) -> bool:
+    """Whether this pass's residual could come near ``tol``, judged by the last two residuals computed.
+
+    Their geometric rate, carried forward to this pass, must come within
+    :data:`RITZ_MARGIN` of ``tol``; a Krylov method's rate only improves as
+    it goes (superlinear convergence), so the prediction errs on the late side
+    and a skipped pass had no chance to stop.  Measured on USPS (k = 256, tol
+    1e-10): residuals 1.3e-5 and 8.9e-7 at passes 4 and 5 predict 6e-8 and
+    4e-9 at 6 and 7 (computed: 4.4e-8 and 1.6e-9).  Never more than
+    :data:`MAX_SKIPPED_RITZ` in a row, never when the residual stalls.
+    """
+    known = [(i, r) for i, r in enumerate(history) if np.isfinite(r) and r > 0]
+    if tol <= 0 or len(known) < 2 or len(history) - 1 - known[-1][0] >= MAX_SKIPPED_RITZ:
+        return True
+    (a, ra), (b, rb) = known[-2:]
+    rate = (rb / ra) ** (1.0 / (b - a))
+    return rate >= 1 or rb * rate ** (len(history) - b) <= RITZ_MARGIN * tol
+
+
+def _ritz_pairs(T: np.ndarray, W: np.ndarray, m: int, k: int,
+                extra: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """``(theta, S, residuals, |theta_1|)``: T's leading Ritz pairs (the k wanted, or ``extra`` if more).
+
+    By the Krylov relation ``K~ basis = basis T + W E_j^T`` the residual of
+    Ritz pair i is ``||W s_i||`` over ``s_i``'s last block (from row ``m``).
+    """
+    theta, S = _ritz(T, min(T.shape[0], max(k, extra)))
+    kk = min(k, theta.size)
+    res = np.linalg.norm(W @ S[m:, :kk], axis=0)
+    return theta, S, res, max(abs(theta[0]), np.finfo(float).tiny)
+
+
+def _relative(res: np.ndarray, scale: float, k: int) -> float:
+    """The largest relative residual; infinite while fewer than k pairs exist."""
+    return float(res.max() / scale) if res.size == k else float("inf")
+
+
+#: condition number of the remainder up to which its first orthonormalisation is an eigh of its Gram matrix
+#: (:func:`_next_block`); it loses ~eps cond^2 = 1e-8 of orthogonality, which the second sweep removes
+SVQR_MAX_COND = 1e4
+
+
 def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
     """Orthonormal basis of the part of ``R`` not yet in the Krylov space.
 
-    Directions whose weight is at rounding level (a (nearly) invariant
-    subspace has been found) carry no new information and would only add
-    noise to T: they are dropped using the singular values of the small
-    triangular factor (a QR of the tall ``R`` plus an l x l SVD; measured 3x
-    cheaper than a column-pivoted QR of the tall block at n = 20,000).
+    Twice: first ``R``'s own left singular vectors, then those swept once
+    more against the whole basis and made orthonormal by a Cholesky QR
+    ("twice is enough": the sweep in :func:`_orthogonalise` was the first
+    against the basis, this is the second).
+
+    The first step takes ``R``'s singular vectors from the l x l Gram matrix
+    ``R^T R`` (GEMMs and a small eigh) where ``R`` is well conditioned
+    (:data:`SVQR_MAX_COND`); measured on USPS (n = 7,291, block 266, poly-3
+    k = 256 and rbf k = 64) its condition number was 3-154 at every pass.
+    Otherwise -- near an invariant subspace -- a Householder QR of the tall
+    ``R`` plus an SVD of its small factor finds them, and directions whose
+    weight is at rounding level, which carry no new information and would
+    only add noise to T, are dropped.  Measured on USPS (k = 256, 7 calls):
+    the Householder QR alone took 0.11-0.16 s a call, the Gram way 0.03 s.
+
+    The tall algebra here runs on numpy's BLAS, as the products and GEMMs
+    around it do: numpy and scipy bring two OpenBLAS libraries, and one's
+    threads spin for a while after each call on the cores the other's next
+    call wants (measured: scipy's QR of a 7,291 x 266 block took 0.23 s
+    right after a numpy GEMM, 0.08 s after a scipy one).
     """
-    Q, Rf = scipy.linalg.qr(R, mode="economic", check_finite=False)
-    Ub, sv, _ = np.linalg.svd(Rf)
-    # Kept directions have weight above 1e3 eps ||K~||, so the rounding left
-    # of R along the basis (eps ||K~||) comes out of Q = R (..)^-1 at most
-    # ~1e-3 large: one sweep against the whole basis then leaves Q
-    # orthogonal to it to working precision ("twice is enough": the sweep
-    # in _orthogonalise was the first, this is the second).  Measured on USPS
-    # (n = 7,291, k = 256, block 266, 7 passes, interleaved in one process):
-    # the solver's time outside its products 14.2-16.0 s with two sweeps
-    # against the whole basis before the QR, 9.0-12.1 s so, the same Ritz values.
-    keep = int(np.sum(sv > 1e3 * np.finfo(float).eps * max(scale, sv[0] if sv.size else 0.0)))
-    Q = Q @ Ub[:, :keep]
-    if keep and basis.shape[1]:
-        C = basis.T @ Q
-        if np.abs(C).max() > 1e-14:
-            Q -= basis @ C
-            # Q is orthonormal but for ~1e-3: Cholesky QR is exact enough for
-            # so well-conditioned a block, at a fifth of a Householder QR's time
-            Rc = scipy.linalg.cholesky(Q.T @ Q, check_finite=False)
-            Q = scipy.linalg.solve_triangular(Rc, Q.T, trans="T", check_finite=False).T
+    w, Ub = np.linalg.eigh(R.T @ R)
+    sv = np.sqrt(np.maximum(w[::-1], 0.0))
+    if sv.size and sv[-1] * SVQR_MAX_COND >= sv[0] > 0:
+        Q = (R @ Ub[:, ::-1]) / sv
+    else:
+        Q, Rf = np.linalg.qr(R)
+        Ub, sv, _ = np.linalg.svd(Rf)
+        # Kept directions have weight above 1e3 eps ||K~||, so the rounding
+        # left of R along the basis (eps ||K~||) comes out of Q = R (..)^-1
+        # at most ~1e-3 large, which the sweep below removes.
+        keep = int(np.sum(sv > 1e3 * np.finfo(float).eps * max(scale, sv[0] if sv.size else 0.0)))
+        Q = Q @ Ub[:, :keep]
+    if Q.shape[1] and basis.shape[1]:
+        # Measured on USPS (k = 256, 7 passes, interleaved in one process): the
+        # solver's time outside its products 14.2-16.0 s with two sweeps against
+        # the whole basis before the QR, 9.0-12.1 s with this one after it.
+        Q -= basis @ (basis.T @ Q)
+        # Q is orthonormal but for ~1e-3: Cholesky QR (Q L^-T, Q^T Q = L L^T)
+        # is exact enough for so well-conditioned a block, at a fifth of a
+        # Householder QR's time; L's inverse is l x l, its product a GEMM
+        Q = Q @ np.linalg.inv(np.linalg.cholesky(Q.T @ Q)).T
     return Q
 
 
@@ -207,9 +272,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
             space[:, :Us.shape[1]] = Us
             basis, T, V = space[:, :Us.shape[1]], np.diag(ths), Vs
             history, resumed = list(state.history), state.passes
-    theta = np.zeros(k)
-    U = V[:, :k]
-    res = np.full(k, np.inf)
+    scale: float | None = None  # |theta_1|, from the latest Ritz pairs
     converged = False
     restarts = 0
     # where the previous block starts: the newest blocks a product is orthogonalised against first
@@ -227,35 +290,39 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         T[m:, local_from:] = H.T
         T[m:, m:] = 0.5 * (H[m - local_from:] + H[m - local_from:].T)
         local_from = m
-        # the k wanted pairs, and the 2 l a checkpoint keeps
-        theta_all, S = _ritz(T, min(T.shape[0], max(k, 2 * ell if checkpoint is not None else 0)))
-        kk = min(k, theta_all.size)
-        theta = theta_all[:kk]
-        # Krylov relation K~ basis = basis T + W E_j^T: residual of Ritz pair i is W s_i(last block).
-        res = np.linalg.norm(W @ S[m:, :kk], axis=0)
-        scale = max(abs(theta_all[0]), np.finfo(float).tiny)
-        history.append(float(res.max() / scale) if kk == k else float("inf"))
-        converged = kk == k and history[-1] <= tol
         done = resumed + operator.passes - start_passes
-        # the whole space is spanned, or (no new direction) an invariant subspace
-        # is found: either way the Ritz pairs are exact
-        stop = converged or basis.shape[1] >= n
+        # the whole space is spanned: the Ritz pairs are exact
+        full = basis.shape[1] >= n
+        # This pass's Ritz pairs, where they can decide something: T's
+        # eigenproblem grows with the basis (0.73 s of a 0.4 s product at
+        # USPS's 8th pass), and a pass whose residual cannot reach tol only
+        # reports it.  A checkpoint, a restart and the last pass need them.
+        due = (scale is None or checkpoint is not None or full or done >= max_passes
+               or basis.shape[1] + ell > cap or _worth_ritz(history, tol))
+        if due:
+            theta_all, S, res, scale = _ritz_pairs(T, W, m, k, 2 * ell if checkpoint is not None else 0)
+        history.append(_relative(res, scale, k) if due else float("nan"))
+        converged = due and res.size == k and history[-1] <= tol
+        stop = converged or full
         if not stop:
             V = _next_block(W, basis, scale)
             stop = V.shape[1] == 0
+            if stop and not due:  # no new direction: an invariant subspace, whose Ritz pairs are exact
+                theta_all, S, res, scale = _ritz_pairs(T, W, m, k, 0)
+                history[-1] = _relative(res, scale, k)
         if not stop and checkpoint is not None:
             # saved before the pass is reported: a fit killed after "pass N" resumes at pass N
             keep = min(basis.shape[1], 2 * ell)
             checkpoint.save(done, history, U=basis @ S[:, :keep], theta=theta_all[:keep], V=V)
         report(callback, done, history[-1], time.perf_counter() - t0)
         if stop:
-            converged = converged or kk == k
+            converged = converged or res.size == k
             break
         if basis.shape[1] + V.shape[1] > cap:
             # Thick restart: keep the leading Ritz vectors; K~ U_keep = U_keep
             # diag(theta) + W (B s) terms, all inside span[U_keep, V], so the
             # Krylov relation (and the residual formula) survive unchanged.
-            keep = max(kk, min(basis.shape[1], cap - V.shape[1]) // 2)
+            keep = max(res.size, min(basis.shape[1], cap - V.shape[1]) // 2)
             if S.shape[1] < keep:
                 theta_all, S = _ritz(T, keep)
             space[:, :keep] = basis @ S[:, :keep]
@@ -263,9 +330,9 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
             T = np.diag(theta_all[:keep])
             restarts += 1
             local_from = 0  # K~ V is not orthogonal to the kept Ritz vectors
-    U = basis @ S[:, :kk]
+    theta, U = theta_all[:res.size].copy(), basis @ S[:, :res.size]
     info = {"block_size": ell, "basis_size": int(basis.shape[1]), "max_basis": cap, "restarts": restarts}
     if resumed:
         info["resumed_at_pass"] = resumed
-    return EigResult(theta.copy(), U, passes=resumed + operator.passes - start_passes, residuals=res,
+    return EigResult(theta, U, passes=resumed + operator.passes - start_passes, residuals=res,
                      converged=bool(converged), solver="lanczos", history=history, info=info)

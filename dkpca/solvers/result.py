@@ -30,7 +30,9 @@ class EigResult:
     converged : bool
     solver : str
     history : list of float
-        Largest relative residual after each pass (iterative solvers).
+        Largest relative residual after each pass (iterative solvers); NaN for
+        a pass whose residual was not computed (block Lanczos leaves out the
+        Ritz pairs of passes predicted not to converge; the last is always computed).
     info : dict
         Solver-specific figures (block size, restarts, landmarks, ...).
     """
@@ -55,7 +57,7 @@ class PassReport:
         Passes made so far by this solve (a resumed solve counts the saved ones).
     max_relative_residual : float
         ``max_i ||K~ u_i - theta_i u_i|| / theta_1`` over the wanted pairs
-        (NaN where the solver has no estimate yet).
+        (NaN where the solver has no estimate yet, or did not compute it this pass).
     seconds : float
         Wall time of this pass: the product with K~ and the solver's own work on it.
     """
