@@ -150,13 +150,14 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         In memory, ``"auto"`` chooses by measured cost
         (:func:`dkpca.planning.in_memory_solver`): dense when n <= 200, for
         a fraction of explained variance, ``n_components=None`` or
-        ``n_components >= n / 10``; else ARPACK (scikit-learn's rule, dense
+        ``n_components >= n / 10``; block Lanczos from 64 components (on
+        USPS, 256 components: 7.5 s against ARPACK's 17.5 s); else ARPACK (scikit-learn's rule, dense
         whenever ``n_components >= 10``, took 12 s at n=5000 where ARPACK
         takes 1 s).  ``"arpack"`` runs
         ``scipy.sparse.linalg.eigsh`` on the centred operator (never forming
         K~; one K-vector product per ARPACK step).  ``"randomized"`` is
         dkpca's subspace iteration, stopped by residual (``tol``), and
-        ``"lanczos"`` dkpca's block Krylov solver where installed.  Out of core,
+        ``"lanczos"`` dkpca's block Krylov solver.  Out of core,
         ``"auto"`` is the pipeline's choice; ``"arpack"`` is refused there (one
         pass over K per step), use ``"randomized"`` or ``"lanczos"``.
     tol : float, default=0

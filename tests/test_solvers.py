@@ -567,6 +567,11 @@ _CHEAP_DISK = {"kernel_block": 0.5, "write_block": 0.02, "read_block": 0.02, "pr
     (dict(n=4097, k=5, gram="auto", temporary=True, memory_bytes=16 * 10**9, dtype="float64"), "lanczos", "store",
      "block Lanczos"),
     (dict(n=2000, k=300, temporary=True), "dense", "memory", "share of the spectrum"),
+    # LANCZOS_MIN_K = 64 components: block Lanczos on a K in memory (USPS-like: n = 7,291, k = 256)
+    (dict(n=7291, k=256, temporary=True, dtype="float64", memory_bytes=16 * 10**9, gram="memory"), "lanczos",
+     "memory", "one GEMM a pass"),
+    (dict(n=5000, k=64, temporary=True), "lanczos", "memory", "one GEMM a pass"),
+    (dict(n=5000, k=63, temporary=True), "arpack", "memory", "ARPACK"),
     (dict(n=2000, k=5, temporary=True, fraction=True), "dense", "memory", "fraction"),
     (dict(n=20_000, k=5, temporary=True), "randomized", "store", "single precision"),
     (dict(n=20_000, k=5, dtype="float64"), "lanczos", "store", "block Lanczos"),

@@ -23,7 +23,7 @@ from .estimate import EntryRates, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 
 __all__ = ["Choice", "choose", "use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "DENSE_MAX_N", "DENSE_K_SHARE",
-           "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES", "memory_gram_fits", "in_memory_solver"]
+           "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES", "LANCZOS_MIN_K", "memory_gram_fits", "in_memory_solver"]
 
 #: n up to which ``auto`` solves densely (scikit-learn's threshold too): the
 #: eigh's O(n^3) beats iterating only for tiny n.  Measured on the 2-core
@@ -139,14 +139,27 @@ class Choice:
     compiled_exp: bool = False
 
 
+#: components from which a K held in memory is solved by block Lanczos rather than ARPACK
+#: (:func:`in_memory_solver`).  Measured on the 2-core AMD EPYC (2026-11-24, dkpca.KernelPCA, tol=0,
+#: one process, two rounds each, ARPACK / Lanczos): USPS (n = 7,291, poly-3, float64) k = 32: 1.84-2.69 /
+#: 1.97-2.06 s, 64: 4.28-4.89 / 2.84-2.95, 128: 9.22-9.42 / 4.28-4.86, 256: 17.5-17.6 / 7.45-7.82;
+#: clustered rbf (n = 5,000, d = 50, float32) k = 10: 0.29-0.48 / 0.60-0.74, 32: 0.59-1.11 / 3.99-4.89
+#: (27 passes through a cluster of eigenvalues), 64: 3.61-4.18 / 5.27-5.87, 128: 7.25-7.45 / 7.46-7.72.
+#: From 64 the choice is at most 1.5x the faster of the two on both, below it ARPACK.
+LANCZOS_MIN_K = 64
+
+
 def in_memory_solver(n: int, k: int, fraction: bool = False) -> tuple[str, str]:
     """``(solver, reason)`` for a K held in memory (``gram="memory"``, the estimator's in-memory fit).
 
     Dense for tiny n, for a fraction of explained variance (its sum up to an
     unknown k, which one eigh gives) and for a large share of the spectrum
-    (``k >= DENSE_K_SHARE n``); else ARPACK: with K in memory a product
-    with one vector costs a seventh of one with a block of 20 (memory bound),
-    and ARPACK needs the fewest such products (see :data:`DENSE_MAX_N`).
+    (``k >= DENSE_K_SHARE n``); block Lanczos from :data:`LANCZOS_MIN_K`
+    components (each pass one GEMM with a block of k + 10, where ARPACK's
+    one-vector products and its growing basis cost more); else ARPACK: with K
+    in memory a product with one vector costs a seventh of one with a block of
+    20 (memory bound), and ARPACK needs the fewest such products (see
+    :data:`DENSE_MAX_N`).
     """
     if n <= DENSE_MAX_N:
         return "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
@@ -154,8 +167,11 @@ def in_memory_solver(n: int, k: int, fraction: bool = False) -> tuple[str, str]:
         return "dense", "a fraction of explained variance: one dense eigh gives the whole spectrum"
     if k >= DENSE_K_SHARE * n:
         return "dense", f"k={k} >= {DENSE_K_SHARE:g} n: for that share of the spectrum a dense eigh is cheaper"
-    return "arpack", (f"K is in memory and k={k} < {DENSE_K_SHARE:g} n: ARPACK (one-vector products, the fewest "
-                      "of them) is the cheapest")
+    if k >= LANCZOS_MIN_K:
+        return "lanczos", (f"K is in memory and {LANCZOS_MIN_K} <= k={k} < {DENSE_K_SHARE:g} n: block Lanczos (one "
+                           "GEMM a pass) is cheaper than ARPACK's one-vector products")
+    return "arpack", (f"K is in memory and k={k} < {min(LANCZOS_MIN_K, DENSE_K_SHARE * n):g}: ARPACK (one-vector "
+                      "products, the fewest of them) is the cheapest")
 
 
 def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None, kernel=None,
