@@ -14,6 +14,7 @@ import dkpca
 from dkpca.gram import build_gram
 from dkpca.io import as_dask, scan
 from dkpca.kernels import RBF, make_kernel
+from dkpca.linalg import cholesky_qr
 from dkpca.operator import MatrixFreeKernelOperator, StoredKernelOperator
 from dkpca.storage import FitStore, gram_bytes
 
@@ -345,3 +346,16 @@ def test_fsspec_url_input(tmp_path, blobs):
     model = dkpca.fit(url, n_components=3, store=tmp_path / "s.zarr", dtype="float64", gamma=0.1)
     lam_ref, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
     np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=1e-8)
+
+
+def test_cholesky_qr_restores_orthonormality_and_keeps_the_span():
+    # reference: the projector onto the span, from numpy's Householder QR
+    rng = np.random.default_rng(0)
+    Q0, _ = np.linalg.qr(rng.standard_normal((500, 30)))
+    Q = Q0 + 1e-3 * rng.standard_normal(Q0.shape)  # orthonormal but for 1e-3
+    Qh, _ = np.linalg.qr(Q)
+    got = cholesky_qr(Q)
+    assert np.abs(got.T @ got - np.eye(30)).max() < 1e-14
+    assert np.abs(got @ got.T - Qh @ Qh.T).max() < 1e-13
+    with pytest.raises(np.linalg.LinAlgError):
+        cholesky_qr(np.hstack([Q0[:, :3], Q0[:, :1]]))  # dependent columns

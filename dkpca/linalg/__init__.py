@@ -23,6 +23,7 @@ from .grid import (
     task_memory,
     upper_pairs,
 )
+from .orthonormal import cholesky_qr
 from .products import (
     add,
     add_outputs,
@@ -46,4 +47,4 @@ __all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", 
            "n_blocks", "pair_weights", "pass_cost", "pass_tasks", "product_strip_rows", "rows_per_block", "task_memory",
            "upper_pairs", "add", "add_outputs", "block_products", "as_dense", "dense_rows", "kernel_product",
            "scatter_sum", "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire",
-           "kernel_matrix", "matrix_product", "TaskGraph"]
+           "kernel_matrix", "matrix_product", "TaskGraph", "cholesky_qr"]

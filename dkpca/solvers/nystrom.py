@@ -51,7 +51,7 @@ from dask.task_spec import TaskRef
 
 from ..execution import compute, n_workers_threads, placed, placement
 from ..kernels import Kernel
-from ..linalg import DEFAULT_BLOCK, TaskGraph
+from ..linalg import DEFAULT_BLOCK, TaskGraph, cholesky_qr
 from .result import Callback, EigResult, report
 
 __all__ = ["solve", "start_block", "start_landmarks", "LANDMARK_METHODS", "START_LANDMARKS", "START_MIN_N",
@@ -319,8 +319,10 @@ def start_block(X: da.Array | np.ndarray, kernel: Kernel, ell: int, rng,
         U = solve(None, ell, rng=rng, n_landmarks=m, landmarks="uniform", X=X, kernel=kernel).eigenvectors
     except ValueError:
         return None
-    Q, _ = np.linalg.qr(U)
-    return Q
+    try:  # the Nystroem eigenvectors are orthonormal but for rounding
+        return cholesky_qr(U)
+    except np.linalg.LinAlgError:
+        return np.linalg.qr(U)[0]
 
 
 def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, rng=None,
