@@ -51,6 +51,10 @@ def write_inputs(X: np.ndarray, workdir: Path, name: str) -> tuple[Path, Path]:
 #: the environment variable telling a child how many bytes to warm (:func:`start_timing`)
 WARM_ENV = "DKPCA_BENCH_WARM_BYTES"
 
+#: why the benchmarks warm memory, for the headers of the tables they write
+WARM_WHY = ("this VM backs memory freed and reported to its host at 0.3-0.8 GB/s on first touch, "
+            "`_common.start_timing`")
+
 
 def warm_bytes(n: int, per_entry: float = 5.0) -> int:
     """Memory warmed before a fit of n points: ``per_entry`` n^2 bytes, at least 0.5 GiB, at most a third of the RAM.

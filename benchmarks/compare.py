@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import HERE, clustered, machine, run_child, warm_bytes, write_inputs
+from _common import HERE, WARM_WHY, clustered, machine, run_child, warm_bytes, write_inputs
 from _results import update_section
 
 #: up to this n the in-memory entry points run (n x n float64 in RAM)
@@ -114,8 +114,7 @@ def main() -> None:
 
 
 #: what --warm adds to the section's header
-WARM_NOTE = (", which touches and frees 5 n² bytes (≥ 0.5 GiB) untimed just before it (this VM backs memory freed "
-             "and reported to its host at 0.3-0.8 GB/s on first touch, `_common.start_timing`; peak RSS counts "
+WARM_NOTE = (f", which touches and frees 5 n² bytes (≥ 0.5 GiB) untimed just before it ({WARM_WHY}; peak RSS counts "
              "after it)")
 
 

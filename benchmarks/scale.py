@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import HERE, clustered, machine, run_child, warm_bytes, write_inputs
+from _common import HERE, WARM_WHY, clustered, machine, run_child, warm_bytes, write_inputs
 from _results import update_section
 from dask.utils import parse_bytes
 
@@ -150,8 +150,7 @@ def cmd_workers(a) -> str:
     lines = [f"Median of {a.rounds} rounds (each round runs the setups in turn, each fit in its own process; "
              "a cluster's start-up and its workers' imports are not timed, as the client's are not"
              + ("" if a.no_warm else f"; before each fit the child touches and frees {warm_bytes(a.n, 3) / 2**30:.1f} "
-                "GiB, untimed: this VM backs memory freed and reported to its host at 0.3-0.8 GB/s on first touch, "
-                "and a cluster's processes use up the pages freed before them, `_common.start_timing`; "
+                f"GiB, untimed: {WARM_WHY}, and a cluster's processes use up the pages freed before them; "
                 "`--no-warm` leaves that out") + ").", "",
              "| Dask setup | fit time | Gram build (vs threads) | solve | pass, median (vs threads) | passes |",
              "|---|---:|---:|---:|---:|---:|"]

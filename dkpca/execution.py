@@ -39,7 +39,7 @@ import multiprocessing.pool
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from concurrent.futures import wait as wait_all
 from typing import Any
 
@@ -132,10 +132,17 @@ def local_threads() -> Iterator[Callable]:
     """A ``map`` over this process's threads, each task's BLAS on one thread: for work on in-memory arrays.
 
     An in-memory K is written in place by its block tasks, so they must run
-    here even with a cluster (a worker would write into a copy).
+    here even with a cluster (a worker would write into a copy).  The threads
+    are :func:`compute`'s, kept between calls with their scratch buffers (a
+    pool per call made new threads, and new buffers, for every product with a
+    float32 K in memory), and the block ends only once none of its tasks runs.
     """
-    with serial_blas(), ThreadPoolExecutor(_local_thread_count()) as pool:
-        yield pool.map
+    pool = _Joined(_thread_pool(_local_thread_count()))
+    with serial_blas():
+        try:
+            yield pool.map
+        finally:
+            wait_all(pool.started)
 
 
 def balance(weights: Sequence[float], slots: int) -> list[int]:

@@ -22,7 +22,7 @@ import pytest
 
 import dkpca
 from dkpca import cluster as dc
-from dkpca.execution import compute
+from dkpca.execution import compute, local_threads
 from dkpca.kernels.library import RBF
 
 from .conftest import dkpca_cmd, make_data, write_data
@@ -174,3 +174,21 @@ def test_a_failed_computation_on_a_cluster_returns_after_its_tasks_end(tmp_path)
         with pytest.raises(OSError, match="No space"):
             compute(*_fail_now_and_finish_late(tmp_path / "late"))
         assert (tmp_path / "late").exists()  # before the cluster closes
+
+
+def test_local_threads_return_after_their_running_tasks_end(tmp_path):
+    # the in-memory K's block tasks: an error ends the block only once a sibling already running has stopped
+    started = threading.Event()
+
+    def late():
+        started.set()
+        time.sleep(0.5)
+        (tmp_path / "late").write_text("written")
+
+    def fail():
+        started.wait(5)
+        raise OSError("No space left on device")
+
+    with dask.config.set(num_workers=2), pytest.raises(OSError, match="No space"), local_threads() as pmap:
+        list(pmap(lambda f: f(), [fail, late]))  # fail's error is seen first, while late runs
+    assert (tmp_path / "late").exists()
