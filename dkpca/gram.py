@@ -34,7 +34,7 @@ from .execution import compute, placed, placement
 from .io import Fingerprint
 from .kernels import Kernel, NonFiniteKernelError
 from .linalg import TaskGraph, block_bounds, block_products, pair_weights, retire, scatter_sum, scratch, touched_rows
-from .storage import FitStore, GramInfo, GramStore, GramWriters, gram_bytes, use_direct_io
+from .storage import FitStore, GramInfo, GramStore, GramWriters, Lease, gram_bytes, use_direct_io
 
 __all__ = ["build_gram"]
 
@@ -93,6 +93,7 @@ def build_gram(
     probe: np.ndarray | None = None,
     progress: bool = False,
     needed_bytes: int | None = None,
+    lease: Lease | None = None,
 ) -> GramInfo:
     """Build (or reuse, or finish) the Gram matrix of ``X`` in ``store``.
 
@@ -120,6 +121,9 @@ def build_gram(
     needed_bytes : int, optional
         The fit's whole footprint on disk, checked against the free space
         before anything is written (default: K alone).
+    lease : Lease, optional
+        The fit's hold on the store (``FitStore.lock()``): a block task whose
+        fit no longer holds the store writes nothing (``LeaseLostError``).
 
     Raises
     ------
@@ -143,7 +147,7 @@ def build_gram(
     probe_product = None
     if todo:
         rows = X.to_delayed().ravel()
-        out = gs.writers(direct)
+        out = gs.writers(direct, lease)
         # A direct write blocks its thread for the whole transfer without
         # using a core: twice as many threads as cores keep the cores busy.
         threads = 2 * (os.cpu_count() or 1) if direct else None

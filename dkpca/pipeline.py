@@ -33,7 +33,7 @@ from .solvers import ConvergenceWarning, EigResult, PassReport, block_width, get
 from .solvers.fraction import solve_fraction, working_k
 from .solvers.randomized import block_size, start_block
 from .solvers.spectrum import keep_fraction
-from .storage import CorruptChunkError, GramStore, SolverCheckpoint, absolute, fit_footprint, json_safe
+from .storage import CorruptChunkError, GramStore, Lease, SolverCheckpoint, absolute, fit_footprint, json_safe
 
 __all__ = ["fit", "solve_kernel_matrix"]
 
@@ -186,7 +186,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
     fp = scan(req.X)
     timings["validate"] = time.perf_counter() - t
     req.store.check_target()
-    with req.store.lock():
+    with req.store.lock() as lease:
         t = time.perf_counter()
         path = input_path(source)
         source = absolute(path) if path is not None else None
@@ -205,7 +205,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         # the kernel whose blocks the fit evaluates: req.kernel, or its compiled-exp variant (same spec)
         evaluator = req.kernel.compiled() if choice.compiled_exp else req.kernel
         op, gram_report, res = _build_and_solve(req, evaluator, Xs, fp, choice.solver, choice.gram, rng, ckpt,
-                                                timings)
+                                                timings, lease)
         t = time.perf_counter()
         centering = res.info.pop("centering", None)
         if centering is not None:  # nystrom: statistics of the approximation it solved
@@ -245,7 +245,7 @@ GRAM_REPAIRS = 2
 
 def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
                      rng: np.random.Generator, ckpt: SolverCheckpoint, timings: dict[str, float],
-                     ) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
+                     lease: Lease | None = None) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
     """Operator, Gram report and solver result (``timings``: "gram", "solve"); damaged Gram chunks are rebuilt.
 
     Every read of K is verified (:class:`~dkpca.storage.CorruptChunkError`
@@ -257,7 +257,7 @@ def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Finge
     for attempt in range(GRAM_REPAIRS + 1):
         t = time.perf_counter()
         try:
-            op, gram_report, solver_opts = _make_operator(req, evaluator, Xs, fp, solver_name, gram, rng)
+            op, gram_report, solver_opts = _make_operator(req, evaluator, Xs, fp, solver_name, gram, rng, lease)
             if "start" in solver_opts:
                 solver_opts["checkpoint"] = ckpt
             timings["gram"] = time.perf_counter() - t
@@ -301,7 +301,8 @@ def _algebra_blas(width: int | None) -> contextlib.AbstractContextManager:
 
 
 def _make_operator(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
-                   rng: np.random.Generator) -> tuple[CenteredKernelOperator, dict[str, Any], dict[str, Any]]:
+                   rng: np.random.Generator, lease: Lease | None = None,
+                   ) -> tuple[CenteredKernelOperator, dict[str, Any], dict[str, Any]]:
     """The centred operator a solver will use: (operator, Gram report, solver options).
 
     Builds (or reuses) the Gram store for ``gram="store"``; for the iterative
@@ -334,7 +335,8 @@ def _make_operator(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerp
     single = probe is not None and dt == np.float32 and solver_name == "randomized"
     need = fit_footprint(n, req.d, block, dt, block_size(n, req.n_components), Xs.dtype.itemsize)
     info = build_gram(req.store, Xs, evaluator, fp, dtype=dt, overwrite=req.overwrite,
-                      probe=probe.astype(np.float32) if single else probe, progress=req.progress, needed_bytes=need)
+                      probe=probe.astype(np.float32) if single else probe, progress=req.progress, needed_bytes=need,
+                      lease=lease)
     op = StoredKernelOperator(info)
     if info.probe_product is not None:
         op.prime(probe, info.probe_product)

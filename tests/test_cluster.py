@@ -610,3 +610,23 @@ def test_a_compiled_kernel_travels_to_the_workers_and_is_exact(proc_cluster, blo
     with Client(proc_cluster.address):
         KV = MatrixFreeKernelOperator(as_dask(blobs, block_rows=100), kernel, dtype=np.float64).raw_matmat(V)
     np.testing.assert_allclose(KV, rbf_kernel(blobs, gamma=0.1) @ V, rtol=1e-12, atol=1e-12)
+
+
+def test_a_block_task_on_a_worker_after_its_fit_let_the_store_go_writes_nothing(proc_cluster, tmp_path):
+    """A worker process still running a block task after its client gave up (interrupt, failure, killed batch
+    job) checks the lease it carries against the store's lock: refused there, no chunk, no done marker."""
+    from dkpca.storage import FitStore, GramStore, LeaseLostError
+    from dkpca.storage.gramstore import read_done_markers
+
+    store = FitStore.at(tmp_path / "s.zarr")
+    with store.lock() as lease:
+        gs = GramStore(store)
+        gs.prepare({"fingerprint": {}, "kernel": {"name": "linear"}, "block": 50, "dtype": "float64", "n": 100},
+                   False)
+        out = gs.writers(False, lease)
+    with Client(proc_cluster.address) as client:
+        late = client.submit(out.write_block, 0, 1, np.ones((50, 50)), np.full(50, 50.0), np.full(50, 50.0))
+        with pytest.raises(LeaseLostError, match="no longer holds the store's lock"):
+            late.result()
+    assert not (tmp_path / "s.zarr" / "gram" / "K" / "c" / "0" / "1").exists()
+    assert read_done_markers(store.open()["gram"]["done"])[0, 1] == 0

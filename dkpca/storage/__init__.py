@@ -23,7 +23,7 @@ from .gramstore import (
     probe_array,
 )
 from .integrity import CorruptChunkError, checksum_codecs, create_array, has_checksum
-from .lock import LOCK_NAME, StoreLockedError
+from .lock import LOCK_NAME, Lease, LeaseLostError, StoreLockedError
 from .paths import absolute, check_apart, check_output, exists, free_bytes, is_url, relation
 from .verify import Finding, verify_store
 
@@ -31,5 +31,5 @@ __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", 
            "checksum_codecs", "has_checksum", "chunk_file", "use_direct_io",
            "write_direct", "FORMAT", "FORMAT_VERSION", "FitStore", "free_bytes", "is_url", "json_safe",
            "remove_member", "GramInfo", "GramStore", "GramWriters", "InsufficientDiskSpace", "check_disk_space",
-           "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "absolute", "check_apart",
-           "check_output", "relation", "exists", "Finding", "verify_store"]
+           "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "Lease", "LeaseLostError",
+           "absolute", "check_apart", "check_output", "relation", "exists", "Finding", "verify_store"]

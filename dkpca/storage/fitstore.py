@@ -94,7 +94,7 @@ from zarr.core.sync import sync
 from ..execution import compute
 from ..version import __version__
 from .integrity import VerifiedArray, check_chunks, create_array, read_whole
-from .lock import LOCK_NAME, exclusive
+from .lock import LOCK_NAME, Lease, exclusive
 from .paths import free_bytes, is_url, relation, url_fs
 
 __all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member"]
@@ -230,10 +230,10 @@ class FitStore:
                              f"{', '.join(map(str, READABLE_VERSIONS))}.")
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the store's writer lock (:mod:`dkpca.storage.lock`; on an object store too)."""
-        with exclusive(self.path):
-            yield
+    def lock(self) -> Iterator[Lease]:
+        """Hold the store's writer lock (:mod:`dkpca.storage.lock`; on an object store too); yields its lease."""
+        with exclusive(self.path) as lease:
+            yield lease
 
     def free_bytes(self) -> int | None:
         return free_bytes(self.path)

@@ -34,6 +34,7 @@ from ..linalg.grid import block_bounds, n_blocks
 from .chunks import ChunkReader, ChunkWriter, remove_partials
 from .fitstore import FitStore, json_safe, remove_member
 from .integrity import DIGEST, CorruptChunkError, check_chunks, create_array, read_verified, read_whole
+from .lock import Lease
 
 __all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "fit_footprint", "InsufficientDiskSpace",
            "check_disk_space",
@@ -170,6 +171,8 @@ class GramWriters:
     partial_sums: ChunkWriter
     diag: ChunkWriter
     done: ChunkWriter
+    #: the fit's hold on the store, checked before the block's first write and before its marker
+    lease: Lease | None = None
 
     def write_block(self, I: int, J: int, blk: np.ndarray, row_sums: np.ndarray, col_sums: np.ndarray | None,
                     visit: Any = None, check: Any = None) -> None:
@@ -178,10 +181,17 @@ class GramWriters:
         ``check()``, if given, runs once the sums are known and may raise:
         the block then gets no sums and no marker.  The marker goes last: only
         a block whose data and sums are all on disk is ever trusted by a rerun.
+        A task whose fit no longer holds the store (``lease``) writes nothing
+        and raises :class:`~dkpca.storage.LeaseLostError`; one that loses it
+        while writing gets no marker.
         """
+        if self.lease is not None:
+            self.lease.check()
         digest = self.K.write((I, J), blk, visit=visit)
         if check is not None:
             check()
+        if self.lease is not None:
+            self.lease.check()
         self.partial_sums.write((J, I), row_sums[None])
         if I != J:
             self.partial_sums.write((I, J), col_sums[None])
@@ -268,12 +278,13 @@ class GramStore:
         create_array(g, "row_sums", shape=(n,), chunks=(block,), dtype="float64", fill_value=0.0)
         return np.zeros((nb, nb), dtype=np.uint64)
 
-    def writers(self, direct: bool) -> GramWriters:
+    def writers(self, direct: bool, lease: Lease | None = None) -> GramWriters:
+        """The block tasks' writers; with the fit's ``lease``, fenced by it (:class:`GramWriters`)."""
         g = self.store.open(mode="r+")[GROUP]
         path = self.store.path
         return GramWriters(K=ChunkWriter.of(path, g["K"], direct=direct),
                            partial_sums=ChunkWriter.of(path, g["partial_sums"]),
-                           diag=ChunkWriter.of(path, g["diag"]), done=ChunkWriter.of(path, g["done"]))
+                           diag=ChunkWriter.of(path, g["diag"]), done=ChunkWriter.of(path, g["done"]), lease=lease)
 
     def finish(self) -> None:
         """Reduce the per-block sums to row sums and trace, and mark the store complete (once)."""

@@ -92,7 +92,8 @@ import dask
 
 from .lockfiles import LockFiles, Seen, UnlockableStoreError, lock_files
 
-__all__ = ["LOCK_NAME", "StoreLockedError", "UnlockableStoreError", "exclusive", "lease_seconds"]
+__all__ = ["LOCK_NAME", "StoreLockedError", "LeaseLostError", "Lease", "UnlockableStoreError", "exclusive",
+           "lease_seconds"]
 
 LOCK_NAME = ".dkpca.lock"
 DEFAULT_LEASE = 300.0
@@ -104,6 +105,41 @@ logger = logging.getLogger("dkpca")
 
 class StoreLockedError(RuntimeError):
     """Another fit is writing into the same store."""
+
+
+class LeaseLostError(StoreLockedError):
+    """A write refused: the fit that started it no longer holds the store's lock."""
+
+
+def _holds(seen: Seen | None, token: str) -> bool:
+    """Whether the lock version ``seen`` is the one of the holder with ``token``."""
+    doc = _holder(seen) if seen is not None else None
+    return doc is not None and doc["token"] == token
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """A held lock as the fit's writers carry it, to Dask workers too: the store and the holder's token.
+
+    A task can outlive its fit: a local scheduler or a cluster gives up on a
+    computation at its first error or an interrupt while tasks already
+    running go on, and a batch job's workers keep running after its client
+    was killed.  Such a straggler must not write into a store that is no
+    longer its fit's -- after a refit with ``overwrite`` it would leave an
+    old kernel's block there under a valid done marker -- so every block
+    write checks the lease first (:meth:`check`: one read of the small lock
+    file, beside a block's megabytes).
+    """
+
+    path: str
+    token: str
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` unless the store's lock is still this lease's."""
+        if not _holds(lock_files(self.path).read(LOCK_NAME), self.token):
+            raise LeaseLostError(
+                f"store {self.path!r}: write refused: the fit that started it no longer holds the store's lock "
+                "(it was interrupted or failed, or its lease ran out and another fit took the store over).")
 
 
 def lease_seconds() -> float:
@@ -162,13 +198,14 @@ class _Holding:
                            "heartbeat": time.time(), "lease": self.lease}).encode()
 
     def is_mine(self, seen: Seen | None) -> bool:
-        doc = _holder(seen) if seen is not None else None
-        return doc is not None and doc["token"] == self.token
+        return _holds(seen, self.token)
 
 
 @contextlib.contextmanager
-def exclusive(path: str) -> Iterator[None]:
+def exclusive(path: str) -> Iterator[Lease]:
     """Hold ``<path>/.dkpca.lock`` for the duration of the block (``path``: a local directory or a URL).
+
+    Yields the :class:`Lease` the fit's writers check before they write.
 
     Raises
     ------
@@ -189,7 +226,7 @@ def exclusive(path: str) -> Iterator[None]:
     beat = threading.Thread(target=_heartbeat, args=(me,), name="dkpca-lease", daemon=True)
     beat.start()
     try:
-        yield
+        yield Lease(path, me.token)
     finally:
         me.stop.set()
         beat.join()  # no heartbeat may claim our version while we release it
