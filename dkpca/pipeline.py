@@ -190,7 +190,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         t = time.perf_counter()
         path = input_path(source)
         source = absolute(path) if path is not None else None
-        Xs = req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source)
+        Xs = req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,
+                                  lease=lease)
         timings["copy_data"] = time.perf_counter() - t
         t = time.perf_counter()
         # Iterative solvers save their state every pass (resume after a kill).

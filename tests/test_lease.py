@@ -258,3 +258,34 @@ def test_a_fit_hands_its_lease_to_the_gram_build(tmp_path, monkeypatch):
     X = np.random.default_rng(0).standard_normal((300, 4))
     dkpca.fit(X, n_components=2, store=tmp_path / "f.zarr", gram="store", chunk_size=100, solver="dense")
     assert len(seen) == 1 and seen[0] is not None and seen[0].path == str(tmp_path / "f.zarr")
+
+
+def test_a_data_copy_task_after_its_fit_let_the_store_go_writes_nothing(tmp_path):
+    """The copy of X into ``data/X`` is fenced too: a copy made with a lease no longer held (the graph's tasks
+    then run like stragglers of an ended fit) is refused at its first chunk and leaves no chunk written."""
+    import dask.array as da
+    import numpy as np
+
+    from dkpca.storage import FitStore, LeaseLostError
+
+    store = FitStore.at(tmp_path / "s.zarr")
+    with store.lock() as lease:
+        pass
+    X = da.from_array(np.ones((100, 3)), chunks=(50, 3))
+    with store.lock(), pytest.raises(LeaseLostError):
+        store.store_data(X, {"checksum": "x"}, False, lease=lease)
+    assert not list((tmp_path / "s.zarr" / "data" / "X").rglob("c/*/*"))
+
+
+def test_a_data_copy_under_its_lease_is_complete(tmp_path):
+    """A fenced copy (the fit's own lease, held) writes every chunk: the stored X equals the input."""
+    import dask.array as da
+    import numpy as np
+
+    from dkpca.storage import FitStore
+
+    X = np.arange(300.0).reshape(100, 3)
+    store = FitStore.at(tmp_path / "s.zarr")
+    with store.lock() as lease:
+        got = store.store_data(da.from_array(X, chunks=(50, 3)), {"checksum": "x"}, False, lease=lease)
+    np.testing.assert_array_equal(got.compute(), X)

@@ -94,7 +94,7 @@ from zarr.core.sync import sync
 from ..execution import compute
 from ..version import __version__
 from .integrity import VerifiedArray, check_chunks, create_array, read_whole
-from .lock import LOCK_NAME, Lease, exclusive
+from .lock import LOCK_NAME, Fenced, Lease, exclusive
 from .paths import free_bytes, is_url, relation, url_fs
 
 __all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member"]
@@ -240,7 +240,7 @@ class FitStore:
 
     # -- training data ---------------------------------------------------------
     def store_data(self, X: da.Array, fingerprint: dict, overwrite: bool, progress: bool = False,
-                   source: str | None = None) -> da.Array:
+                   source: str | None = None, lease: Lease | None = None) -> da.Array:
         """Copy X into ``data/X`` once (kept if the fingerprint matches); return the copy, lazily.
 
         A copy of other data is an error unless ``overwrite``; then the data,
@@ -249,6 +249,8 @@ class FitStore:
         input's absolute path): that would turn the input into zeros.
         Identical data is kept even with ``overwrite`` (a refit from
         ``<store>/data/X`` with a new kernel replaces K and the model only).
+        With the fit's ``lease`` every chunk write checks it first: a copy task
+        that outlives its fit writes nothing (:class:`~dkpca.storage.Lease`).
         """
         root = self.open_for_write()
         if DATA in root:
@@ -274,7 +276,8 @@ class FitStore:
         g = root.create_group(DATA)
         g.attrs.update({"fingerprint": fingerprint, "complete": False})
         arr = create_array(g, "X", shape=X.shape, chunks=(X.chunks[0][0], X.shape[1]), dtype=X.dtype)
-        compute(da.store(X, arr, lock=False, compute=False), label="copying X into the store", progress=progress)
+        target = arr if lease is None else Fenced(arr, lease)
+        compute(da.store(X, target, lock=False, compute=False), label="copying X into the store", progress=progress)
         g.attrs.update({"complete": True})
         return self.training_data()
 

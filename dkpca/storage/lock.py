@@ -87,13 +87,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import dask
 
 from .lockfiles import LockFiles, Seen, UnlockableStoreError, lock_files
 
-__all__ = ["LOCK_NAME", "StoreLockedError", "LeaseLostError", "Lease", "UnlockableStoreError", "exclusive",
-           "lease_seconds"]
+__all__ = ["LOCK_NAME", "StoreLockedError", "LeaseLostError", "Lease", "Fenced", "UnlockableStoreError",
+           "exclusive", "lease_seconds"]
 
 LOCK_NAME = ".dkpca.lock"
 DEFAULT_LEASE = 300.0
@@ -199,6 +200,18 @@ class _Holding:
 
     def is_mine(self, seen: Seen | None) -> bool:
         return _holds(seen, self.token)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fenced:
+    """A target of ``dask.array.store`` whose every chunk write checks ``lease`` first (see :class:`Lease`)."""
+
+    target: Any
+    lease: Lease
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self.lease.check()
+        self.target[index] = value
 
 
 @contextlib.contextmanager
