@@ -133,10 +133,10 @@ def cmd_workers(a) -> str:
     # this shared 2-core VM one fit's build or pass varies by +-10 % from run
     # to run, as much as the differences measured here.
     runs: dict[str, list[dict]] = {label: [] for label, _ in setups}
+    warm = 0 if a.no_warm else warm_bytes(a.n, 3)
     for _ in range(a.rounds):
         for label, extra in setups:
-            r = run_child(["dkpca", "-", str(zpath), "10", json.dumps(extra)],
-                          warm=0 if a.no_warm else warm_bytes(a.n, 3))
+            r = run_child(["dkpca", "-", str(zpath), "10", json.dumps(extra)], warm=warm)
             rep = r.get("report", {})
             r["gram_s"] = rep.get("timings", {}).get("gram", float("nan"))
             r["solve_s"] = rep.get("timings", {}).get("solve", float("nan"))
@@ -149,7 +149,7 @@ def cmd_workers(a) -> str:
     base = med["threads (no cluster)"]
     lines = [f"Median of {a.rounds} rounds (each round runs the setups in turn, each fit in its own process; "
              "a cluster's start-up and its workers' imports are not timed, as the client's are not"
-             + ("" if a.no_warm else f"; before each fit the child touches and frees {warm_bytes(a.n, 3) / 2**30:.1f} "
+             + ("" if a.no_warm else f"; before each fit the child touches and frees {warm / 2**30:.1f} "
                 f"GiB, untimed: {WARM_WHY}, and a cluster's processes use up the pages freed before them; "
                 "`--no-warm` leaves that out") + ").", "",
              "| Dask setup | fit time | Gram build (vs threads) | solve | pass, median (vs threads) | passes |",

@@ -299,17 +299,19 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         # reports it.  A checkpoint, a restart and the last pass need them.
         due = (scale is None or checkpoint is not None or full or done >= max_passes
                or basis.shape[1] + ell > cap or _worth_ritz(history, tol))
+        # A pass that would skip them makes its next block first: if there is
+        # none (no new direction: an invariant subspace), its Ritz pairs are
+        # exact and due after all.
+        nxt = None if due else _next_block(W, basis, scale)
+        due = due or nxt.shape[1] == 0
         if due:
             theta_all, S, res, scale = _ritz_pairs(T, W, m, k, 2 * ell if checkpoint is not None else 0)
         history.append(_relative(res, scale, k) if due else float("nan"))
         converged = due and res.size == k and history[-1] <= tol
         stop = converged or full
         if not stop:
-            V = _next_block(W, basis, scale)
+            V = _next_block(W, basis, scale) if nxt is None else nxt
             stop = V.shape[1] == 0
-            if stop and not due:  # no new direction: an invariant subspace, whose Ritz pairs are exact
-                theta_all, S, res, scale = _ritz_pairs(T, W, m, k, 0)
-                history[-1] = _relative(res, scale, k)
         if not stop and checkpoint is not None:
             # saved before the pass is reported: a fit killed after "pass N" resumes at pass N
             keep = min(basis.shape[1], 2 * ell)
