@@ -769,3 +769,16 @@ def test_fit_from_the_nystrom_start_matches_the_reference(tmp_path, blobs, monke
     model = dkpca.fit(blobs, kernel="rbf", gamma=0.1, store=tmp_path / "n.zarr", **kw)
     np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
     assert model.report["passes"] <= random_start.report["passes"]
+
+
+def test_lanczos_stops_at_an_invariant_subspace_found_on_a_pass_it_would_not_check():
+    """Centred linear kernel of rank 20, k = 5 (block 15), tol 1e-13: the start block and the range span the whole
+    Krylov space after two passes, so the third pass's remainder is rounding only.  That pass is one whose Ritz
+    pairs the residual rate would skip (predicted ~1e-3); its empty next block (no direction above 1e3 eps
+    ||K~||, however evenly the noise is spread) makes them due: exact, converged, 3 passes.  Eigenvalues against
+    eigh of the centred kernel to 1e-10."""
+    X = np.random.default_rng(1).standard_normal((600, 20))
+    K = Linear().block(X, None, np.float64)
+    res = lanczos_solve(InMemoryKernelOperator(K), 5, tol=1e-13, max_passes=50, rng=np.random.default_rng(0))
+    assert res.converged and res.passes == 3 and np.isfinite(res.history[-1])
+    np.testing.assert_allclose(res.eigenvalues, scipy.linalg.eigvalsh(centered(K))[::-1][:5], rtol=1e-10)

@@ -166,7 +166,8 @@ def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
     ``R^T R`` (GEMMs and a small eigh) where ``R`` is well conditioned
     (:data:`SVQR_MAX_COND`); measured on USPS (n = 7,291, block 266, poly-3
     k = 256 and rbf k = 64) its condition number was 3-154 at every pass.
-    Otherwise -- near an invariant subspace -- a Householder QR of the tall
+    Otherwise -- near an invariant subspace, or with every direction at
+    rounding level (1e3 eps ||K~||) -- a Householder QR of the tall
     ``R`` plus an SVD of its small factor finds them, and directions whose
     weight is at rounding level, which carry no new information and would
     only add noise to T, are dropped.  Measured on USPS (k = 256, 7 calls):
@@ -180,16 +181,16 @@ def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
     """
     w, Ub = np.linalg.eigh(R.T @ R)
     sv = np.sqrt(np.maximum(w[::-1], 0.0))
-    if sv.size and sv[-1] * SVQR_MAX_COND >= sv[0] > 0:
+    # Kept directions have weight above 1e3 eps ||K~||, so the rounding left
+    # of R along the basis (eps ||K~||) comes out of Q = R (..)^-1 at most
+    # ~1e-3 large, which the sweep below removes.
+    floor = 1e3 * np.finfo(float).eps * max(scale, sv[0] if sv.size else 0.0)
+    if sv.size and sv[-1] > floor and sv[-1] * SVQR_MAX_COND >= sv[0]:
         Q = (R @ Ub[:, ::-1]) / sv
     else:
         Q, Rf = np.linalg.qr(R)
         Ub, sv, _ = np.linalg.svd(Rf)
-        # Kept directions have weight above 1e3 eps ||K~||, so the rounding
-        # left of R along the basis (eps ||K~||) comes out of Q = R (..)^-1
-        # at most ~1e-3 large, which the sweep below removes.
-        keep = int(np.sum(sv > 1e3 * np.finfo(float).eps * max(scale, sv[0] if sv.size else 0.0)))
-        Q = Q @ Ub[:, :keep]
+        Q = Q @ Ub[:, :int(np.sum(sv > floor))]
     if Q.shape[1] and basis.shape[1]:
         # Measured on USPS (k = 256, 7 passes, interleaved in one process): the
         # solver's time outside its products 14.2-16.0 s with two sweeps against
