@@ -246,7 +246,7 @@ GRAM_REPAIRS = 2
 
 def _build_and_solve(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
                      rng: np.random.Generator, ckpt: SolverCheckpoint, timings: dict[str, float],
-                     lease: Lease | None = None) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
+                     lease: Lease) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
     """Operator, Gram report and solver result (``timings``: "gram", "solve"); damaged Gram chunks are rebuilt.
 
     Every read of K is verified (:class:`~dkpca.storage.CorruptChunkError`
@@ -302,7 +302,7 @@ def _algebra_blas(width: int | None) -> contextlib.AbstractContextManager:
 
 
 def _make_operator(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerprint, solver_name: str, gram: str,
-                   rng: np.random.Generator, lease: Lease | None = None,
+                   rng: np.random.Generator, lease: Lease,
                    ) -> tuple[CenteredKernelOperator, dict[str, Any], dict[str, Any]]:
     """The centred operator a solver will use: (operator, Gram report, solver options).
 

@@ -96,6 +96,24 @@ def done_markers(store: str) -> dict[str, int]:
     return out
 
 
+def gram_writers(path, lease=None):
+    """A fresh Gram store at ``path`` of two 50-row blocks, and its block writers fenced by ``lease``:
+    ``(GramStore, GramWriters, a block of ones, its row sums)``."""
+    from dkpca.storage import FitStore, GramStore
+
+    gs = GramStore(FitStore.at(path))
+    gs.prepare({"fingerprint": {}, "kernel": {"name": "linear"}, "block": 50, "dtype": "float64", "n": 100}, False)
+    return gs, gs.writers(False, lease), np.ones((50, 50)), np.full(50, 50.0)
+
+
+def written_block(gs, path) -> tuple[bool, int]:
+    """(K chunk (0, 1) on disk, its done marker) of a :func:`gram_writers` store at ``path``."""
+    from dkpca.storage.gramstore import read_done_markers
+
+    chunk = os.path.join(str(path), "gram", "K", "c", "0", "1")
+    return os.path.exists(chunk), int(read_done_markers(gs.store.open()["gram"]["done"])[0, 1])
+
+
 def blas_threads() -> set[int]:
     """The thread counts of this process's BLAS libraries now (threadpoolctl)."""
     from threadpoolctl import threadpool_info

@@ -33,7 +33,7 @@ from dkpca import cluster as dc
 from dkpca.cluster.config import k8s_quantity, walltime_seconds, worker_lifetime_args
 from dkpca.cluster.resources import LOCAL_HOUSEKEEPING, local_housekeeping, sizing_job
 
-from .conftest import ROOT, dkpca_cmd, make_data, reference_eigh, write_data
+from .conftest import ROOT, dkpca_cmd, gram_writers, make_data, reference_eigh, write_data, written_block
 
 CONFIGS = os.path.join(ROOT, "cluster_configs")
 
@@ -615,18 +615,14 @@ def test_a_compiled_kernel_travels_to_the_workers_and_is_exact(proc_cluster, blo
 def test_a_block_task_on_a_worker_after_its_fit_let_the_store_go_writes_nothing(proc_cluster, tmp_path):
     """A worker process still running a block task after its client gave up (interrupt, failure, killed batch
     job) checks the lease it carries against the store's lock: refused there, no chunk, no done marker."""
-    from dkpca.storage import FitStore, GramStore, LeaseLostError
-    from dkpca.storage.gramstore import read_done_markers
+    from dkpca.storage import FitStore, LeaseLostError
 
-    store = FitStore.at(tmp_path / "s.zarr")
-    with store.lock() as lease:
-        gs = GramStore(store)
-        gs.prepare({"fingerprint": {}, "kernel": {"name": "linear"}, "block": 50, "dtype": "float64", "n": 100},
-                   False)
-        out = gs.writers(False, lease)
+    with FitStore.at(tmp_path / "s.zarr").lock() as lease:
+        gs, out, blk, sums = gram_writers(tmp_path / "s.zarr", lease)
     with Client(proc_cluster.address) as client:
-        late = client.submit(out.write_block, 0, 1, np.ones((50, 50)), np.full(50, 50.0), np.full(50, 50.0))
+        late = client.submit(out.write_block, 0, 1, blk, sums, sums)
         with pytest.raises(LeaseLostError, match="no longer holds the store's lock"):
             late.result()
-    assert not (tmp_path / "s.zarr" / "gram" / "K" / "c" / "0" / "1").exists()
-    assert read_done_markers(store.open()["gram"]["done"])[0, 1] == 0
+    chunk, marker = written_block(gs, tmp_path / "s.zarr")
+    assert not chunk
+    assert marker == 0

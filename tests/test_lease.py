@@ -15,7 +15,7 @@ import pytest
 
 from dkpca.storage.lock import LOCK_NAME, StoreLockedError, exclusive, lease_seconds
 
-from .conftest import race_in_rounds, wait_until
+from .conftest import gram_writers, race_in_rounds, wait_until, written_block
 
 
 def _lock(store) -> str:
@@ -184,35 +184,16 @@ def test_racing_takeovers_have_exactly_one_winner(tmp_path):
 
 # -- fencing: a write whose fit no longer holds the store ---------------------------------------------------------
 
-def _gram_writers(tmp_path, lease=None):
-    """A fresh Gram store of two 50-row blocks, and its block writers fenced by ``lease``."""
-    import numpy as np
-
-    from dkpca.storage import FitStore, GramStore
-
-    gs = GramStore(FitStore.at(tmp_path / "s.zarr"))
-    gs.prepare({"fingerprint": {}, "kernel": {"name": "linear"}, "block": 50, "dtype": "float64", "n": 100}, False)
-    return gs, gs.writers(False, lease), np.ones((50, 50)), np.full(50, 50.0)
-
-
-def _written(gs, tmp_path):
-    """(K chunk (0, 1) on disk, its done marker) of ``_gram_writers``' store."""
-    from dkpca.storage.gramstore import read_done_markers
-
-    chunk = tmp_path / "s.zarr" / "gram" / "K" / "c" / "0" / "1"
-    return chunk.exists(), int(read_done_markers(gs.store.open()["gram"]["done"])[0, 1])
-
-
 def test_a_block_write_after_its_fit_let_the_store_go_writes_nothing(tmp_path):
     """A block task still running after its fit ended (an interrupt, a failure, a killed client) finds the lease
     gone: it raises LeaseLostError and leaves neither K's chunk nor a done marker."""
     from dkpca.storage import FitStore, LeaseLostError
 
     with FitStore.at(tmp_path / "s.zarr").lock() as lease:
-        gs, out, blk, sums = _gram_writers(tmp_path, lease)
+        gs, out, blk, sums = gram_writers(tmp_path / "s.zarr", lease)
     with pytest.raises(LeaseLostError, match="no longer holds the store's lock"):
         out.write_block(0, 1, blk, sums, sums)
-    assert _written(gs, tmp_path) == (False, 0)
+    assert written_block(gs, tmp_path / "s.zarr") == (False, 0)
 
 
 def test_a_block_write_after_another_fit_took_the_store_over_is_refused(tmp_path):
@@ -221,13 +202,14 @@ def test_a_block_write_after_another_fit_took_the_store_over_is_refused(tmp_path
 
     store = FitStore.at(tmp_path / "s.zarr")
     with store.lock() as a:
-        gs, out_a, blk, sums = _gram_writers(tmp_path, a)
+        gs, out_a, blk, sums = gram_writers(tmp_path / "s.zarr", a)
     with store.lock() as b:
         with pytest.raises(LeaseLostError):
             out_a.write_block(0, 1, blk, sums, sums)
-        assert _written(gs, tmp_path) == (False, 0)
+        assert written_block(gs, tmp_path / "s.zarr") == (False, 0)
         gs.writers(False, b).write_block(0, 1, blk, sums, sums)
-        assert _written(gs, tmp_path)[0] and _written(gs, tmp_path)[1] != 0
+        chunk, marker = written_block(gs, tmp_path / "s.zarr")
+        assert chunk and marker != 0
 
 
 def test_a_lease_lost_while_the_block_is_written_leaves_no_marker(tmp_path):
@@ -238,10 +220,10 @@ def test_a_lease_lost_while_the_block_is_written_leaves_no_marker(tmp_path):
     store = FitStore.at(tmp_path / "s.zarr")
     held = store.lock()
     lease = held.__enter__()
-    gs, out, blk, sums = _gram_writers(tmp_path, lease)
+    gs, out, blk, sums = gram_writers(tmp_path / "s.zarr", lease)
     with pytest.raises(LeaseLostError):
         out.write_block(0, 1, blk, sums, sums, visit=lambda s, e: held.__exit__(None, None, None) if s == 0 else None)
-    assert _written(gs, tmp_path) == (True, 0)
+    assert written_block(gs, tmp_path / "s.zarr") == (True, 0)
 
 
 def test_a_fit_hands_its_lease_to_the_gram_build(tmp_path, monkeypatch):

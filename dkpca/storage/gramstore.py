@@ -174,6 +174,10 @@ class GramWriters:
     #: the fit's hold on the store, checked before the block's first write and before its marker
     lease: Lease | None = None
 
+    def _fence(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
+
     def write_block(self, I: int, J: int, blk: np.ndarray, row_sums: np.ndarray, col_sums: np.ndarray | None,
                     visit: Any = None, check: Any = None) -> None:
         """K's chunk (with ``visit`` filling the sums strip by strip), the sums, then the marker.
@@ -185,13 +189,11 @@ class GramWriters:
         and raises :class:`~dkpca.storage.LeaseLostError`; one that loses it
         while writing gets no marker.
         """
-        if self.lease is not None:
-            self.lease.check()
+        self._fence()
         digest = self.K.write((I, J), blk, visit=visit)
         if check is not None:
             check()
-        if self.lease is not None:
-            self.lease.check()
+        self._fence()
         self.partial_sums.write((J, I), row_sums[None])
         if I != J:
             self.partial_sums.write((I, J), col_sums[None])

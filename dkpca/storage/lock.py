@@ -198,9 +198,6 @@ class _Holding:
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
                            "heartbeat": time.time(), "lease": self.lease}).encode()
 
-    def is_mine(self, seen: Seen | None) -> bool:
-        return _holds(seen, self.token)
-
 
 @dataclasses.dataclass(frozen=True)
 class Fenced:
@@ -296,7 +293,7 @@ def _heartbeat(me: _Holding) -> None:
     while not me.stop.wait(me.lease / 3):
         try:
             seen = me.files.read(LOCK_NAME)
-            if not me.is_mine(seen):
+            if not _holds(seen, me.token):
                 break
             assert seen is not None
             # A failed change is not proof of loss (a rerun may be claiming an
@@ -314,7 +311,7 @@ def _release(me: _Holding) -> None:
     """Remove the lock only if it is still ours (compare, under a claim, before delete)."""
     for attempt in range(_ATTEMPTS):
         seen = me.files.read(LOCK_NAME)
-        if not me.is_mine(seen):
+        if not _holds(seen, me.token):
             return  # taken over after our lease ran out: it is someone else's now
         assert seen is not None
         if _change(me.files, seen, me.lease, None):
