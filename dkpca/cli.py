@@ -24,6 +24,8 @@ import json
 import logging
 import math
 import os
+import select
+import signal
 import sys
 import tempfile
 import time
@@ -90,6 +92,32 @@ def n_components_arg(text: str) -> int | float:
             "such as 0.95") from None
 
 
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (``demo --n-samples``, ``--workers``): refused by the parser, by name."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer (at least 1)")
+    return value
+
+
+def config_arg(check: str, *args: Any) -> Any:
+    """An argparse type from a check in :mod:`dkpca.cluster.config` (``duration_seconds``, ``scheduler_address``),
+    the rule the Python API and cluster files follow; imported only when the option is given (``dkpca --help``
+    loads no Dask), its ``ValueError`` the parser's one line."""
+    def convert(text: str) -> Any:
+        from .cluster import config
+
+        try:
+            return getattr(config, check)(text, *args)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
 def _kernel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="rbf", choices=KERNEL_NAMES, help="kernel function (poly = polynomial)")
     p.add_argument("--gamma", type=float, default=None, help="kernel width (default: 1/n_features)")
@@ -115,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "would not fit in memory); nystrom (approximate) only on request")
     f.add_argument("--store", default=None, help="store path (default: INPUT.dkpca.zarr beside the input)")
     f.add_argument("--chunk-size", type=int, default=None, help="Gram block edge (default: about 4096, balanced)")
-    f.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="precision of the stored K")
+    f.add_argument("--dtype", default="auto", choices=["auto", "float32", "float64"],
+                   help="precision of K; auto: float32 unless a sample of the data says it would lose the eigenvalues")
     f.add_argument("--gram", default="auto", choices=["auto", "store", "recompute", "memory"],
                    help="store K in Zarr, recompute its blocks every pass, hold it in memory, or auto: store "
                         "unless K does not fit on disk or recomputing is measured faster")
@@ -140,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--chunk-size", type=int, default=None,
                     help="Gram block edge (default: about 4096, balanced; for a cluster, chosen so that the scheduler "
                          "takes under 5 %% of a pass)")
-    pl.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="precision of the stored K")
+    pl.add_argument("--dtype", default="auto", choices=["auto", "float32", "float64"],
+                    help="precision of K; auto: float32 unless a sample of the data says it would lose the eigenvalues")
     pl.add_argument("--gram", default="auto", choices=["auto", "store", "recompute", "memory"],
                     help="Gram mode, as for fit")
     pl.add_argument("--tol", type=float, default=1e-6, help="solver tolerance, as for fit")
@@ -153,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="print a fitted model's spectrum and solver report",
                        description="Print a fitted model's spectrum, explained variance, kernel and solver report.")
-    i.add_argument("store", metavar="STORE", help="store written by 'dkpca fit'")
+    i.add_argument("store", metavar="STORE", help="store written by 'dkpca fit' (or an output of 'dkpca transform')")
     i.add_argument("--json", action="store_true", help="print the summary as one JSON object, for scripts")
 
     t = sub.add_parser("transform", help="project data with a fitted model into a new Zarr array",
@@ -169,15 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Read every chunk of a store, verify its CRC-32C, and say per part (data, "
                                    "Gram matrix, model, checkpoint) what a rerun of the fit would recompute. "
                                    "Changes nothing. Exit status 0: intact; 1: damaged.")
-    v.add_argument("store", metavar="STORE", help="the store to check")
+    v.add_argument("store", metavar="STORE", help="the store (or 'dkpca transform' output) to check")
 
     d = sub.add_parser("demo", help="write sample data to Zarr and fit it on a local Dask cluster",
                        description="Write three noisy shells in 10-D to Zarr, start a local Dask cluster, fit an "
                                    "rbf kernel PCA and print the spectrum.")
     d.add_argument("--dir", default=None, help="where to write the sample data (default: a new temporary directory)")
-    d.add_argument("--n-samples", type=int, default=12000, help="number of sample points")
-    d.add_argument("--n-components", type=int, default=8, help="number of components")
-    d.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
+    d.add_argument("--n-samples", type=positive_int, default=12000, help="number of sample points")
+    d.add_argument("--n-components", type=positive_int, default=8, help="number of components")
+    d.add_argument("--workers", type=positive_int, default=None,
+                   help="local worker processes (default: one per core)")
     for p in (f, pl, i, t, d):
         p.add_argument("--quiet", "-q", action="store_true",
                        help="only errors: no progress, plan, dashboard link or warnings")
@@ -186,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cluster_args(p: argparse.ArgumentParser, starts: bool = True) -> None:
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--scheduler", default=None, metavar="ADDR",
+    g.add_argument("--scheduler", type=config_arg("scheduler_address"), default=None, metavar="ADDR",
                    help="address of a running Dask scheduler, tcp://host:port or tls://host:port (default: none, "
                         "local threads)")
     g.add_argument("--scheduler-file", default=None, metavar="FILE",
@@ -198,7 +229,8 @@ def _cluster_args(p: argparse.ArgumentParser, starts: bool = True) -> None:
                          ("start it, run, shut it down" if starts else "size the workers, starting nothing") +
                          " (default: none)"))
     if starts:
-        p.add_argument("--cluster-timeout", default=None, metavar="DURATION",
+        p.add_argument("--cluster-timeout", type=config_arg("duration_seconds", "a timeout"), default=None,
+                       metavar="DURATION",
                        help="how long to wait for workers, e.g. 600s or 1h (default: Dask setting "
                             "dkpca.cluster.timeout, 10 minutes)")
 
@@ -260,7 +292,11 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 def cmd_info(a: argparse.Namespace) -> int:
     from .model import load
+    from .storage.outputs import describe, output_facts
 
+    if (facts := output_facts(a.store)) is not None:  # a transform output: what made it, and whether complete
+        print(json.dumps(_json_safe(facts), indent=2, allow_nan=False) if a.json else describe(facts))
+        return 0
     model = load(a.store)
     print(json.dumps(model_facts(model), indent=2, allow_nan=False) if a.json else model.summary())
     return 0
@@ -307,15 +343,21 @@ def _json_safe(value: Any) -> Any:
 
 def cmd_verify(a: argparse.Namespace) -> int:
     from .model import load
+    from .sparse import load_sparse
     from .storage import verify_store
+    from .storage.outputs import verify_output
 
+    if (found := verify_output(a.store)) is not None:  # a transform output: every chunk, and complete?
+        print(f"{'ok ' if found.ok else 'BAD'}  {found.text}")
+        print(f"transform output {a.store}: " + ("intact" if found.ok else "not usable (see above)"))
+        return 0 if found.ok else 1
     findings = verify_store(a.store)
-    model = next((f for f in findings if f.part == "model"), None)
-    if model is not None and model.ok and "verified" in model.text:
-        try:  # the chunks are sound; is the content a valid model?
-            load(a.store)
-        except ValueError as exc:
-            findings[findings.index(model)] = dataclasses.replace(model, ok=False, text=f"model: {exc}")
+    for i, f in enumerate(findings):
+        if f.part in ("model", "sparse_model") and f.ok and "verified" in f.text:
+            try:  # the chunks are sound; is the content a valid model (every attribute checked)?
+                load(a.store) if f.part == "model" else load_sparse(a.store)
+            except ValueError as exc:
+                findings[i] = dataclasses.replace(f, ok=False, text=f"{f.part}: {exc}")
     for f in findings:
         print(f"{'ok ' if f.ok else 'BAD'}  {f.text}")
     damaged = [f.part for f in findings if not f.ok]
@@ -324,23 +366,36 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_transform(a: argparse.Namespace) -> int:
-    import dask.array as da
-
-    from .execution import compute
-    from .io import as_dask, input_path
+    from .io import as_dask, input_path, scan
     from .model import load
-    from .storage import check_output, checksum_codecs
+    from .storage import absolute, check_output
+    from .storage.outputs import model_digest, output_state, prepare_output
 
     # Refused before anything is read or written: an output that is, contains
-    # or lies inside the input (its file, for 'file.h5:/X') or the store; an
-    # existing output without --overwrite.
-    output = check_output(a.output, {"input": input_path(a.input), "store": a.store}, a.overwrite)
+    # or lies inside the input (its file, for 'file.h5:/X') or the store, and
+    # one holding anything but a transform output dkpca wrote (--overwrite or not).
+    source = input_path(a.input)
+    output = check_output(a.output, {"input": source, "store": a.store})
+    output_state(output, a.output)
     model = load(a.store)
     with _client(a):
-        Z = model.transform(as_dask(a.input, min_samples=1, purpose="transform"))
-        compute(da.to_zarr(Z, output, overwrite=a.overwrite, compute=False, compressors=checksum_codecs()),
-                label="projecting", progress=_progress(a))
-    print(f"wrote {Z.shape[0]} x {Z.shape[1]} projections to {a.output}")
+        X = as_dask(a.input, min_samples=1, purpose="transform")  # its row chunks are the output's
+        Z = model.transform(X)  # lazy; checks the features first
+        # what the output records of its origin, so that only the same command resumes it: the model's content
+        # and the input's fingerprint (one read of the input, which also finds non-finite rows before any write)
+        origin = {"store": model.store,
+                  "model": model_digest([model.eigenvalues_, model.eigenvectors_, model.row_means_],
+                                        {"kernel": model.kernel.to_dict(), "grand_mean": model.grand_mean_,
+                                         "n_features": model.n_features}),
+                  "input": {"path": absolute(source), "fingerprint": scan(X).to_dict()}}
+        out = prepare_output(output, a.output, origin, Z.shape, (X.chunks[0][0], Z.shape[1]), a.overwrite)
+        out.write(Z, progress=_progress(a))  # nothing left to write: only marked complete, if it was not yet
+    if not out.todo:
+        print(f"{a.output} is already complete: {Z.shape[0]} x {Z.shape[1]} projections by the same model of the "
+              "same input; nothing to do")
+        return 0
+    kept = f" (resumed: {out.kept} of {out.total} chunks were already written)" if out.kept else ""
+    print(f"wrote {Z.shape[0]} x {Z.shape[1]} projections to {a.output}{kept}")
     return 0
 
 
@@ -436,10 +491,11 @@ def explain(exc: BaseException) -> str | None:
     from distributed.scheduler import KilledWorker
 
     from .cluster import ClusterError
+    from .execution import LostComputationError
     from .storage import InsufficientDiskSpace, StoreLockedError
 
     if isinstance(exc, (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
-                        NotADirectoryError, ImportError, ClusterError)):
+                        NotADirectoryError, ImportError, ClusterError, LostComputationError)):
         return str(exc)
     if isinstance(exc, OSError) and exc.errno in _USER_ERRNOS:
         where = f" ({exc.filename})" if exc.filename else ""
@@ -454,18 +510,59 @@ COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd
             "demo": cmd_demo}
 
 
-def _setup_logging(quiet: bool) -> None:
-    """dkpca's INFO messages (plan, dashboard link, passes) on stderr for the CLI; only errors when quiet."""
+def _setup_logging(quiet: bool) -> logging.Handler | None:
+    """dkpca's INFO messages (plan, dashboard link, passes) on stderr for the CLI; only errors when quiet.
+
+    Returns the handler added, which :func:`main` removes when the command
+    ends: a handler left behind would hold this call's ``sys.stderr``, which a
+    caller of ``main`` (a test's capture, a notebook) may have closed since.
+    """
     log = logging.getLogger("dkpca")
     if quiet:
         log.setLevel(logging.ERROR)
-        return
-    if not any(getattr(h, "_dkpca_cli", False) for h in log.handlers):
-        h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(logging.Formatter("dkpca: %(message)s"))
-        h._dkpca_cli = True
-        log.addHandler(h)
+        return None
     log.setLevel(logging.INFO)
+    if any(getattr(h, "_dkpca_cli", False) for h in log.handlers):
+        return None  # main() called from within a command (nested): its caller's handler speaks
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("dkpca: %(message)s"))
+    h._dkpca_cli = True
+    log.addHandler(h)
+    return h
+
+
+#: what the line after Ctrl-C says per command: only what a rerun really does
+_INTERRUPTED = {
+    "fit": "; rerun the same command to resume from the store",
+    "transform": "; rerun the same command to finish {a.output} (chunks already written are kept; until then "
+                 "it is marked incomplete)",
+    "demo": "; rerun the demo to start it again",
+}
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout is not a file
+        return True  # the BrokenPipeError itself is the best evidence left
+
+
+def _reader_gone() -> int:
+    """Exit quietly when the reader of stdout went away, as ``head`` expects of a writer.
+
+    Python's advice (``signal`` docs, "Note on SIGPIPE"): stdout to devnull, so
+    the last flush at exit cannot fail again.  The status is a SIGPIPE death's,
+    as a C tool's (141, what ``set -o pipefail`` reports of ``yes | head -1``):
+    not 1, ``dkpca verify``'s "damaged", nor 2, a user error.
+    """
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + getattr(signal, "SIGPIPE", 13)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -474,25 +571,33 @@ def main(argv: list[str] | None = None) -> int:
     log, dist = logging.getLogger("dkpca"), logging.getLogger("distributed")
     old_level, old_dist = log.level, dist.level
     quiet = getattr(a, "quiet", False)
-    _setup_logging(quiet)
+    handler = _setup_logging(quiet)
     if quiet:  # e.g. distributed's "port in use" notices
         dist.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             if quiet:
                 warnings.simplefilter("ignore")
-            return COMMANDS[a.command](a)
+            status = COMMANDS[a.command](a)
+            sys.stdout.flush()  # a reader that went away ('dkpca info STORE | head -1') is found here, not at exit
+            return status
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # some other pipe (a socket): not the reader of our output
+        return _reader_gone()
     except Exception as exc:
         message = explain(exc)
         if message is None:
             raise  # a genuine bug or an unexpected system failure: keep the traceback
         return _error(message)
     except KeyboardInterrupt:
-        print("dkpca: interrupted; rerun the same command to resume from the store", file=sys.stderr)
+        print(f"dkpca: interrupted{_INTERRUPTED.get(a.command, '').format(a=a)}", file=sys.stderr)
         return 130
     finally:
         log.setLevel(old_level)
         dist.setLevel(old_dist)
+        if handler is not None:
+            log.removeHandler(handler)
 
 
 if __name__ == "__main__":  # pragma: no cover

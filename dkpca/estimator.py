@@ -48,7 +48,7 @@ from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
 from .linalg import rows_per_block
 from .pipeline import fit as pipeline_fit
 from .pipeline import memory_kernel_matrix, solve_kernel_matrix
-from .planning import in_memory_solver
+from .planning import in_memory_solver, memory_precision
 from .request import (
     as_generator,
     check_choice,
@@ -190,11 +190,15 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         temporary store pickling raises ``pickle.PicklingError``.
     chunk_size : int, default=None
         Out of core: Gram block edge (default about 4096).
-    dtype : {"float32", "float64"}, default=None
+    dtype : {"auto", "float32", "float64"}, default=None
         Precision of K.  ``None``: in memory, X's precision, as scikit-learn
         (float32 input: a float32 K, ARPACK in single precision; half the
-        memory and product time); float32 out of core (the Gram store;
-        products accumulate in float64).
+        memory and product time) unless float32 would lose the eigenvalues;
+        out of core ``"auto"`` (the Gram store; products accumulate in
+        float64).  ``"auto"``: float32 unless a sample of X says float32 puts
+        more than 1e-6 relative error into the top eigenvalues (centring
+        cancelling most of K: a tiny gamma, a high degree), then float64
+        (:mod:`dkpca.planning.precision`; ``precision_`` says which and why).
     n_landmarks : int, default=None
         Landmark points of the ridge pre-image map; ``None``: all points up to
         ``RIDGE_EXACT_MAX_N``, that many above.
@@ -221,6 +225,11 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         The resolved dkpca kernel (``None`` for callables and ``"precomputed"``).
     eigen_solver_ : str
         Solver that ran.
+    precision_ : Precision, dict or None
+        How K's precision was decided (in memory a
+        :class:`~dkpca.planning.Precision`, out of core its dict in
+        ``model_.report``); None where X's precision was kept unmeasured
+        (float64 input, callables, precomputed kernels, sparse input).
     model_ : KPCAModel
         Out-of-core fits only: the fitted model; with ``store=`` also persisted
         there (``dkpca.load(model_.store)``), otherwise in memory beside its
@@ -373,23 +382,26 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                 f"kernel='precomputed' expects the square training kernel matrix, got shape {X.shape}; pass "
                 "K(X_train, X_train) to fit and K(X_new, X_train) to transform."
             )
-        # K in X's precision unless asked otherwise: scikit-learn's arithmetic
-        # (its pairwise kernels and eigensolvers keep float32), at half the
-        # memory and product time of a float64 K.
-        self._compute_dtype = np.dtype(self.dtype) if self.dtype is not None else X.dtype
         self._out_dtype = X.dtype
         self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
         self.kernel_ = self._make_kernel(d)
-        if self._is_precomputed():
-            K = np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
-        else:
-            K = self._training_kernel(X)
         spec = None if self.n_components is None else check_n_components_spec(self.n_components)
         fraction = isinstance(spec, float)
         k = n if spec is None else spec if fraction else min(n, spec)
         solver = self.eigen_solver
         if solver == "auto":
             solver, _ = in_memory_solver(n, k, fraction)  # by measured cost, not scikit-learn's k < 10
+        # K in X's precision unless asked otherwise: scikit-learn's arithmetic
+        # (its pairwise kernels and eigensolvers keep float32), at half the
+        # memory and product time of a float64 K -- but float32 input gets a
+        # float64 K where a sample says float32 would lose the eigenvalues
+        # (dtype="auto", dkpca.planning.precision).
+        self.precision_ = memory_precision(X, self.kernel_, self.dtype, k, single_products=solver == "arpack")
+        self._compute_dtype = np.dtype(self.precision_.dtype) if self.precision_ is not None else X.dtype
+        if self._is_precomputed():
+            K = np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
+        else:
+            K = self._training_kernel(X)
         if solver == "arpack":
             # scikit-learn's tolerance, iteration limit and starting vector
             tol, passes = self.tol, None
@@ -398,7 +410,9 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter,
                                              random_state=self.random_state,
                                              remove_zero=self.remove_zero_eig or self.n_components is None,
-                                             X=None if self._is_precomputed() else X, kernel=self.kernel_)
+                                             X=None if self._is_precomputed() else X, kernel=self.kernel_,
+                                             kernel_name="precomputed" if self._is_precomputed() else
+                                             f"callable {getattr(self.kernel, '__name__', self.kernel)!r}")
         self.eigenvalues_ = res.eigenvalues
         self.eigenvectors_ = res.eigenvectors
         self.eigen_solver_ = solver
@@ -424,10 +438,11 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         k = spec if isinstance(spec, float) else min(spec, n)
         model = pipeline_fit(
             X, n_components=k, kernel=self._make_kernel(d), solver=self.eigen_solver,
-            store=self.store, chunk_size=self.chunk_size, dtype=self.dtype or "float32", tol=tol,
+            store=self.store, chunk_size=self.chunk_size, dtype=self.dtype or "auto", tol=tol,
             max_passes=passes, random_state=self.random_state,
         )
         self.model_ = model
+        self.precision_ = model.report.get("precision")
         self.kernel_ = model.kernel
         self._compute_dtype = np.dtype(np.float64)
         self._out_dtype = np.dtype(np.float64)

@@ -33,10 +33,16 @@ from .kernels import Kernel, from_dict
 from .linalg import Centering, ProjectionWeights, block_bounds, kernel_product, rows_per_block
 from .plot import plot_embedding, plot_spectrum
 from .request import TemporaryStore
-from .storage import FitStore, GramStore
+from .storage import DamagedModelError, FitStore, GramStore
 from .version import __version__
 
 __all__ = ["KPCAModel", "load"]
+
+#: the solver report's fields that dkpca reads back (summary, info, the CLI's fit line) and their JSON types,
+#: checked on load: a stored report is JSON that may have been edited like any other
+REPORT_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "gram": ((dict,), "a JSON object"), "timings": ((dict,), "a JSON object"),
+    "solver_info": ((dict,), "a JSON object"), "max_relative_residual": ((int, float), "a number")}
 
 
 def _printable(value: Any) -> str:
@@ -251,21 +257,24 @@ class KPCAModel:
         ValueError
             The store holds no complete model, or a field is missing, of the
             wrong shape or type, not finite, or inconsistent with the store's
-            data or Gram matrix (the message names the field).
+            data or Gram matrix, or an array is not what was written (its
+            digest): :class:`~dkpca.storage.DamagedModelError`, naming the field.
         """
         store = FitStore.at(path)
 
         def beside(attrs: dict) -> tuple[dict | None, tuple[int, ...]]:
-            # a model fitted from the stored K must name the kernel K was built with
-            stored_K = (attrs.get("report") or {}).get("gram", {}).get("mode") == "store"
+            # a model fitted from the stored K must name the kernel K was built with (the report's
+            # type is checked below, with every field: here only what this read needs)
+            report = attrs.get("report")
+            gram = report.get("gram") if isinstance(report, dict) else None
+            stored_K = isinstance(gram, dict) and gram.get("mode") == "store"
             return (GramStore(store).recorded_kernel() if stored_K else None), tuple(store.training_array().shape)
 
         # read with the model: a refit switching it meanwhile makes all of it be read again
         arrays, a, (built, shape) = store.read_model_with(beside)
 
-        def bad(field: str, why: str) -> ValueError:
-            return ValueError(f"store {store.path!r}: model field {field!r} {why}; the store is damaged or was "
-                              "edited -- refit the model.")
+        def bad(field: str, why: str) -> DamagedModelError:
+            return DamagedModelError(store.path, f"model field {field!r}", why)
 
         for name in ("eigenvalues", "eigenvectors", "row_means"):
             if name not in arrays:
@@ -275,16 +284,28 @@ class KPCAModel:
         lam, U, r = arrays["eigenvalues"], arrays["eigenvectors"], arrays["row_means"]
         if lam.ndim != 1 or U.ndim != 2 or U.shape[1] != lam.shape[0]:
             raise bad("eigenvectors", f"has shape {U.shape}, not (n, {lam.shape[0]})")
+        if not (lam > 0).all():  # the spectrum policy keeps positive eigenvalues only: scores divide by sqrt
+            raise bad("eigenvalues", f"holds {float(lam[lam <= 0][0])!r}, not a positive eigenvalue")
         if r.shape != (U.shape[0],):
             raise bad("row_means", f"has shape {r.shape}, not ({U.shape[0]},)")
         for name in ("grand_mean", "trace"):
             v = a.get(name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
                 raise bad(name, f"is {v!r}, not a finite number")
-        for name in ("block", "n_features"):
+        for name, most in (("block", U.shape[0]), ("n_features", None)):
             v = a.get(name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise bad(name, f"is {v!r}, not a positive integer")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1 or (most is not None and v > most):
+                raise bad(name, f"is {v!r}, not a positive integer" + (f" up to {most}" if most else ""))
+        report = a.get("report", {})
+        if not isinstance(report, dict):
+            raise bad("report", f"is {report!r}, not a JSON object")
+        for key, (kinds, what) in REPORT_FIELDS.items():
+            v = report.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, kinds)):
+                raise bad("report", f"has {key} {v!r}, not {what}")
+        timings = report.get("timings") or {}
+        if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in timings.values()):
+            raise bad("report", f"has timings {timings!r}, not numbers of seconds")
         try:
             kernel = from_dict(a.get("kernel"))
         except ValueError as exc:
@@ -295,14 +316,13 @@ class KPCAModel:
             raise bad("n_features", f"does not match the stored training data of shape {shape}")
         return cls(eigenvalues_=lam, eigenvectors_=U, row_means_=r, grand_mean_=float(a["grand_mean"]),
                    trace_=float(a["trace"]), kernel=kernel, store=store.path, block=a["block"],
-                   n_features=a["n_features"], report=a.get("report", {}))
+                   n_features=a["n_features"], report=report)
 
     # -- display ----------------------------------------------------------
     def summary(self) -> str:
         """Plain-text spectrum, explained variance and solver report."""
         r = {key: _printable(v) for key, v in self.report.items() if not isinstance(v, (dict, list))}
-        resid = self.report.get("max_relative_residual")
-        resid = float(resid) if isinstance(resid, (int, float)) and not isinstance(resid, bool) else float("nan")
+        resid = self._residual()
         lines = [
             f"dkpca model: n={self.n_samples}, d={self.n_features}, k={self.n_components}",
             f"  kernel: {self.kernel.to_dict()}",
@@ -319,6 +339,11 @@ class KPCAModel:
             lines.append("  time: " + ", ".join(f"{_printable(k)} {v:.2f}s" for k, v in t.items()))
         return "\n".join(lines)
 
+    def _residual(self) -> float:
+        """The report's largest relative residual (NaN where it has none)."""
+        resid = self.report.get("max_relative_residual")
+        return float(resid) if isinstance(resid, (int, float)) and not isinstance(resid, bool) else float("nan")
+
     def __repr__(self) -> str:
         return (f"KPCAModel(n_samples={self.n_samples}, n_components={self.n_components}, "
                 f"kernel={self.kernel.name!r}, store={self.store!r})")
@@ -333,7 +358,7 @@ class KPCAModel:
             ("store", e(str(self.store))),
             ("solver", e(f"{r.get('solver')} ({r.get('solver_reason', '')})")),
             ("passes / converged", e(f"{r.get('passes')} / {r.get('converged')}")),
-            ("max relative residual", f"{r.get('max_relative_residual', float('nan')):.2e}"),
+            ("max relative residual", f"{self._residual():.2e}"),
         ]
         g = r.get("gram") or {}
         if g.get("mode") == "store":

@@ -15,6 +15,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import dask.array as da
@@ -23,11 +24,11 @@ import numpy as np
 from .execution import compute, local_threads, serial_blas
 from .gram import build_gram
 from .io import Fingerprint, input_path, scan
-from .kernels import Kernel
+from .kernels import Kernel, NonFiniteKernelError
 from .linalg import Centering, kernel_matrix
 from .model import KPCAModel
 from .operator import CenteredKernelOperator, InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
-from .planning import choose, make_plan
+from .planning import PrecisionWarning, choose, make_plan
 from .request import FitRequest, as_generator, make_request
 from .solvers import ConvergenceWarning, EigResult, PassReport, block_width, get_solver, nystrom, postprocess
 from .solvers.fraction import solve_fraction, working_k
@@ -35,7 +36,7 @@ from .solvers.randomized import block_size, start_block
 from .solvers.spectrum import keep_fraction
 from .storage import CorruptChunkError, GramStore, Lease, SolverCheckpoint, absolute, fit_footprint, json_safe
 
-__all__ = ["fit", "solve_kernel_matrix"]
+__all__ = ["fit", "solve_kernel_matrix", "in_memory_operator", "memory_kernel_matrix"]
 
 logger = logging.getLogger("dkpca")
 
@@ -64,7 +65,7 @@ def fit(
     solver: str = "auto",
     store: str | os.PathLike | None = None,
     chunk_size: int | None = None,
-    dtype: str = "float32",
+    dtype: str = "auto",
     tol: float = 1e-6,
     max_passes: int | None = None,
     random_state: int | np.random.Generator | None = None,
@@ -114,10 +115,14 @@ def fit(
         only by an explicit ``model.save()``.
     chunk_size : int, optional
         Square Gram block edge (default: about 4096, balanced).
-    dtype : {"float32", "float64"}, default="float32"
+    dtype : {"auto", "float32", "float64"}, default="auto"
         Precision K is held in, stored or in memory (products accumulate in
         float64, but for early single-precision passes and ARPACK on a float32
-        K, which runs in single precision as scikit-learn's does).
+        K, which runs in single precision as scikit-learn's does).  ``auto``:
+        float32 unless a sample of the data says it would put over 1e-6
+        relative error into the top eigenvalues (centring cancelling most of
+        K), then float64 (:mod:`dkpca.planning.precision`; ``model.report
+        ["precision"]`` says why); a lossy ``float32`` warns (``PrecisionWarning``).
     tol : float, default=1e-6
         Iterative solvers stop when every residual ``||K~u - theta u||`` is
         below ``tol * theta_1``.
@@ -173,13 +178,19 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
     """:func:`fit` from its validated request; the model owns ``req.temporary`` (if any)."""
     choice = choose(req.n, req.n_components, req.solver, req.gram, X=req.X, kernel=req.kernel, dtype=req.dtype,
                     block=req.block, store=req.store.path, tol=req.tol, max_passes=req.max_passes,
-                    temporary=req.temporary is not None, fraction=req.fraction is not None)
+                    temporary=req.temporary is not None, fraction=req.fraction is not None,
+                    stored_dtype=None if req.overwrite else GramStore(req.store).recorded_dtype())
+    # dtype="auto" resolved (planning.precision): the rest of the fit holds K in the chosen precision
+    req = replace(req, dtype=choice.dtype)
+    if choice.precision is not None and choice.precision.lossy:
+        warnings.warn(choice.precision.warning(), PrecisionWarning, stacklevel=3)
     # The plan logged is made from the sizes alone: logging never changes the work done.  It is made
     # only when logged (a notebook that printed dkpca.plan already does not get it twice).
     if logger.isEnabledFor(logging.INFO):
         logger.info("%s", make_plan(req.X, req.kernel, req.n_components, req.block, req.dtype, choice.solver,
                                     choice.reason, choice.gram, req.store.path, tol=req.tol,
-                                    max_passes=req.max_passes, measure=False, fraction=req.fraction))
+                                    max_passes=req.max_passes, measure=False, fraction=req.fraction,
+                                    precision=choice.precision))
     timings: dict[str, float] = {}
     rng = as_generator(req.random_state)
     t = time.perf_counter()
@@ -213,8 +224,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
             op.centering = Centering(centering["row_means"], centering["grand_mean"], centering["diag_sum"])
         pass_seconds = res.info.pop("pass_seconds", None) or (op.pass_seconds[-res.passes:] if res.passes else [])
         # scikit-learn's spectrum rules, with the thresholds of the precision K is held in
-        res = _keep_fraction(postprocess(res, remove_zero=True, precision=op.dtype), op, req.fraction,
-                             req.max_passes)
+        res = _keep_fraction(postprocess(res, remove_zero=True, precision=op.dtype, scale=op.centering.cancelled),
+                             op, req.fraction, req.max_passes)
         timings["solve"] += time.perf_counter() - t  # the policy's time counts as solving
         if not res.converged:
             warnings.warn(
@@ -224,9 +235,13 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
                 ConvergenceWarning, stacklevel=2,
             )
         timings["total"] = time.perf_counter() - t_start
-        report = _report(res, op, choice.solver, choice.reason, choice.details, req.tol, gram_report, timings,
+        # the precision's sentence first: the model's summary (and the CLI) say why K is in its dtype
+        reason = choice.reason if choice.precision is None else \
+            f"dtype={choice.precision.dtype}: {choice.precision.reason}; {choice.reason}"
+        report = _report(res, op, choice.solver, reason, choice.details, req.tol, gram_report, timings,
                          pass_seconds, req.n, req.d,
                          req.n_components if req.fraction is None else req.fraction)
+        report["precision"] = choice.precision.to_dict() if choice.precision is not None else None
         model = KPCAModel(
             eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
             grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.block,
@@ -319,7 +334,7 @@ def _make_operator(req: FitRequest, evaluator: Kernel, Xs: da.Array, fp: Fingerp
         # K evaluated once into memory, in the fit's dtype as a store would hold it: no store, no fused start
         # block, no checkpoints (see planning.choose: chosen where there is nothing to reuse or resume).
         t = time.perf_counter()
-        op = InMemoryKernelOperator(memory_kernel_matrix(req.kernel, np.asarray(compute(Xs)[0]), dt))
+        op = in_memory_operator(memory_kernel_matrix(req.kernel, np.asarray(compute(Xs)[0]), dt), req.kernel)
         gram_report["build_seconds"] = time.perf_counter() - t
         return op, gram_report, solver_opts
     if solver_name in ("randomized", "lanczos"):
@@ -414,6 +429,31 @@ def _keep_fraction(res: EigResult, op: CenteredKernelOperator, fraction: float |
     return res
 
 
+def in_memory_operator(K: np.ndarray, kernel: Kernel | str) -> InMemoryKernelOperator:
+    """The centred operator over a K held in memory, refused (as a Gram build refuses a block) if K is not finite.
+
+    The one check of every in-memory K (``gram="memory"``, the estimator's):
+    K's row sums, which centring takes anyway, are finite exactly when K is
+    (else an overflow reaches the solver, e.g. as ARPACK error -9999).
+    """
+    op = InMemoryKernelOperator(K)
+    if not (np.isfinite(op.row_means).all() and np.isfinite(op.centering.diag_sum)):
+        words = isinstance(kernel, str)  # a callable or precomputed kernel: its values are the user's
+        fix = ("make it give finite values on this data" if words else
+               "choose other kernel parameters (e.g. a smaller degree or gamma) or scale the data")
+        raise NonFiniteKernelError(
+            f"the kernel matrix has non-finite values (overflow or NaN): the kernel "
+            f"{kernel if words else _kernel_words(kernel)} is not usable on this data; {fix}.")
+    return op
+
+
+def _kernel_words(kernel: Kernel) -> str:
+    try:
+        return str(kernel.to_dict())
+    except ValueError:  # adapters (callables, sparse input) have no spec
+        return repr(kernel)
+
+
 def memory_kernel_matrix(kernel: Kernel, X: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
     """``K(X, X)`` held in memory, built block by block on this process's threads (``linalg.kernel_matrix``).
 
@@ -425,7 +465,7 @@ def memory_kernel_matrix(kernel: Kernel, X: np.ndarray, dtype: Any = np.float64)
 
 def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: float, max_passes: int | None,
                         random_state: Any, remove_zero: bool, maxiter: int | None = None,
-                        X: np.ndarray | None = None, kernel: Kernel | None = None,
+                        X: np.ndarray | None = None, kernel: Kernel | None = None, kernel_name: str = "",
                         ) -> tuple[EigResult, Centering]:
     """The in-memory path: a kernel matrix held in memory -> operator -> solver -> spectrum policy.
 
@@ -439,9 +479,11 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
     with ``arpack``).  Given the training data ``X`` and its ``kernel``,
     ``lanczos`` and ``randomized`` start from a Nystroem block where
     :func:`~dkpca.solvers.nystrom.start_landmarks` says it pays (wide blocks,
-    large n), as in :func:`fit`.  Returns the post-processed result and K's centring.
+    large n), as in :func:`fit`.  A K that is not finite is refused
+    (:func:`in_memory_operator`; ``kernel_name`` names it where ``kernel``
+    is None).  Returns the post-processed result and K's centring.
     """
-    op = InMemoryKernelOperator(K)
+    op = in_memory_operator(K, kernel if kernel is not None else (kernel_name or "given"))
     fraction = k if isinstance(k, float) else None
     if solver == "arpack":  # with an int k (fractions are refused by check_kernel_pca_params)
         res = get_solver("arpack")(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
@@ -456,6 +498,6 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str, *, tol: floa
         if solver != "dense" and not res.converged:
             warnings.warn(f"solver={solver!r} stopped after {res.passes} passes above tol={tol:g}; raise max_iter, "
                           "or use eigen_solver='dense' or 'arpack'.", ConvergenceWarning, stacklevel=3)
-    res = _keep_fraction(postprocess(res, remove_zero=remove_zero or fraction is not None, precision=K.dtype), op,
-                         fraction, max_passes)
+    res = _keep_fraction(postprocess(res, remove_zero=remove_zero or fraction is not None, precision=K.dtype,
+                                     scale=op.centering.cancelled), op, fraction, max_passes)
     return res, op.centering

@@ -98,17 +98,19 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
-def check_dtype(name: str, value: Any, allow_none: bool = False) -> np.dtype | None:
-    """float32 or float64."""
+def check_dtype(name: str, value: Any, allow_none: bool = False, allow_auto: bool = False) -> np.dtype | str | None:
+    """float32 or float64 (a numpy dtype); ``"auto"`` itself where allowed (planning resolves it)."""
     if value is None and allow_none:
         return None
+    if allow_auto and isinstance(value, str) and value == "auto":
+        return value
     try:
         dt = np.dtype(value)
     except TypeError:
         dt = None
     if dt not in (np.dtype("float32"), np.dtype("float64")):
-        none = "None, " if allow_none else ""
-        raise ValueError(f"{name}={value!r} is invalid; use {none}'float32' or 'float64'.")
+        choices = ("None, " if allow_none else "") + ("'auto', " if allow_auto else "")
+        raise ValueError(f"{name}={value!r} is invalid; use {choices}'float32' or 'float64'.")
     return dt
 
 
@@ -167,7 +169,7 @@ def check_kernel_pca_params(p: dict[str, Any], eigen_solvers: tuple[str, ...]) -
     if p["store"] is not None and not isinstance(p["store"], (str, os.PathLike)):
         raise ValueError(f"store={p['store']!r} is invalid; it must be None or a path / URL.")
     check_int("chunk_size", p["chunk_size"], 1, allow_none=True)
-    check_dtype("dtype", p["dtype"], allow_none=True)
+    check_dtype("dtype", p["dtype"], allow_none=True, allow_auto=True)
     check_int("n_landmarks", p["n_landmarks"], 1, allow_none=True)
 
 
@@ -301,8 +303,10 @@ class FitRequest:
         the solve grows k until it is reached (:mod:`dkpca.solvers.fraction`).
     solver, gram : str
         As asked (``auto`` is resolved by :mod:`dkpca.planning`).
-    dtype : numpy.dtype
-        Gram precision.
+    dtype : numpy.dtype or "auto"
+        Gram precision as asked; ``"auto"`` is resolved by
+        :func:`dkpca.planning.choose` (``Choice.precision``), and the pipeline
+        goes on with the request's resolved copy.
     block : int
         Gram block edge.
     tol : float
@@ -324,7 +328,7 @@ class FitRequest:
     n_components: int
     solver: str
     gram: str
-    dtype: np.dtype
+    dtype: np.dtype | str
     block: int
     tol: float
     max_passes: int
@@ -347,7 +351,7 @@ class FitRequest:
 def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict = "rbf",
                  gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
                  kernel_params: dict | None = None, solver: str = "auto",
-                 store: str | os.PathLike | None = None, chunk_size: int | None = None, dtype: Any = "float32",
+                 store: str | os.PathLike | None = None, chunk_size: int | None = None, dtype: Any = "auto",
                  tol: float = 1e-6, max_passes: int | None = None, random_state: Any = None,
                  overwrite: bool = False, gram: str = "auto", progress: Any = False,
                  create_store: bool = True) -> FitRequest:
@@ -365,7 +369,7 @@ def make_request(source: Any, n_components: Any = 2, kernel: str | Kernel | dict
     if solver == "nystrom" and gram in ("store", "memory"):
         raise ValueError(f"gram={gram!r} does not apply to solver='nystrom', which never forms K; "
                          "use gram='auto' or 'recompute'.")
-    dt = check_dtype("dtype", dtype)
+    dt = check_dtype("dtype", dtype, allow_auto=True)
     tol_f = check_real("tol", tol, 0.0, 1.0, what="a number in [0, 1), e.g. 1e-6")
     passes = check_int("max_passes", max_passes, 1, allow_none=True)
     chunk = check_int("chunk_size", chunk_size, 1, allow_none=True)

@@ -195,8 +195,8 @@ def test_cli_refuses_an_existing_s3_output(s3_bucket, capsys):
     store, out = f"{s3_bucket}/s.dkpca.zarr", f"{s3_bucket}/results"
     dkpca.fit(data, n_components=2, store=store, solver="dense")
     _fs().pipe_file(f"{out.split('://', 1)[1]}/notes.txt", b"mine")
-    assert "already exists" in _cli_error(capsys, ["transform", store, data, out])
-    assert "not a Zarr array" in _cli_error(capsys, ["transform", store, data, out, "--overwrite"])
+    assert "not a dkpca transform output" in _cli_error(capsys, ["transform", store, data, out])
+    assert "not a dkpca transform output" in _cli_error(capsys, ["transform", store, data, out, "--overwrite"])
     assert s3_keys(out) == ["notes.txt"]
 
 

@@ -30,11 +30,11 @@ def test_transform_refuses_an_existing_directory(tmp_path, fitted, capsys):
     proj.mkdir()
     (proj / "thesis.tex").write_text("years of work")
     err = cli_error(capsys, ["transform", store, data, str(proj)])
-    assert "already exists" in err and "--overwrite" in err
+    assert "exists and is not a dkpca transform output" in err and "choose another output path" in err
     assert (proj / "thesis.tex").read_text() == "years of work"
     # --overwrite replaces earlier projections only, never a directory of other files
     err = cli_error(capsys, ["transform", store, data, str(proj), "--overwrite"])
-    assert "not a Zarr array" in err
+    assert "not a dkpca transform output" in err and "never removes files it did not write" in err
     assert (proj / "thesis.tex").read_text() == "years of work"
 
 

@@ -37,7 +37,8 @@ import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
 __all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec",
-           "is_loopback", "k8s_quantity", "walltime_seconds", "worker_lifetime_args"]
+           "duration_seconds", "is_loopback", "is_scheduler_address", "k8s_quantity", "scheduler_address",
+           "walltime_seconds", "worker_lifetime_args"]
 
 BACKENDS = ("local", "slurm", "pbs", "kubernetes", "gateway", "scheduler")
 
@@ -126,12 +127,52 @@ class ClusterSpec:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ClusterConfigError(f"{where} must be a positive integer; got {value!r}.")
         if key == "timeout":
-            try:
-                return parse_timedelta(value)
-            except (ValueError, KeyError, TypeError):
-                raise ClusterConfigError(f"{where} must be a duration such as '300s' or '10m'; "
-                                         f"got {value!r}.") from None
+            return duration_seconds(value, where)
         return value
+
+
+def duration_seconds(value: Any, where: str) -> float:
+    """A positive duration in seconds: ``"600s"``, ``"10m"``, ``"1h"`` (one of dask's units) or a number of seconds.
+
+    Raises
+    ------
+    ClusterConfigError
+        Not a duration (dask's parser says ``KeyError`` for an unknown unit), or not above zero.
+    """
+    try:
+        seconds = None if isinstance(value, bool) else parse_timedelta(value)
+    except (ValueError, KeyError, TypeError, OverflowError):
+        seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise ClusterConfigError(f"{where} must be a duration such as '600s', '10m' or '1h' (one unit, above zero; "
+                                 f"a bare number is seconds); got {value!r}.")
+    return float(seconds)
+
+
+def is_scheduler_address(s: str) -> bool:
+    """Whether ``s`` reads as a scheduler address (``tcp://host:port``, ``tls://...``, ``host:port``)."""
+    return "://" in s or bool(re.fullmatch(r"[\w.\-]+:\d+", s))
+
+
+#: what ``--scheduler`` accepts, for messages
+SCHEDULER_FORMS = "tls://host:port, tcp://host:port or host:port"
+
+
+def scheduler_address(text: str) -> str:
+    """``text`` if it reads as a scheduler address; else ``ValueError`` saying what it is and what to give.
+
+    A file is not an address: a scheduler's JSON file goes to ``--scheduler-file``
+    and a cluster file to ``--cluster`` (read as either, it would start a
+    local cluster from a scheduler's JSON, or fail on YAML it is not).
+    """
+    if os.path.isfile(text):
+        raise ValueError(f"{text!r} is a file, not a scheduler address: give a running scheduler's JSON file "
+                         f"with --scheduler-file, a cluster file with --cluster, or an address ({SCHEDULER_FORMS}).")
+    if not is_scheduler_address(text):
+        raise ValueError(f"{text!r} is neither a scheduler address nor a cluster file: give a running scheduler's "
+                         f"address ({SCHEDULER_FORMS}), its JSON file with --scheduler-file, or a cluster file or "
+                         f"back end ({', '.join(b for b in BACKENDS if b != 'scheduler')}) with --cluster.")
+    return text
 
 
 def _infer_backend(cfg: Mapping, source: str) -> str:
@@ -153,8 +194,9 @@ def _infer_backend(cfg: Mapping, source: str) -> str:
 def load_file(path: str) -> dict:
     """A cluster file's contents (a mapping), with errors that name the file."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"cluster file {path!r} does not exist; give a file (see cluster_configs/) or a "
-                                f"back end: {', '.join(b for b in BACKENDS if b != 'scheduler')}.")
+        raise FileNotFoundError(f"cluster file {path!r} does not exist; give a file (see cluster_configs/), a "
+                                f"back end ({', '.join(b for b in BACKENDS if b != 'scheduler')}) or a running "
+                                f"scheduler's address ({SCHEDULER_FORMS}).")
     with open(path) as f:
         try:
             cfg = yaml.safe_load(f)

@@ -16,10 +16,10 @@ started has been shut down.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
-import re
 import shutil
 import time
 import weakref
@@ -39,23 +39,20 @@ from .config import (
     ClusterSpec,
     backend_class,
     cluster_spec,
+    duration_seconds,
     is_loopback,
+    is_scheduler_address,
     jobs_for,
     worker_lifetime_args,
 )
 from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
-from .security import batch_security, run_security
+from .security import TLSOnlyNanny, batch_security, run_security, tls_only_worker_args
 
 __all__ = ["connect", "close", "connected", "is_scheduler_address"]
 
 logger = logging.getLogger("dkpca")
 
 Target = str | os.PathLike | Mapping | ClusterSpec | None
-
-
-def is_scheduler_address(s: str) -> bool:
-    """Whether ``s`` reads as a scheduler address (``tcp://host:port``, ``tls://...``, ``host:port``)."""
-    return "://" in s or bool(re.fullmatch(r"[\w.\-]+:\d+", s))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -101,8 +98,8 @@ def _wait_for_workers(client: Client, spec: ClusterSpec | None, timeout: float |
 def _await_workers(client: Client, spec: ClusterSpec | None, timeout: float | None, what: str) -> None:
     n = spec.dkpca("workers", 1) if spec is not None else 1
     if timeout is None:
-        timeout = spec.dkpca("timeout", DEFAULT_TIMEOUT) if spec is not None else parse_timedelta(
-            dask.config.get("dkpca.cluster.timeout", DEFAULT_TIMEOUT))
+        timeout = spec.dkpca("timeout", DEFAULT_TIMEOUT) if spec is not None else duration_seconds(
+            dask.config.get("dkpca.cluster.timeout", DEFAULT_TIMEOUT), "Dask setting dkpca.cluster.timeout")
     try:
         client.wait_for_workers(n, timeout=timeout)
     except TimeoutError:
@@ -146,6 +143,8 @@ def _start_local(spec: ClusterSpec) -> Any:
                                  "dkpca starts use TLS; remove the protocol.")
     _warn_open_dashboard(kw["dashboard_address"], spec.source)
     kw["security"] = run_security()
+    if kw["processes"]:  # (threads in this process: no worker ports at all)
+        kw.setdefault("worker_class", TLSOnlyNanny)  # workers listen on their TLS port only
     with dask.config.set(local_housekeeping()):
         return LocalCluster(**kw)
 
@@ -159,6 +158,7 @@ def _start_jobqueue(spec: ClusterSpec, cleanup: contextlib.ExitStack) -> Any:
     args = worker_lifetime_args(dask.config.get(f"jobqueue.{name}.worker-extra-args", None) or [],
                                 dask.config.get(f"jobqueue.{name}.walltime", None), where,
                                 plain=60.0 if name == "slurm" else 1.0)
+    args = tls_only_worker_args(args)  # no plain HTTP port on the compute nodes
     options = dict(dask.config.get(f"jobqueue.{name}.scheduler-options", None) or {})
     if options.get("protocol") not in (None, "tls", "tls://"):
         raise ClusterConfigError(f"{where}.scheduler-options.protocol {options['protocol']!r}: a scheduler that "
@@ -329,7 +329,7 @@ def connect(target: Target = None, *, scheduler_file: str | os.PathLike | None =
         The back end's package is missing (the message names the extra).
     """
     cleanup = contextlib.ExitStack()
-    timeout = parse_timedelta(timeout) if timeout is not None else None
+    timeout = duration_seconds(timeout, "timeout") if timeout is not None else None
     try:
         client = _open(target, scheduler_file, timeout, memory_per_worker, cleanup)
     except BaseException:
@@ -339,9 +339,28 @@ def connect(target: Target = None, *, scheduler_file: str | os.PathLike | None =
     return client
 
 
+class _GivenUpReconnection(logging.Filter):
+    """Drops distributed's reports of a client's reconnection that ended because the client closed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        cancelled = record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError)
+        return not (cancelled or str(record.msg).startswith("Failed to reconnect to scheduler"))
+
+
 def close(client: Any) -> None:
-    """Close ``client`` and the cluster :func:`connect` started for it (if any)."""
+    """Close ``client`` and the cluster :func:`connect` started for it (if any).
+
+    A client whose scheduler went away is still trying to reconnect; closing
+    it ends that attempt, which distributed reports as an error ("Failed to
+    reconnect", then a traceback of the cancelled attempt).  After dkpca's one
+    line saying that the scheduler went away that is noise, so from then on
+    those two reports are dropped (nothing else).
+    """
     cluster = getattr(client, "cluster", None)
+    if client.status == "connecting":
+        log = logging.getLogger("distributed.client")
+        if not any(isinstance(f, _GivenUpReconnection) for f in log.filters):
+            log.addFilter(_GivenUpReconnection())
     client.close()
     if cluster is not None:
         cluster.close()
@@ -358,7 +377,7 @@ def connected(target: Target = None, *, scheduler_file: str | os.PathLike | None
     if target is None and scheduler_file is None:
         yield None
         return
-    timeout = parse_timedelta(timeout) if timeout is not None else None
+    timeout = duration_seconds(timeout, "timeout") if timeout is not None else None
     with contextlib.ExitStack() as stack:
         if scheduler_file is None and not (isinstance(target, (str, os.PathLike)) and not os.path.isfile(target)
                                            and is_scheduler_address(os.fspath(target))):

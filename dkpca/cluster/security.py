@@ -10,17 +10,53 @@ workers start on other nodes and must read them from a file: those files are
 written into a new directory only the user can enter (0700), each readable by
 the user only (0600), on the filesystem the jobs share, and removed when the
 cluster closes.
+
+The workers of a LocalCluster dkpca starts listen on their TLS address only:
+a distributed worker also serves HTTP (``/health``, ``/metrics``) on a port of
+its own, unencrypted and unauthenticated, whether or not it has a dashboard;
+:class:`TLSOnlyNanny` starts :class:`TLSOnlyWorker`, which serves none (unless
+the cluster file asks for a worker dashboard, ``worker_dashboard_address``).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 import dask.config
+from distributed import Nanny, Worker
 from distributed.security import Security
 
-__all__ = ["run_security", "batch_security"]
+__all__ = ["run_security", "batch_security", "TLSOnlyNanny", "TLSOnlyWorker", "tls_only_worker_args"]
+
+
+class TLSOnlyWorker(Worker):
+    """A worker without its plain HTTP server (health and Prometheus metrics), unless it has a dashboard.
+
+    Nothing dkpca does reads those pages; the server would be one more port
+    on the host (on a batch node, every interface) that answers anyone
+    without TLS.  A worker dashboard, when asked for (``dashboard=True``:
+    LocalCluster's ``worker_dashboard_address``, ``dask worker --dashboard``),
+    keeps its server.
+    """
+
+    def __init__(self, *args: Any, dashboard: bool = False, **kwargs: Any) -> None:
+        self.dkpca_http = dashboard
+        super().__init__(*args, dashboard=dashboard, **kwargs)
+
+    def start_http_server(self, routes: Any, dashboard_address: Any, default_port: int = 0,
+                          ssl_options: Any = None) -> None:
+        if self.dkpca_http:
+            super().start_http_server(routes, dashboard_address, default_port, ssl_options)
+
+
+class TLSOnlyNanny(Nanny):
+    """A nanny that starts a :class:`TLSOnlyWorker` (LocalCluster's ``worker_class``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("worker_class", TLSOnlyWorker)
+        super().__init__(*args, **kwargs)
 
 
 def run_security() -> Security:
@@ -61,3 +97,14 @@ def batch_security(shared_directory: str) -> tuple[Security, str | None]:
         tls_client_cert=temp.tls_client_cert, tls_client_key=temp.tls_client_key,
     )
     return security, directory
+
+
+def tls_only_worker_args(args: list[str]) -> list[str]:
+    """``dask worker`` arguments for batch workers that listen on their TLS port only (:class:`TLSOnlyWorker`).
+
+    Unless the configuration names a worker class or asks for a worker
+    dashboard itself (``--dashboard``), whose server then stays.
+    """
+    if "--worker-class" in args or "--dashboard" in args:
+        return args
+    return [*args, "--worker-class", f"{TLSOnlyWorker.__module__}.{TLSOnlyWorker.__qualname__}", "--no-dashboard"]

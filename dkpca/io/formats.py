@@ -28,6 +28,7 @@ import zarr
 
 from ..linalg import default_block_size
 from ..storage import absolute, is_url
+from ..storage.outputs import check_readable
 
 __all__ = ["READABLE", "open_path", "split_member", "input_path"]
 
@@ -153,6 +154,7 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
             f"Zarr group {source!r} holds arrays {arrays}; name the data array 'X' "
             f"or pass its path, e.g. '{source}/{arrays[0] if arrays else 'X'}'."
         )
+    check_readable(node, source)  # an interrupted transform's output is refused, never read as data
     return node
 
 

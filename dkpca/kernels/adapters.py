@@ -56,11 +56,31 @@ class CallableKernel(Kernel):
         return False  # nothing is known about a user's function
 
     def block(self, X: Any, Y: Any = None, dtype: Any = np.float64, out: np.ndarray | None = None) -> np.ndarray:
+        if X.shape[0] and (Y is None or Y.shape[0]):
+            self.check_value(self.func(X[0], (X if Y is None else Y)[0], **self.params))
         K = pairwise_kernels(X, Y, metric=self.func, filter_params=True, n_jobs=self.n_jobs, **self.params)
         return _into(K, dtype, out)
 
+    def check_value(self, value: Any) -> None:
+        """Refuse what is not one real number per pair (a vector, a string, None), naming the callable.
+
+        Checked on the first pair before the n^2 calls: scikit-learn would
+        otherwise fail inside ``pairwise_kernels`` with "setting an array
+        element with a sequence".  Non-finite numbers are left to the
+        in-memory K's check, which names the kernel too.
+        """
+        v = np.asarray(value) if not isinstance(value, (str, bytes)) else None
+        if v is None or v.ndim != 0 or v.dtype.kind not in "biuf":
+            shape = "" if v is None or v.ndim == 0 else f" of shape {v.shape}"
+            raise TypeError(f"callable kernel {getattr(self.func, '__name__', self.func)!r} must return a number for "
+                            f"a pair of points (x, y); it returned {type(value).__name__}{shape}. Return one float per "
+                            "pair, e.g. float(np.dot(x, y)).")
+
     def _diag(self, X: np.ndarray) -> np.ndarray:
-        return np.array([self.func(x, x, **self.params) for x in X], dtype=np.float64)
+        values = [self.func(x, x, **self.params) for x in X]
+        for v in values[:1]:
+            self.check_value(v)
+        return np.array(values, dtype=np.float64)
 
     def diag(self, X: Any, dtype: Any = np.float64) -> np.ndarray:
         return self._diag(np.asarray(_dense(X), dtype=np.float64)).astype(dtype, copy=False)

@@ -7,6 +7,7 @@ hand-edited store fails with a message instead of evaluating a wrong kernel.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .base import Kernel, Product, Scaled, Sum, field_names
@@ -95,6 +96,12 @@ def make_kernel(
     ValueError
         Unknown kernel name or a parameter out of its allowed range.
     """
+    if kernel_params is not None and (not isinstance(kernel_params, Mapping)
+                                      or not all(isinstance(key, str) for key in kernel_params)):
+        what = (kernel if isinstance(kernel, str) else kernel.get("name") if isinstance(kernel, dict)
+                else getattr(kernel, "name", None)) or "the"
+        raise ValueError(f"{what} kernel: kernel_params={kernel_params!r} is invalid; it must be None or a dict of "
+                         "the kernel's parameters by name, e.g. kernel_params={'gamma': 0.1}.")
     if isinstance(kernel, Kernel):
         k = kernel
     elif isinstance(kernel, dict):

@@ -98,7 +98,17 @@ class Centering:
     @property
     def trace(self) -> float:
         """``trace(K~) = trace(K) - n c``: exact, without any eigenvalue."""
-        return float(self.diag_sum - self.n * self.grand_mean)
+        return float(self.diag_sum - self.cancelled)
+
+    @property
+    def cancelled(self) -> float:
+        """``n c = 1^T K 1 / n = trace(K) - trace(K~)``: the part of K that centring removes.
+
+        The Rayleigh quotient of K at the constant vector, so ``||K|| >= |n c|``:
+        the scale of the rounding errors left in K~'s eigenvalues (the zero
+        rule, :func:`dkpca.solvers.spectrum.zero_threshold`).
+        """
+        return float(self.n * self.grand_mean)
 
     # -- training-side formulas -------------------------------------------
     def center_product(self, KV: np.ndarray, V: np.ndarray) -> np.ndarray:

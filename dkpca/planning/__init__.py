@@ -4,8 +4,10 @@ from .auto import DENSE_MAX_N, SMALL_GRAM_BYTES, Choice, choose, in_memory_solve
 from .estimate import SCHEDULER_SECONDS_PER_TASK, EntryRates, choose_block, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 from .plan import Plan, make_plan, plan
+from .precision import DTYPES, Precision, PrecisionWarning, choose_precision, memory_precision, sample_rows
 from .resources import cluster_resources
 
 __all__ = ["DENSE_MAX_N", "SMALL_GRAM_BYTES", "Choice", "choose", "in_memory_solver", "use_compiled_exp",
            "estimate_passes", "lanczos_passes", "measure_blocks", "Plan", "cluster_resources", "make_plan", "plan",
-           "SCHEDULER_SECONDS_PER_TASK", "EntryRates", "choose_block", "estimate"]
+           "SCHEDULER_SECONDS_PER_TASK", "EntryRates", "choose_block", "estimate", "DTYPES", "Precision",
+           "PrecisionWarning", "choose_precision", "memory_precision", "sample_rows"]

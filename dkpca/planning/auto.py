@@ -21,6 +21,7 @@ from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
 from .estimate import EntryRates, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
+from .precision import Precision, choose_precision
 
 __all__ = ["Choice", "choose", "use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "DENSE_MAX_N", "DENSE_K_SHARE",
            "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES", "LANCZOS_MIN_K", "memory_gram_fits", "in_memory_solver"]
@@ -130,6 +131,8 @@ class Choice:
         seconds per block, estimated passes and totals.
     compiled_exp : bool
         Evaluate the kernel with its exp compiled (:func:`use_compiled_exp`).
+    precision : Precision or None
+        The precision K is held in and why (:func:`~dkpca.planning.precision.choose_precision`).
     """
 
     solver: str
@@ -137,6 +140,12 @@ class Choice:
     reason: str
     details: dict[str, Any] = field(default_factory=dict)
     compiled_exp: bool = False
+    precision: Precision | None = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        """K's precision: the decided one (float32 where nothing decided it)."""
+        return np.dtype(self.precision.dtype if self.precision is not None else "float32")
 
 
 #: components from which a K held in memory is solved by block Lanczos rather than ARPACK
@@ -175,11 +184,18 @@ def in_memory_solver(n: int, k: int, fraction: bool = False) -> tuple[str, str]:
 
 
 def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None, kernel=None,
-           dtype: Any = "float32", block: int | None = None, store: str | None = None, tol: float = 1e-6,
+           dtype: Any = "auto", block: int | None = None, store: str | None = None, tol: float = 1e-6,
            max_passes: int = 60, free_bytes: int | None = None, memory_bytes: int | None = None,
            measured: dict[str, float] | None = None, workers: int | None = None, temporary: bool = False,
-           fraction: bool = False) -> Choice:
-    """Resolve ``solver="auto"`` and ``gram="auto"``; says why.
+           fraction: bool = False, stored_dtype: str | None = None) -> Choice:
+    """Resolve ``dtype="auto"``, ``solver="auto"`` and ``gram="auto"``; says why.
+
+    The precision first (``dtype``: ``auto``, ``float32`` or ``float64``;
+    :func:`~dkpca.planning.precision.choose_precision`, measured on a sample
+    of X): the rules below are applied with K in float32, and again in
+    float64 when the sample says float32 would lose the eigenvalues (its
+    entries, or -- where those rules pick ARPACK on K in memory -- its
+    single-precision products).  ``Choice.precision`` says which and why.
 
     Rules, in order (each is a sentence of ``reason``):
 
@@ -244,12 +260,32 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         Concurrent block tasks (default: the active client's threads, else CPUs).
     temporary : bool, default=False
         The store is a temporary directory (in-memory input without ``store=``).
+    stored_dtype : str, optional
+        The precision of the K the store already holds and a refit would reuse
+        (``GramStore.recorded_dtype``); ``auto`` keeps a float64 one.
 
     Returns
     -------
     Choice
     """
-    details: dict[str, Any] = {}
+    requested = dtype if isinstance(dtype, str) and dtype == "auto" else np.dtype(dtype).name
+    kw = dict(X=X, kernel=kernel, block=block, store=store, tol=tol, max_passes=max_passes, free_bytes=free_bytes,
+              memory_bytes=memory_bytes, measured=measured, workers=workers, temporary=temporary, fraction=fraction)
+    first = _choose_modes(n, k, solver, gram, dtype="float64" if requested == "float64" else "float32", **kw)
+    precision = choose_precision(requested, X, kernel, k, single_products=first.solver == "arpack",
+                                 stored=stored_dtype)
+    choice = first if precision.dtype == np.dtype(first.details["dtype"]).name else \
+        _choose_modes(n, k, solver, gram, dtype=precision.dtype, **kw)
+    choice.precision = precision
+    return choice
+
+
+def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: Any, block: int | None,
+                  store: str | None, tol: float, max_passes: int, free_bytes: int | None, memory_bytes: int | None,
+                  measured: dict[str, float] | None, workers: int | None, temporary: bool,
+                  fraction: bool) -> Choice:
+    """:func:`choose`'s solver and gram rules for K in ``dtype`` (float32 or float64)."""
+    details: dict[str, Any] = {"dtype": np.dtype(dtype).name}
     if memory_bytes is None and (solver in ("auto", "arpack") or gram in ("auto", "memory")):
         memory_bytes = int(psutil.virtual_memory().available)
     ell = block_size(n, k)

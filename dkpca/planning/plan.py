@@ -40,7 +40,7 @@ from ..kernels import Kernel
 from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
 from ..request import check_bandwidth, check_bool, make_request
 from ..solvers import block_width
-from ..storage import free_bytes, gram_bytes, json_safe
+from ..storage import GramStore, free_bytes, gram_bytes, json_safe
 from .auto import choose
 from .estimate import (
     BUILD_SECONDS,
@@ -55,6 +55,7 @@ from .estimate import (
     memory_estimate,
 )
 from .measure import dense_solve_seconds, estimate_passes, measure_blocks
+from .precision import Precision
 from .resources import cluster_resources
 
 __all__ = ["plan", "Plan", "make_plan"]
@@ -140,6 +141,8 @@ class Plan:
     filesystem_seconds: float = 0.0
     #: planned for a distributed cluster (False: this machine's threads, no block choice or warning)
     distributed: bool = False
+    #: the precision K is held in and why (``Precision.to_dict()``; None: not decided here)
+    precision: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -159,6 +162,8 @@ class Plan:
             f"({_fmt_bytes(self.chunk_bytes)}), {self.n_row_blocks} row blocks, "
             f"{self.n_block_tasks} block tasks (upper triangle)",
         ]
+        if self.precision is not None:
+            lines.append(f"  precision:     {self.precision['dtype']} ({self.precision['reason']})")
         if self.block_reason:
             lines.append(f"  block:         {self.block_reason}")
         rate = "the measured blocks" if self.rates_source == "measured" else "the documented rate, not measured"
@@ -214,7 +219,7 @@ class Plan:
 def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str,
               store: str, tol: float = 1e-6, max_passes: int = 60, resources: dict | None = None,
               measure: bool = True, fraction: float | None = None, fs_bandwidth: float | None = None,
-              rates: EntryRates | None = None, block_reason: str = "") -> Plan:
+              rates: EntryRates | None = None, block_reason: str = "", precision: Precision | None = None) -> Plan:
     """Plan for a validated dask array ``X`` (row chunks = ``block``) and resolved kernel.
 
     ``measure=False`` does no work beyond arithmetic on the sizes (the pass
@@ -222,7 +227,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     scheduler's share uses the documented per-entry rates).  ``rates``:
     per-entry times measured already (at another block edge), instead of
     measuring here.  ``fs_bandwidth``: assumed aggregate bytes/s of the
-    store's filesystem (checked by the caller).
+    store's filesystem (checked by the caller).  ``precision``: how ``dtype`` was decided (a lossy float32 warns).
     """
     dtype = np.dtype(dtype)
     n, d = X.shape
@@ -244,6 +249,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     if avail and per_worker > WORKER_MEMORY_FRACTION * avail:
         warnings.append(f"{_fmt_bytes(per_worker)} per worker is close to or above its memory limit "
                         f"{_fmt_bytes(avail)}; use a smaller chunk_size")
+    warnings += [precision.warning()] if precision is not None and precision.lossy else []
     mp = max_passes or 60
     passes, note = (estimate_passes(X, kernel, k, ell, tol, mp, solver) if measure or solver == "dense"
                     else (mp, f"at most max_passes={mp}; not estimated"))
@@ -278,6 +284,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         scheduling_share=sweep.share, rates_source=rates.source, fs_bandwidth=fs_bandwidth,
         pass_bound=sweep.bound, build_bound=build.bound if build is not None else None,
         filesystem_seconds=sweep.io, distributed=distributed,
+        precision=precision.to_dict() if precision is not None else None,
     )
     if rates.source == "measured":
         p.measured = rates.per_block(block)
@@ -316,7 +323,7 @@ def plan(
     solver: str = "auto",
     store: str | os.PathLike | None = None,
     chunk_size: int | None = None,
-    dtype: str = "float32",
+    dtype: str = "auto",
     tol: float = 1e-6,
     max_passes: int | None = None,
     gram: str = "auto",
@@ -371,21 +378,23 @@ max_passes, gram
                                                                        "store.dkpca.zarr")
     c = choose(req.n, req.n_components, req.solver, req.gram, X=req.X if measure else None, kernel=req.kernel,
                dtype=req.dtype, block=req.block, store=path, tol=req.tol, max_passes=req.max_passes,
-               temporary=req.store is None)
+               temporary=req.store is None, stored_dtype=req.store and GramStore(req.store).recorded_dtype())
     res = cluster_resources(cluster)
     ell = subspace(req.n, req.n_components, c.solver)
-    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, req.dtype, ell, path),
+    dtype = c.dtype  # "auto" resolved (measured on a sample; float32 where not measured)
+    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, dtype, ell, path),
                                 req.block) if measure else None
     X, block = req.X, req.block
     why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
     if chunk_size is None and cluster_block and res["distributed"]:
-        best = choose_block(req.n, d=req.d, ell=ell, itemsize=req.dtype.itemsize, gram=c.gram, resources=res,
+        best = choose_block(req.n, d=req.d, ell=ell, itemsize=dtype.itemsize, gram=c.gram, resources=res,
                             rates=rates or EntryRates.documented(req.kernel, req.d), fs_bandwidth=bandwidth)
         if best != block:
             X, block = req.X.rechunk((best, req.d)), best
             why = (f"{best}, chosen for this cluster (to keep the scheduler under {100 * SCHEDULING_SHARE:.0f} % "
                    f"of a pass, as far as the workers' memory allows): pass chunk_size={best} (--chunk-size {best}) "
                    f"to fit, whose default is {req.block}")
-    return make_plan(X, req.kernel, req.n_components, block, req.dtype, c.solver, c.reason, c.gram, path,
+    return make_plan(X, req.kernel, req.n_components, block, dtype, c.solver, c.reason, c.gram, path,
                      tol=req.tol, max_passes=req.max_passes, resources=res, measure=measure,
-                     fraction=req.fraction, fs_bandwidth=bandwidth, rates=rates, block_reason=why)
+                     fraction=req.fraction, fs_bandwidth=bandwidth, rates=rates, block_reason=why,
+                     precision=c.precision)

@@ -17,9 +17,18 @@ flip), restated here rather than imported because they are private there:
   (below both ``-ratio * lambda_max`` and ``-floor``), is an error with
   scikit-learn's message; smaller negatives are round-off and become 0, as
   do positive eigenvalues below ``small * lambda_max`` (numerically zero);
+* "numerically zero" is measured against the size of K, not only against
+  the top eigenvalue: ``lambda < small * max(lambda_max, n |c|)``, where
+  ``n c = 1^T K 1 / n`` is the Rayleigh quotient of K at the constant vector
+  -- the part of K that centring cancels.  Rounding K (and the products with
+  it) leaves errors up to about ``u ||K||`` in every eigenvalue of K~ (Weyl;
+  ``||K|| >= n |c|``), so a K~ that is rounding noise -- identical points,
+  a kernel constant on the data -- has only zero components, where the ratio
+  to its own (noise) top eigenvalue would keep them all;
 * components with a zero eigenvalue are dropped on request (scikit-learn:
   ``remove_zero_eig=True`` or ``n_components=None``; ``dkpca.fit``: always,
-  their scores being rounding noise);
+  their scores being rounding noise); when that drops every component, a
+  ``UserWarning`` says so (scikit-learn keeps none either, silently);
 * ``n_components`` given as a fraction f in (0, 1) keeps the smallest k whose
   cumulative explained-variance ratio ``sum_{i<=k} lambda_i / trace(K~)``
   reaches f (:func:`components_for_fraction`, :func:`keep_fraction`), as
@@ -33,6 +42,7 @@ precision, ``(5e-3, 1e-6, 2e-7)`` in single.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +51,7 @@ import numpy as np
 from .result import EigResult
 
 __all__ = ["postprocess", "check_eigenvalues", "flip_signs", "components_for_fraction", "keep_fraction",
-           "NOT_PSD_HINT"]
+           "NOT_PSD_HINT", "zero_threshold"]
 
 #: (significant negative ratio, significant negative value, numerically zero ratio) by precision
 _THRESHOLDS = {
@@ -68,7 +78,19 @@ def flip_signs(U: np.ndarray) -> np.ndarray:
     return U
 
 
-def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None) -> np.ndarray:
+def zero_threshold(top: float, precision: Any = np.float64, scale: float | None = None) -> float:
+    """The bound below which an eigenvalue is numerically zero: ``small * max(top, |scale|)``.
+
+    ``top``: the largest computed eigenvalue; ``scale``: ``n c = 1^T K 1 / n``
+    of the kernel matrix (None: scikit-learn's rule, relative to ``top``
+    alone); ``small`` is scikit-learn's ratio for ``precision`` (1e-12 in
+    double, 2e-7 in single: about 4,500 and 3.4 units of rounding).
+    """
+    small = _THRESHOLDS[np.dtype(np.float32) if np.dtype(precision) == np.float32 else np.dtype(np.float64)][2]
+    return small * max(float(top), abs(float(scale)) if scale is not None and np.isfinite(scale) else 0.0)
+
+
+def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None, scale: float | None = None) -> np.ndarray:
     """The eigenvalues of a PSD matrix, validated and cleaned (a new float64 array).
 
     Parameters
@@ -78,6 +100,9 @@ def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None) -> np.ndar
     precision : dtype, optional
         Precision of the matrix they were computed from (float32 or float64);
         selects the thresholds.  Default: the eigenvalues' own dtype.
+    scale : float, optional
+        ``n c = 1^T K 1 / n`` of the uncentred kernel matrix: eigenvalues up
+        to :func:`zero_threshold` of it are zero too.
 
     Returns
     -------
@@ -92,7 +117,7 @@ def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None) -> np.ndar
     """
     lam = np.asarray(eigenvalues)
     dt = np.dtype(precision) if precision is not None else lam.dtype
-    ratio, floor, small = _THRESHOLDS[np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)]
+    ratio, floor, _ = _THRESHOLDS[np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)]
     lam = np.array(lam, dtype=np.float64, copy=True)
     if lam.size == 0:
         return lam
@@ -109,11 +134,11 @@ def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None) -> np.ndar
             "not PSD, or there was an issue while computing the eigendecomposition of the matrix." + NOT_PSD_HINT
         )
     lam[lam < 0] = 0.0
-    lam[(lam > 0) & (lam < small * top)] = 0.0
+    lam[(lam > 0) & (lam < zero_threshold(top, dt, scale))] = 0.0
     return lam
 
 
-def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None) -> EigResult:
+def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None, scale: float | None = None) -> EigResult:
     """The published spectrum of a solver's result (a new :class:`EigResult`).
 
     Ranked by value (descending, ties kept in the solver's order), signed by
@@ -131,6 +156,9 @@ def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None) -> 
     precision : dtype, optional
         Precision of the kernel matrix (float32 Gram stores get scikit-learn's
         single-precision thresholds); default: the eigenvalues' dtype.
+    scale : float, optional
+        ``n c = 1^T K 1 / n`` of the kernel matrix (``Centering.cancelled``):
+        eigenvalues at its rounding level are zero (:func:`zero_threshold`).
 
     Returns
     -------
@@ -142,7 +170,7 @@ def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None) -> 
         The spectrum is not that of a PSD matrix (see :func:`check_eigenvalues`).
     """
     raw = np.asarray(res.eigenvalues)
-    lam = check_eigenvalues(raw, raw.dtype if precision is None else precision)
+    lam = check_eigenvalues(raw, raw.dtype if precision is None else precision, scale)
     # Rank by the computed values, not the cleaned ones: cleaning maps several
     # of them to 0, and their order should stay the solver's, not the sort's.
     order = np.argsort(-raw.astype(np.float64), kind="stable")
@@ -153,6 +181,15 @@ def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None) -> 
     if remove_zero:
         keep = lam > 0
         info["zero_eigenvalues_removed"] = int(keep.size - np.count_nonzero(keep))
+        if keep.size and not keep.any():
+            top = float(raw.max()) if raw.size else 0.0
+            limit = zero_threshold(top, raw.dtype if precision is None else precision, scale)
+            warnings.warn(
+                f"all {keep.size} components are numerically zero (largest eigenvalue {top:.3g} <= {limit:.3g}, the "
+                "rounding level of this kernel matrix): the centred kernel matrix vanishes on this data (identical "
+                "points, or a kernel constant on them), so no component is kept, as scikit-learn's remove_zero_eig "
+                "does. Check the data, or choose kernel parameters under which the points differ (e.g. a larger "
+                "gamma).", UserWarning, stacklevel=3)
         lam, U, residuals = lam[keep], U[:, keep], residuals[keep]
     return replace(res, eigenvalues=lam, eigenvectors=np.ascontiguousarray(U), residuals=residuals, info=info)
 

@@ -28,6 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..kernels import Kernel, make_kernel
 from ..request import check_bool, check_choice, check_int, check_real
 from ..solvers import EigResult, postprocess
+from ..storage import DamagedModelError
 from .blocks import center, kernel_block, mean_kernel
 from .driver import DEFAULT_BLOCK_SIZE, EMOptions, fit_weights
 from .em import UPDATES, covariance
@@ -349,6 +350,11 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     def load(cls, path: str | os.PathLike) -> SparseKernelPCA:
         """Read a model written by :meth:`save` (no pickle involved)."""
         params, fitted = load_model(path)
+        unknown = sorted(set(params) - set(cls().get_params()))
+        if unknown:  # an edited store, or one written by a later dkpca: a TypeError from cls(**params) names neither
+            raise DamagedModelError(os.fspath(path), "sparse model field 'params'",
+                                    f"names parameters {cls.__name__} does not have ({', '.join(unknown)})",
+                                    kind="sparse_model")
         est = cls(**params)
         for name, value in fitted.items():
             setattr(est, name, value)

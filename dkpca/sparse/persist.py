@@ -6,7 +6,8 @@ Layout, inside a dkpca store (:class:`dkpca.storage.FitStore`)::
                                      log_likelihood (+ X_fit, row_means when centred)
                              attrs:  params, kernel, n_features_in, n_iter, converged,
                                      fit_report, (grand_mean), (feature_names_in),
-                                     dkpca_version, complete
+                                     dkpca_version, arrays + digest (the record every
+                                     read checks: dkpca.storage.modelrecord), complete
 
 The estimator hands over its parameters and fitted attributes as plain dicts
 (:meth:`dkpca.sparse.SparseKernelPCA.save` / ``load``); this module alone knows
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import Kernel, from_dict
-from ..storage import FitStore
+from ..storage import DamagedModelError, FitStore
 from ..version import __version__
 
 __all__ = ["ARRAYS", "ATTRS", "save_model", "load_model"]
@@ -74,27 +75,85 @@ def save_model(path: str | os.PathLike, params: dict[str, Any], fitted: dict[str
 
 
 def load_model(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(params, fitted)`` as :func:`save_model` was given them.
+    """``(params, fitted)`` as :func:`save_model` was given them, every field checked.
 
     Raises
     ------
     FileNotFoundError
         ``path`` does not exist.
     ValueError
-        Not a dkpca store, or it holds no complete sparse model.
+        Not a dkpca store, or it holds no complete sparse model; or a field is
+        missing, of the wrong type or shape, or not finite
+        (:class:`~dkpca.storage.DamagedModelError`, naming the field).
     """
-    arrays, a = FitStore.at(path).read_sparse_model()
-    params = dict(a["params"])
+    store = FitStore.at(path)
+    arrays, a = store.read_sparse_model()
+
+    def bad(field: str, why: str) -> DamagedModelError:
+        return DamagedModelError(store.path, f"sparse model field {field!r}", why, kind="sparse_model")
+
+    def kernel(field: str, spec: Any) -> Kernel:
+        try:
+            return from_dict(spec)
+        except ValueError as exc:
+            raise bad(field, f"is not a valid kernel spec ({exc})") from None
+
+    params = a.get("params")
+    if not isinstance(params, dict):
+        raise bad("params", f"is {params!r}, not a JSON object of parameters")
+    params = dict(params)
     if isinstance(params.get("kernel"), dict) and KERNEL_KEY in params["kernel"]:
-        params["kernel"] = from_dict(params["kernel"][KERNEL_KEY])
-    fitted: dict[str, Any] = {attr: arrays[name] for attr, name in ARRAYS.items() if name in arrays}
-    fitted["kernel_"] = from_dict(a["kernel"])
-    fitted["n_features_in_"] = int(a["n_features_in"])
-    fitted["n_iter_"] = int(a["n_iter"])
-    fitted["converged_"] = bool(a["converged"])
-    fitted["fit_report_"] = a.get("fit_report", {})
-    if "grand_mean" in a:
-        fitted["grand_mean_"] = float(a["grand_mean"])
-    if "feature_names_in" in a:
-        fitted["feature_names_in_"] = np.asarray(a["feature_names_in"], dtype=object)
+        params["kernel"] = kernel("params", params["kernel"][KERNEL_KEY])
+    k, sigma2, center = params.get("n_components"), params.get("noise_variance", 0.1), params.get("center", False)
+    if k is not None and not _integer(k, 1):
+        raise bad("params", f"has n_components {k!r}, not a positive integer or null")
+    if not _number(sigma2) or sigma2 <= 0:
+        raise bad("params", f"has noise_variance {sigma2!r}, not a positive number")
+    if not isinstance(center, bool):
+        raise bad("params", f"has center {center!r}, not true or false")
+    fitted: dict[str, Any] = {"kernel_": kernel("kernel", a.get("kernel"))}
+    for attr, name in ATTRS.items():
+        v = a.get(name)
+        ok = {"n_features_in": _integer(v, 1), "n_iter": _integer(v, 0), "converged": isinstance(v, bool),
+              "fit_report": v is None or isinstance(v, dict), "grand_mean": (v is None and not center) or _number(v)}
+        if not ok[name]:
+            raise bad(name, f"is {v!r}, not {_EXPECT[name]}")
+        if v is not None:
+            fitted[attr] = v
+    d = fitted["n_features_in_"]
+    names = a.get("feature_names_in")
+    if names is not None:
+        if not isinstance(names, list) or len(names) != d or not all(isinstance(f, str) for f in names):
+            raise bad("feature_names_in", f"is {names!r}, not a list of {d} names")
+        fitted["feature_names_in_"] = np.asarray(names, dtype=object)
+    m = arrays["weights"].shape[0] if "weights" in arrays else 0
+    shapes = {"representing_indices": (m,), "representing_points": (m, d), "weights": (m,),
+              "log_likelihood": (None,), "X_fit": (None, d), "row_means": (m,)}
+    for attr, name in ARRAYS.items():
+        if name not in arrays:
+            if name in ("X_fit", "row_means") and not center:
+                continue
+            raise bad(name, "is missing")
+        v = arrays[name]
+        kind = "iu" if name == "representing_indices" else "f"
+        want = shapes[name]
+        if v.dtype.kind not in kind or v.ndim != len(want) or any(
+                w not in (None, e) for w, e in zip(want, v.shape, strict=True)):
+            raise bad(name, f"is a {v.dtype} array of shape {v.shape}, not {'integers' if kind == 'iu' else 'floats'}"
+                            f" of shape {tuple('*' if w is None else w for w in want)}")
+        if kind == "f" and not np.isfinite(v).all():
+            raise bad(name, "holds values that are not finite")
+        fitted[attr] = v
     return params, fitted
+
+
+_EXPECT = {"n_features_in": "a positive integer", "n_iter": "a non-negative integer", "converged": "true or false",
+           "fit_report": "a JSON object", "grand_mean": "a finite number"}
+
+
+def _integer(v: Any, least: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))

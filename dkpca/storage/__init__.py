@@ -6,6 +6,7 @@
 * :mod:`.chunks` -- whole-chunk reads and writes, the raw fast path and O_DIRECT;
 * :mod:`.gramstore` -- K's blocks, sums and done markers;
 * :mod:`.checkpoint` -- solver state for resuming a killed fit;
+* :mod:`.modelrecord` -- what a model group records of its arrays (digests), checked by every read;
 * :mod:`.verify` -- check a whole store, say what a rerun would recompute.
 """
 
@@ -24,6 +25,7 @@ from .gramstore import (
 )
 from .integrity import CorruptChunkError, checksum_codecs, create_array, has_checksum
 from .lock import LOCK_NAME, Lease, LeaseLostError, StoreLockedError
+from .modelrecord import DamagedModelError
 from .paths import absolute, check_apart, check_output, exists, free_bytes, is_url, relation
 from .verify import Finding, verify_store
 
@@ -32,4 +34,5 @@ __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", 
            "write_direct", "FORMAT", "FORMAT_VERSION", "FitStore", "free_bytes", "is_url", "json_safe",
            "remove_member", "GramInfo", "GramStore", "GramWriters", "InsufficientDiskSpace", "check_disk_space",
            "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "Lease", "LeaseLostError",
+           "DamagedModelError",
            "absolute", "check_apart", "check_output", "relation", "exists", "Finding", "verify_store"]

@@ -9,7 +9,8 @@ own read and write paths cost about twice a plain ``readinto``/``write`` of a
 are read and written as files directly -- in exactly zarr's format, checksum
 included; anything else (object stores, other codecs, edge chunks on write)
 goes through zarr.  This module is the only place that bypasses zarr, and it
-only does so for the exact layout it checks.
+only does so for the exact layout it checks.  Both paths write every chunk,
+also one equal to the fill value (all zeros), which zarr alone would skip.
 
 A chunk that is missing, of the wrong size or fails its checksum is never
 read as data: readers raise :class:`CorruptChunkError`, naming the array and
@@ -45,6 +46,7 @@ from .integrity import (
     padded_digest,
     verify_crc,
     verify_digest,
+    writable,
 )
 
 __all__ = ["chunk_file", "ChunkWriter", "ChunkReader", "write_direct", "use_direct_io", "DIRECT_IO_FRACTION",
@@ -154,7 +156,8 @@ class ChunkWriter:
             data = padded
             strips = [(s, min(s + rows, data.shape[0])) for s in range(0, data.shape[0], rows)]
         if not raw or not data.flags.c_contiguous:
-            arr = zarr.open_array(self.store, path=self.path, mode="r+")
+            # writable: zarr would skip (and delete) a chunk equal to the fill value, which readers call missing
+            arr = writable(zarr.open_array(self.store, path=self.path, mode="r+"))
             arr[tuple(slice(c * s, c * s + e) for c, s, e in zip(coords, self.chunks, data.shape, strict=True))] = data
             return padded_digest(data, self.chunks)
         path = os.path.join(self.raw_dir, *map(str, coords))

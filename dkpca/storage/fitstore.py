@@ -16,7 +16,10 @@ knows the store's layout::
 Every array is created by :func:`dkpca.storage.chunks.create_array`: each
 chunk carries a CRC-32C, verified on every read, and a chunk that is missing,
 truncated or corrupt raises :class:`~dkpca.storage.chunks.CorruptChunkError`
-naming the array and the chunk.
+naming the array and the chunk.  The copy of the data also records each
+chunk's digest as it is written (``data`` attributes ``digest``, ``digests``),
+and every read of it checks it, so a chunk that is missing, stale or another
+chunk's is refused too; a refit that would reuse the copy reads it all first.
 
 Nothing is ever pickled.  A store that lacks the ``format`` attribute was not
 written by dkpca and is refused.  Local paths are made absolute when a
@@ -49,6 +52,14 @@ never rewritten in place:
    document or the new one;
 3. only then it deletes the old group, and any orphan ``model.*`` group that
    a writer killed between 1 and 2 left (the next writer does; readers never).
+
+The group records each array's shape, chunks, data type and XXH3 digest
+(attribute ``arrays``), and the switch's one write also sets the root
+attribute ``model_digests`` to the group's name: every read checks the
+record, and a group so named without one is refused; groups written before
+records existed are read as before (:mod:`.modelrecord`).  A pointer that
+cannot name a model group (``12345``, ``data``), or names one that is
+missing or not complete, is damage, refused in one line: refit.
 
 Withdrawing the model (:meth:`FitStore.remove_model`: new data, a rebuilt
 Gram matrix) is the same switch, to ``null``, before the deletion.  A reader
@@ -93,8 +104,21 @@ from zarr.core.sync import sync
 
 from ..execution import compute
 from ..version import __version__
-from .integrity import VerifiedArray, check_chunks, create_array, read_whole
+from .integrity import (
+    DIGEST,
+    CorruptChunkError,
+    VerifiedArray,
+    check_chunks,
+    check_layout,
+    chunk_coords,
+    chunk_region,
+    create_array,
+    decode_digests,
+    encode_digests,
+    padded_digest,
+)
 from .lock import LOCK_NAME, Fenced, Lease, exclusive
+from .modelrecord import DamagedModelError, check_pointer, digests_key, read_group, record
 from .paths import free_bytes, is_url, relation, url_fs
 
 __all__ = ["FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member"]
@@ -107,6 +131,8 @@ READABLE_VERSIONS = (1, 2)
 READ_ATTEMPTS = 20
 
 DATA = "data"
+#: what to rerun when the data copy is damaged: the input is the truth
+RECOPY = "rerun the fit with overwrite=True (CLI: --overwrite) to copy the data again"
 MODEL = "model"
 SPARSE_MODEL = "sparse_model"
 
@@ -126,6 +152,12 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, np.bool_):
         return bool(obj)
     return obj
+
+
+def _copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], block_info: dict | None = None) -> np.ndarray:
+    """Write one row block of X into the data copy (``target``, maybe fenced); the digest of its chunk as stored."""
+    target[tuple(slice(a, b) for a, b in block_info[0]["array-location"])] = block
+    return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
 
 
 def remove_member(group: zarr.Group, name: str) -> None:
@@ -231,7 +263,20 @@ class FitStore:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[Lease]:
-        """Hold the store's writer lock (:mod:`dkpca.storage.lock`; on an object store too); yields its lease."""
+        """Hold the store's writer lock (:mod:`dkpca.storage.lock`; on an object store too); yields its lease.
+
+        A store path that is a dangling symbolic link is followed: the store
+        goes where the link points (that directory is created, as a new
+        store's is), never over the link.
+        """
+        if not self.is_url and os.path.islink(self.path) and not os.path.exists(self.path):
+            target = os.path.realpath(self.path)
+            try:
+                os.makedirs(target, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"store {self.path!r} is a symbolic link to {os.readlink(self.path)!r}, which "
+                                 f"cannot be created ({exc.strerror}); fix the link or choose another store path."
+                                 ) from None
         with exclusive(self.path) as lease:
             yield lease
 
@@ -256,7 +301,12 @@ class FitStore:
         if DATA in root:
             attrs = dict(root[DATA].attrs)
             if attrs.get("fingerprint") == fingerprint and attrs.get("complete"):
-                return self.training_data()
+                try:
+                    self.check_data()  # nothing reads data/X once K is built: damage is found here or never
+                    return self.training_data()
+                except CorruptChunkError:
+                    if not overwrite:  # the error names the chunk and the fix: overwrite, below
+                        raise
             if source is not None and relation(source, self.path) in ("same", "inside"):
                 raise ValueError(
                     f"the input {source!r} lies inside the store {self.path!r}, whose data it would have to "
@@ -275,23 +325,64 @@ class FitStore:
                 remove_member(root, member)
         g = root.create_group(DATA)
         g.attrs.update({"fingerprint": fingerprint, "complete": False})
-        arr = create_array(g, "X", shape=X.shape, chunks=(X.chunks[0][0], X.shape[1]), dtype=X.dtype)
+        edge = (X.chunks[0][0], X.shape[1])
+        if len(set(X.chunks[0][:-1])) > 1 or X.chunks[0][-1] > edge[0] or len(X.chunks[1]) > 1:
+            X = X.rechunk(edge)  # one task a chunk: two tasks writing parts of one chunk would race
+        arr = create_array(g, "X", shape=X.shape, chunks=edge, dtype=X.dtype)
         target = arr if lease is None else Fenced(arr, lease)
-        compute(da.store(X, target, lock=False, compute=False), label="copying X into the store", progress=progress)
-        g.attrs.update({"complete": True})
+        # each task writes its block and returns the digest of the chunk as stored, recorded with `complete`
+        digests = X.map_blocks(_copy_block, target, edge, dtype=np.uint64, drop_axis=1,
+                               chunks=((1,) * len(X.chunks[0]),), name=f"dkpca-copy-{uuid.uuid4().hex}")
+        (values,) = compute(digests, label="copying X into the store", progress=progress)
+        g.attrs.update({"complete": True, "digest": DIGEST, "digests": encode_digests(values)})
         return self.training_data()
 
     def training_array(self) -> VerifiedArray:
-        """The stored training data for tasks reading rows: every read verified, damage names its chunk."""
-        return VerifiedArray(zarr.open_array(self.path, path=f"{DATA}/X", mode="r"))
+        """The stored training data for tasks reading rows: every read verified, damage names its chunk.
+
+        Refused first (:class:`CorruptChunkError`, one line) when ``data/X``'s
+        metadata disagrees with the data's fingerprint, or the digests
+        recorded do not cover its chunks.  Copies made before dkpca recorded
+        digests (no ``digests`` attribute) still load: their reads check
+        presence and the CRC-32C only.
+        """
+        try:
+            group = self.open()[DATA]
+            arr, attrs = group["X"], dict(group.attrs)
+        except (TypeError, ValueError) as exc:  # zarr's metadata parsing: a complex64 with fill 0.0, ...
+            raise CorruptChunkError(self.path, f"{DATA}/X", None, f"has metadata zarr cannot read ({exc}); "
+                                    f"{RECOPY}") from None
+        fingerprint = attrs.get("fingerprint")
+        shape = fingerprint.get("shape") if isinstance(fingerprint, dict) else None
+        if shape is not None:  # before anything walks the chunk grid an edited zarr.json may claim
+            check_layout(arr, tuple(shape) if isinstance(shape, list) else (shape,), None, RECOPY)
+        if attrs.get("digests") is None:
+            # a copy made before dkpca recorded digests (older stores): it still loads; its reads are checked
+            # for presence and by CRC-32C only (a swapped or stale chunk cannot be recognised)
+            return VerifiedArray(arr)
+        try:
+            digests = decode_digests(attrs["digests"])
+            if attrs.get("digest") != DIGEST or len(digests) != arr.nchunks:
+                raise ValueError(f"{len(digests)} digests ({attrs.get('digest')!r}) for {arr.nchunks} chunks")
+        except ValueError as exc:
+            raise CorruptChunkError(self.path, f"{DATA}/X", None, f"has unusable recorded digests ({exc}): the "
+                                    f"data's attributes are damaged or were edited; {RECOPY}") from None
+        return VerifiedArray(arr, digests)
+
+    def check_data(self) -> None:
+        """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it."""
+        data = self.training_array()
+        check_chunks(data.array)
+        for c in chunk_coords(data.array):
+            data[chunk_region(data.array, c)]
 
     def training_data(self) -> da.Array:
         """The stored training data, lazily; every chunk checked present now and verified when read."""
-        arr = self.training_array().array
-        check_chunks(arr)
+        data = self.training_array()
+        check_chunks(data.array)
         # named by store and content, so graphs reading the same data share their keys
         digest = dict(self.open()[DATA].attrs).get("fingerprint", {}).get("checksum", uuid.uuid4().hex)
-        return da.from_array(VerifiedArray(arr), chunks=arr.chunks, asarray=True, lock=False,
+        return da.from_array(data, chunks=data.array.chunks, asarray=True, lock=False,
                              name=f"dkpca-data-{uuid.uuid5(uuid.NAMESPACE_URL, self.path).hex}-{digest}")
 
     # -- models (see "Models" in the module docstring) -----------------------
@@ -299,15 +390,17 @@ class FitStore:
         """Names under the root: members, groups whose metadata a crash left unwritten, files (never a model's)."""
         return self._listing() or []
 
-    @staticmethod
-    def _current(root: zarr.Group, kind: str) -> tuple[tuple[Any, Any], str | None]:
-        """``(token, group name)`` of the current ``kind`` model; the token changes with every switch.
+    def _current(self, root: zarr.Group, kind: str) -> tuple[tuple[Any, Any], str | None, bool]:
+        """``(token, group name, whether the root says it records digests)`` of the current ``kind`` model.
 
-        No pointer: the version-1 layout, the fixed group ``kind`` (maybe absent).
+        The token changes with every switch.  No pointer: the version-1 layout,
+        the fixed group ``kind`` (maybe absent).  A pointer that cannot name a
+        ``kind`` group is refused (:func:`~.modelrecord.check_pointer`).
         """
         attrs = root.attrs.asdict()
-        name = attrs.get(kind, kind)
-        return (attrs.get("format_version"), attrs.get(kind, "<absent>")), name
+        name = check_pointer(self.path, kind, attrs.get(kind, kind))
+        return ((attrs.get("format_version"), attrs.get(kind, "<absent>")), name,
+                name is not None and attrs.get(digests_key(kind)) == name)
 
     def _switch(self, kind: str, name: str | None) -> None:
         """Point root attribute ``kind`` at group ``name`` (None: no model) in one write; then delete the rest.
@@ -317,8 +410,9 @@ class FitStore:
         """
         root = self.open_for_write()
         attrs = root.attrs.asdict()
-        if kind not in attrs or attrs.get(kind) != name or attrs.get("format_version") != FORMAT_VERSION:
-            root.update_attributes({kind: name, "format_version": FORMAT_VERSION})  # one write, not one per key
+        switch = {kind: name, digests_key(kind): name, "format_version": FORMAT_VERSION}
+        if any(key not in attrs or attrs[key] != value for key, value in switch.items()):
+            root.update_attributes(switch)  # one write, not one per key: readers see all of it or none
         for member in self._members():
             if member != name and (member == kind or member.startswith(f"{kind}.")):
                 remove_member(root, member)
@@ -334,11 +428,15 @@ class FitStore:
         root = self.open_for_write()
         name = f"{kind}.{uuid.uuid4().hex}"
         g = root.create_group(name)
+        written = {}
         for key, (data, chunks) in arrays.items():
             data = np.asarray(data)
             chunks = chunks or tuple(max(1, e) for e in data.shape)  # zarr wants chunk edges >= 1
-            create_array(g, key, shape=data.shape, chunks=chunks, dtype=data.dtype)[...] = data
-        g.update_attributes(json_safe({**attrs, "complete": True}))
+            arr = create_array(g, key, shape=data.shape, chunks=chunks, dtype=data.dtype)
+            arr[...] = data
+            written[key] = (arr, data)
+        # each array's shape, chunks, dtype and digest, checked by every read (modelrecord)
+        g.update_attributes(json_safe({**attrs, **record(written), "complete": True}))
         self._switch(kind, name)
 
     def _read_group(self, kind: str, missing: str, also: Callable[[dict], Any] | None = None,
@@ -346,30 +444,33 @@ class FitStore:
         none = f"store {self.path!r} holds no complete {missing}"
         for _ in range(READ_ATTEMPTS):
             root = self.open()
-            token, name = self._current(root, kind)
+            token, name, recorded = self._current(root, kind)
             if name is None:
                 raise ValueError(none)
             arrays, attrs, extra, error = None, {}, None, None
             try:
-                attrs = dict(root[name].attrs)
-                if attrs.get("complete"):
-                    arrays = {key: read_whole(arr) for key, arr in root[name].arrays()}
+                arrays, attrs = read_group(self.path, root, kind, name, recorded)
+                if arrays is not None:
                     extra = also(attrs) if also is not None else None
             except Exception as exc:  # judged once we know whether a refit switched meanwhile
                 error = exc
             if self._current(self.open(), kind)[0] != token:
                 continue  # switched while we read: what we read may be gone or mixed; read the new model
-            if arrays is None and isinstance(error, (KeyError, OSError, type(None))):  # NodeNotFound: OSError
-                raise ValueError(none) from error
             if error is not None:
                 raise error
+            if arrays is None:
+                if name == kind:  # the version-1 layout: no model yet, or its writer was killed
+                    raise ValueError(none)
+                # a pointer is switched only to a complete group, and a group deleted only after it left
+                raise DamagedModelError(self.path, f"root attribute {kind!r}", f"names group {name!r}, which is "
+                                        f"{'missing' if name not in root else 'not marked complete'}", kind)
             return arrays, attrs, extra
         raise ValueError(f"{none} (it was replaced {READ_ATTEMPTS} times while being read; retry)")
 
     def model_group(self, kind: str = MODEL) -> str | None:
         """Name of the group holding the current ``kind`` (``model``/``sparse_model``) model, if any."""
         root = self.open()
-        _, name = self._current(root, kind)
+        _, name, _ = self._current(root, kind)
         return name if name is not None and name in root else None
 
     def remove_model(self) -> None:

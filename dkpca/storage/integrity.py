@@ -4,15 +4,18 @@ Arrays are created by :func:`create_array` (zarr v3's ``crc32c`` codec after
 the raw bytes), so zarr verifies each chunk it decodes; :mod:`.chunks`' raw
 path checks the same trailer itself.  zarr reads a *missing* chunk as its
 fill value without a word, so presence is checked here too
-(:func:`check_chunks`).  A chunk that is missing, of the wrong size, fails
-its checksum or is not the one recorded is never read as data: readers raise
-:class:`CorruptChunkError`, naming the array and the chunk.
+(:func:`check_chunks`) -- so every handle dkpca writes through writes every
+chunk, also one equal to the fill value (:func:`write_config`).  A chunk that
+is missing, of the wrong size, fails its checksum or is not the one recorded
+is never read as data: readers raise :class:`CorruptChunkError`, naming the
+array and the chunk.  An array whose metadata disagrees with what dkpca
+recorded of it (a shape of 10^12 rows) is refused before any chunk grid is
+walked (:func:`check_layout`).
 """
 
 from __future__ import annotations
 
-import itertools
-import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +26,11 @@ from zarr.codecs import Crc32cCodec
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
-__all__ = ["CHECKSUM_BYTES", "CorruptChunkError", "checksum_codecs", "create_array", "has_checksum", "chunk_key",
-           "chunk_exists", "store_name", "DIGEST", "digest", "padded_digest", "verify_crc", "verify_digest",
-           "check_chunks", "chunk_coords", "read_verified", "read_whole", "VerifiedArray"]
+__all__ = ["CHECKSUM_BYTES", "CorruptChunkError", "checksum_codecs", "write_config", "writable", "create_array",
+           "has_checksum", "chunk_key", "chunk_exists", "store_name", "DIGEST", "digest", "padded_digest",
+           "verify_crc", "verify_digest", "check_layout", "present_chunks", "check_chunks", "damaged_chunks",
+           "chunk_coords", "chunk_region", "read_verified", "read_whole", "VerifiedArray", "encode_digests",
+           "decode_digests"]
 
 #: bytes the crc32c codec appends to each chunk (little-endian CRC-32C of the chunk's bytes)
 CHECKSUM_BYTES = 4
@@ -35,12 +40,17 @@ class CorruptChunkError(ValueError):
     """A chunk dkpca wrote is missing, of the wrong size, or fails its checksum.
 
     ``array`` is the array's path in the store (``gram/K``), ``chunk`` the
-    chunk's grid coordinates.  Picklable with its fields, so it crosses from a
-    distributed worker to the client unchanged.
+    chunk's grid coordinates, or None for a problem of the whole array (its
+    metadata: ``problem`` then names the fix itself).  Picklable with its
+    fields, so it crosses from a distributed worker to the client unchanged.
     """
 
-    def __init__(self, store: str, array: str, chunk: tuple[int, ...], problem: str) -> None:
-        self.store, self.array, self.chunk, self.problem = store, array, tuple(chunk), problem
+    def __init__(self, store: str, array: str, chunk: tuple[int, ...] | None, problem: str) -> None:
+        self.store, self.array, self.problem = store, array, problem
+        self.chunk = None if chunk is None else tuple(chunk)
+        if self.chunk is None:
+            super().__init__(f"array {array!r} in {store!r} {problem}")
+            return
         where = ", ".join(map(str, self.chunk))
         top = array.split("/", 1)[0].split(".", 1)[0]
         fix = {"data": "; the store's copy of the data is damaged: rerun the fit with overwrite=True (CLI: "
@@ -58,15 +68,36 @@ def checksum_codecs() -> list:
     return [Crc32cCodec()]
 
 
+def write_config() -> dict[str, Any]:
+    """The runtime configuration of every zarr handle dkpca writes through: every chunk is written.
+
+    zarr v3 by default skips a chunk equal to the fill value (and deletes
+    the one that was there): a zero data block, the zero row sums of a linear
+    kernel on centred data.  Readers would then find it missing, which the
+    presence checks here rightly call damage -- so dkpca never lets zarr skip
+    one.  ``write_empty_chunks`` is an ``ArrayConfig``, not stored in the
+    array's metadata: every handle that writes must carry it
+    (:func:`create_array`'s do; :func:`writable` for arrays opened again;
+    ``config=write_config()`` for ``dask.array.to_zarr``).
+    """
+    return {"write_empty_chunks": True}
+
+
+def writable(arr: zarr.Array) -> zarr.Array:
+    """``arr`` (opened again from its group or path) as a handle that writes every chunk (:func:`write_config`)."""
+    return arr.with_config(write_config())
+
+
 def create_array(group: zarr.Group, name: str, *, shape: tuple[int, ...], chunks: tuple[int, ...], dtype: Any,
                  fill_value: Any = 0) -> zarr.Array:
     """Create array ``name`` in ``group`` the way dkpca stores every array: raw bytes plus a CRC-32C per chunk.
 
     No compression: K is incompressible noise to a compressor and is read
     every pass; the checksum costs ~4 bytes a chunk and a hardware CRC.
+    The handle returned writes every chunk, fill-valued ones too (:func:`write_config`).
     """
     return group.create_array(name, shape=shape, chunks=chunks, dtype=dtype, compressors=checksum_codecs(),
-                              fill_value=fill_value)
+                              fill_value=fill_value, config=write_config())
 
 
 def has_checksum(arr: zarr.Array) -> bool:
@@ -123,21 +154,77 @@ def verify_digest(store: str, array: str, coords: tuple[int, ...], got: int, exp
     """Raise :class:`CorruptChunkError` unless the content's digest ``got`` is the one recorded, ``expect``."""
     if got != expect:
         raise CorruptChunkError(store, array, coords, "not what was written there (its digest differs from the one "
-                                                      "recorded when it was built: corrupt, or another chunk's data)")
+                                                      "recorded when it was written: corrupt, or another chunk's data)")
+
+
+def encode_digests(values: Any) -> list[str]:
+    """Chunk digests as JSON can hold them exactly (16 hex digits each; JSON numbers lose 64-bit integers)."""
+    return [f"{int(v):016x}" for v in np.asarray(values, dtype=np.uint64).ravel()]
+
+
+def decode_digests(values: Any) -> tuple[int, ...]:
+    """The digests :func:`encode_digests` wrote (``ValueError`` for anything else)."""
+    if not isinstance(values, list) or not all(isinstance(v, str) and len(v) == 16 for v in values):
+        raise ValueError("the recorded chunk digests are not 16-hex-digit strings")
+    return tuple(int(v, 16) for v in values)
+
+
+def check_layout(arr: zarr.Array, shape: tuple[int, ...], chunks: tuple[int, ...] | None, fix: str) -> None:
+    """Raise :class:`CorruptChunkError` unless ``arr`` has the ``shape`` (and ``chunks``) dkpca recorded of it.
+
+    An array's ``zarr.json`` is not checksummed: one edited to claim 10^12
+    rows would make every walk over its chunk grid (a listing, a presence
+    check, ``dkpca verify``) run out of memory.  So its shape is compared
+    with what dkpca recorded elsewhere (the data's fingerprint, the Gram
+    store's ``n``) before any such walk; ``fix`` says what to rerun.
+    """
+    if tuple(arr.shape) != tuple(shape) or (chunks is not None and tuple(arr.chunks) != tuple(chunks)):
+        want = f"shape {tuple(shape)}" + (f", chunks {tuple(chunks)}" if chunks is not None else "")
+        raise CorruptChunkError(store_name(arr), arr.path, None,
+                                f"claims shape {tuple(arr.shape)}, chunks {tuple(arr.chunks)}, but dkpca recorded "
+                                f"{want}: its metadata is damaged or was edited; {fix}")
+
+
+async def _keys(store: Any, prefix: str) -> list[str]:
+    return [key async for key in store.list_prefix(prefix)]
+
+
+def present_chunks(arr: zarr.Array) -> set[tuple[int, ...]]:
+    """The chunks of ``arr`` that have a file (object), from one listing; never walks the whole grid.
+
+    zarr's ``nchunks_initialized`` builds every key of the grid first: an
+    edited shape of 10^12 rows exhausts memory.  Names that are no chunk of
+    the grid (a killed writer's ``*.partial`` files) are not counted.
+    """
+    prefix = chunk_key(arr, ()) + "/"
+    grid = arr.cdata_shape
+    present = set()
+    for key in sync(_keys(arr.store, prefix)):
+        parts = key[len(prefix):].split("/")
+        if len(parts) == arr.ndim and all(p.isdigit() for p in parts):
+            coords = tuple(map(int, parts))
+            if all(i < g for i, g in zip(coords, grid, strict=True)):
+                present.add(coords)
+    return present
 
 
 def check_chunks(arr: zarr.Array, coords: Any = None) -> None:
     """Raise :class:`CorruptChunkError` for the first chunk of ``arr`` (or of ``coords``) that is missing.
 
     zarr reads a missing chunk as the fill value; an array dkpca wrote whole
-    has every chunk, so one missing means a damaged store.  One listing when
-    all are there.
+    has every chunk (fill-valued ones too: :func:`write_config`), so one
+    missing means a damaged store.  One listing for the whole array, and
+    the grid is walked only up to the first chunk that is not listed.
     """
-    if coords is None:
-        if arr.nchunks_initialized == arr.nchunks:
+    if coords is None and arr.ndim:
+        present = present_chunks(arr)
+        if len(present) == arr.nchunks:
             return
-        coords = chunk_coords(arr)
-    for c in coords:
+        for c in chunk_coords(arr):  # stops at the first gap: at most len(present) + 1 steps
+            if c not in present:
+                raise CorruptChunkError(store_name(arr), arr.path, tuple(c), "missing")
+        return
+    for c in [()] if coords is None else coords:
         if not chunk_exists(arr, tuple(c)):
             raise CorruptChunkError(store_name(arr), arr.path, tuple(c), "missing")
 
@@ -149,11 +236,22 @@ def chunk_coords(arr: zarr.Array, selection: Any = Ellipsis) -> Any:
     ranges = []
     for sl, c, size in zip(sel, arr.chunks, arr.shape, strict=True):
         start, stop, _ = sl.indices(size)
-        ranges.append(range(start // c, max(start // c, math.ceil(stop / c))))
-    return itertools.product(*ranges)
+        ranges.append(range(start // c, max(start // c, -(-stop // c))))
+    return _product(ranges)
 
 
-def _region(arr: zarr.Array, coords: tuple[int, ...]) -> tuple[slice, ...]:
+def _product(ranges: list[range]) -> Iterator[tuple[int, ...]]:
+    """``itertools.product`` without materialising its ranges (a grid of 10^12 rows is walked lazily)."""
+    if not ranges:
+        yield ()
+        return
+    for i in ranges[0]:
+        for rest in _product(ranges[1:]):
+            yield (i, *rest)
+
+
+def chunk_region(arr: zarr.Array, coords: tuple[int, ...]) -> tuple[slice, ...]:
+    """The selection of ``arr`` that chunk ``coords`` covers (smaller at the edges)."""
     return tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(coords, arr.chunks, arr.shape, strict=True))
 
 
@@ -168,10 +266,36 @@ def read_verified(arr: zarr.Array, selection: Any = Ellipsis) -> np.ndarray:
     except Exception as error:  # the codec's error names no chunk: find it
         for c in chunk_coords(arr, selection):
             try:
-                arr[_region(arr, c)]
+                arr[chunk_region(arr, c)]
             except Exception as exc:
                 raise CorruptChunkError(store_name(arr), arr.path, c, f"unreadable ({exc})") from None
         raise error
+
+
+def damaged_chunks(arr: zarr.Array) -> dict[tuple[int, ...], CorruptChunkError]:
+    """Every chunk of ``arr`` that is missing or fails its checksum, by coordinates.
+
+    One listing, then a row of chunks read at a time; only a row that fails
+    is read again chunk by chunk, to name each damaged one.
+    """
+    have = present_chunks(arr)
+    found = {}
+    for row in range(arr.cdata_shape[0] if arr.ndim else 0):
+        sel = (slice(row * arr.chunks[0], (row + 1) * arr.chunks[0]),)
+        try:
+            read_verified(arr, sel)
+            failed = False
+        except CorruptChunkError:
+            failed = True
+        for c in chunk_coords(arr, sel):
+            try:
+                if c not in have:
+                    raise CorruptChunkError(store_name(arr), arr.path, c, "missing")
+                if failed:
+                    read_verified(arr, chunk_region(arr, c))
+            except CorruptChunkError as exc:
+                found[c] = exc
+    return found
 
 
 def read_whole(arr: zarr.Array) -> np.ndarray:
@@ -180,11 +304,35 @@ def read_whole(arr: zarr.Array) -> np.ndarray:
     return read_verified(arr)
 
 
+def _bounds(arr: zarr.Array, selection: Any) -> list[tuple[int, int]] | None:
+    """``(start, stop)`` per axis of a selection of plain slices (Ellipsis, step 1); None for anything else."""
+    sel = () if selection is Ellipsis else selection if isinstance(selection, tuple) else (selection,)
+    if len(sel) > arr.ndim or not all(isinstance(s, slice) for s in sel):
+        return None
+    out = []
+    for s, size in zip(sel + (slice(None),) * (arr.ndim - len(sel)), arr.shape, strict=True):
+        start, stop, step = s.indices(size)
+        if step != 1:
+            return None
+        out.append((start, max(start, stop)))
+    return out
+
+
 @dataclass(frozen=True)
 class VerifiedArray:
-    """A zarr array whose reads name the chunk that fails its checksum (for ``dask.array.from_array``)."""
+    """A zarr array whose every read is checked: each chunk present, intact and, if recorded, the one written there.
+
+    For ``dask.array.from_array`` and tasks reading rows.  ``digests``: the
+    :func:`padded_digest` of every chunk (C order over the chunk grid)
+    recorded when the array was written; a read then covers whole chunks
+    and checks each against its own, so a chunk that is missing, corrupt,
+    stale or another chunk's (two swapped files) is refused by name.
+    Without (arrays written before dkpca recorded digests) a read checks
+    presence and the CRC-32C only.
+    """
 
     array: zarr.Array
+    digests: tuple[int, ...] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -199,4 +347,24 @@ class VerifiedArray:
         return self.array.ndim
 
     def __getitem__(self, selection: Any) -> np.ndarray:
-        return read_verified(self.array, selection)
+        arr = self.array
+        bounds = _bounds(arr, selection)
+        if bounds is None:  # integers, index arrays, steps: the whole array read verified, then indexed
+            return self[...][selection]
+        sel = tuple(slice(a, b) for a, b in bounds)
+        coords = list(chunk_coords(arr, sel))
+        if self.digests is None:
+            check_chunks(arr, coords)
+            return read_verified(arr, sel)
+        hull = tuple(slice(a // c * c, min(-(-b // c) * c, size))
+                     for (a, b), c, size in zip(bounds, arr.chunks, arr.shape, strict=True))
+        whole = read_verified(arr, hull)
+        for c in coords:
+            part = whole[tuple(slice(r.start - h.start, r.stop - h.start)
+                               for r, h in zip(chunk_region(arr, c), hull, strict=True))]
+            got = padded_digest(part, arr.chunks)
+            expect = self.digests[int(np.ravel_multi_index(c, arr.cdata_shape))]
+            if got != expect:
+                check_chunks(arr, [c])  # "missing" says more than "not what was written"
+                verify_digest(store_name(arr), arr.path, c, got, expect)
+        return whole[tuple(slice(a - h.start, b - h.start) for (a, b), h in zip(bounds, hull, strict=True))]

@@ -20,8 +20,15 @@ seconds while the fit runs.  A rerun, on any host, takes the lock over when
   recorded lease).  Wall-clock time is compared across hosts: clocks are
   assumed to agree to well within a lease (NTP on a cluster: milliseconds,
   leases: minutes);
+* its heartbeat lies more than a lease in the future: no live holder can
+  have written it (clocks agree to well within a lease), so the file is
+  corrupt or was edited -- and unlike an old heartbeat it would never run
+  out, refusing every rerun for ever (a requeued batch job, unattended);
 * or it names this host and a pid that is gone (a ``kill -9`` on this host
   is taken over at once, without waiting for the lease).
+
+A heartbeat that is not a number, or not finite, is an unparsable lock (the
+first case).
 
 The lease length is the Dask config key ``dkpca.lease`` (seconds, default
 300; environment ``DASK_DKPCA__LEASE``).
@@ -260,7 +267,7 @@ def _acquire(path: str, me: _Holding) -> None:
         why = _stale_reason(holder)
         if why is None:
             assert holder is not None
-            age = time.time() - holder["heartbeat"]
+            age = max(0.0, time.time() - holder["heartbeat"])  # a holder's clock a little ahead: just now
             raise StoreLockedError(
                 f"store {path!r} is in use by another fit (process {holder['pid']} on {holder['host']}, heartbeat "
                 f"{age:.0f} s ago, lease {holder['lease']:g} s); wait for it to finish, or for its lease to run "
@@ -283,6 +290,12 @@ def _stale_reason(doc: dict | None) -> str | None:
     age = time.time() - doc["heartbeat"]
     if age > doc["lease"]:
         return f"the lease of process {doc['pid']} on {doc['host']} ran out ({age:.0f} s > {doc['lease']:g} s)"
+    if -age > doc["lease"]:
+        # A batch user's rerun expects a corrupt lock to be taken over, as an unparsable one is, rather than a
+        # refusal no wait can cure. Should a live holder's clock really run ahead by more than a lease (against
+        # the assumption above), its writers then find the lease lost (LeaseLostError) and write nothing more.
+        return (f"its heartbeat is {-age:.0f} s in the future, more than its lease ({doc['lease']:g} s): no live "
+                "holder writes that, so the lock file is corrupt")
     if doc["host"] == socket.gethostname() and not _pid_alive(doc["pid"]):
         return f"process {doc['pid']} on this host is gone"
     return None

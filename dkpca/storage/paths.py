@@ -6,9 +6,9 @@ inside the other, how much room is left), reaching URLs through fsspec with
 its own configuration of credentials and endpoints.
 
 dkpca never deletes or overwrites a file the user did not ask it to: an
-output may not be, contain or lie inside an input or a store, and an
-existing output is replaced only on request -- and then only if it is a
-Zarr node (never a directory of other files).
+output may not be, contain or lie inside an input or a store; an existing
+output is replaced only on request, and only if dkpca wrote it
+(:mod:`dkpca.storage.outputs`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import shutil
 from typing import Any
 
 import fsspec
-import zarr
 
 __all__ = ["absolute", "relation", "check_output", "check_apart", "is_url", "exists", "free_bytes", "url_fs",
            "S3_PROTOCOLS"]
@@ -99,25 +98,13 @@ def check_apart(name: str, path: str | os.PathLike, others: dict[str, str | os.P
                              f"writing there would destroy data that is being read. Choose another {name}.")
 
 
-def check_output(output: str | os.PathLike, others: dict[str, str | os.PathLike | None], overwrite: bool) -> str:
-    """The absolute output path, after refusing every write that could destroy data.
+def check_output(output: str | os.PathLike, others: dict[str, str | os.PathLike | None]) -> str:
+    """The absolute output path, after refusing an output that is, contains or lies inside one of ``others``.
 
-    Refused always: an output that is, contains or lies inside one of
-    ``others`` (inputs and stores).  Refused without ``overwrite``: an
-    existing output.  Refused even with it: an existing output that is not a
-    Zarr array or group (``--overwrite`` replaces projections, not a directory
-    of someone's files).
+    ``others``: inputs and stores (name -> path).  What may already be at the
+    output -- nothing, or a transform output dkpca wrote, to resume or, on
+    request, to replace -- is :mod:`dkpca.storage.outputs`' decision.
     """
     out = absolute(output)
     check_apart("output", out, others)
-    if not exists(out):  # local or URL: an object store's output is refused the same way
-        return out
-    if not overwrite:
-        raise FileExistsError(f"output {os.fspath(output)!r} already exists; choose another path, or pass "
-                              "--overwrite (overwrite=True) to replace it.")
-    try:
-        zarr.open(out, mode="r")
-    except Exception:
-        raise ValueError(f"output {os.fspath(output)!r} exists and is not a Zarr array or group; --overwrite "
-                         "replaces earlier projections only. Choose another path.") from None
     return out

@@ -28,6 +28,8 @@ and a callable receives ``(label, done, total)`` as tasks finish.  The bar
 counts finished tasks itself (dask's callbacks locally, futures on a
 cluster), so nothing outlives the computation: no scheduler connection is
 left behind when a cluster closes.  Nothing here keeps state.
+
+A computation on a cluster never waits for ever (:mod:`.watch`).
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import heapq
+import logging
 import multiprocessing.pool
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from concurrent.futures import wait as wait_all
@@ -49,25 +51,32 @@ from dask.local import MultiprocessingPoolExecutor
 from dask.threaded import ContextAwareThreadPoolExecutor
 from distributed import as_completed, default_client
 from distributed import wait as wait_futures
-from distributed.utils import is_kernel
+from distributed.utils import CancelledError
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["active_client", "config_switch", "n_workers_threads", "serial_blas", "local_threads", "placement",
-           "shares", "placed", "compute", "Progress", "ProgressCallback"]
+from .progress import Progress, ProgressCallback
+from .watch import LostComputationError, SchedulerLostError, StalledComputationError, Watch, asking, scheduler_address
 
-#: ``callback(label, done, total)``: a computation's progress, in tasks
-ProgressCallback = Callable[[str, int, int], None]
+__all__ = ["LostComputationError", "SchedulerLostError", "StalledComputationError", "active_client",
+           "config_switch", "n_workers_threads", "serial_blas", "local_threads", "placement", "shares", "placed",
+           "compute", "Progress", "ProgressCallback"]
 
-#: percent between two progress lines when stderr is not a terminal
-_LINE_STEP = 10
 
 
 def active_client() -> Any | None:
-    """The current ``distributed.Client``, or None."""
+    """The current ``distributed.Client``, or None.
+
+    Raises :class:`SchedulerLostError` for a client whose scheduler went
+    away: it would hold a new computation until its reconnection attempts
+    end (``distributed.comm.timeouts.connect``, 30 s), then close.
+    """
     try:
-        return default_client()
+        client = default_client()
     except ValueError:
         return None
+    if client.status in ("connecting", "closing", "closed"):
+        raise SchedulerLostError(scheduler_address(client))
+    return client
 
 
 def config_switch(key: str) -> bool | None:
@@ -95,7 +104,8 @@ def n_workers_threads() -> int:
     """Number of tasks that run at once (for sizing and planning)."""
     client = active_client()
     if client is not None:
-        return max(1, sum(client.nthreads().values()))
+        with asking(client):
+            return max(1, sum(client.nthreads().values()))
     return _local_thread_count()
 
 
@@ -205,7 +215,10 @@ def _assign(weights: Sequence[float]) -> list[tuple[str, int]] | None:
     same assignment.
     """
     client = active_client()
-    threads = client.nthreads() if client is not None else {}
+    if client is None:
+        return None
+    with asking(client):
+        threads = client.nthreads()
     if not threads:
         return None
     slots = [(addr, i) for addr, t in sorted(threads.items()) for i in range(max(1, t))]
@@ -246,59 +259,6 @@ def placed(worker: str | None) -> contextlib.AbstractContextManager:
     if worker is None:
         return contextlib.nullcontext()
     return dask.annotate(workers=[worker], allow_other_workers=True)
-
-
-class Progress:
-    """One computation's progress: a tqdm bar on a terminal or in Jupyter, else lines on stderr, or a callback."""
-
-    def __init__(self, label: str, how: bool | ProgressCallback) -> None:
-        self.label, self.total, self.done = label, 0, 0
-        self.callback = how if callable(how) else None
-        self.bar = None
-        self.printed = 0  # percent of the last line written (not a terminal)
-
-    def start(self, total: int) -> None:
-        """The computation has ``total`` tasks."""
-        self.total = int(total)
-        if self.callback is not None:
-            self.callback(self.label, 0, self.total)
-            return
-        self.bar = _bar(self.label, self.total)
-        if self.bar is None:
-            print(f"dkpca: {self.label}: {self.total} tasks", file=sys.stderr, flush=True)
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        if self.callback is not None:
-            self.callback(self.label, self.done, self.total)
-        elif self.bar is not None:
-            self.bar.update(n)
-        else:
-            pct = 100 * self.done // max(1, self.total)
-            if pct >= self.printed + _LINE_STEP or (self.done >= self.total and self.printed < 100):
-                self.printed = 100 if self.done >= self.total else pct - pct % _LINE_STEP
-                print(f"dkpca: {self.label}: {pct}% ({self.done}/{self.total})", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _bar(label: str, total: int) -> Any | None:
-    """A live bar where someone watches (Jupyter with ipywidgets, a terminal), else None."""
-    if is_kernel():
-        try:
-            import ipywidgets  # noqa: F401 - optional: the widget needs it
-            from tqdm.notebook import tqdm as notebook_tqdm
-        except ImportError:
-            pass
-        else:
-            return notebook_tqdm(total=total, desc=label, unit="task")
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-
-        return tqdm(total=total, desc=label, unit="task", file=sys.stderr, dynamic_ncols=True, leave=True)
-    return None
 
 
 def _local_callback(progress: Progress) -> Callback:
@@ -344,6 +304,33 @@ def _thread_pool(threads: int) -> Executor:
     return ContextAwareThreadPoolExecutor(threads)
 
 
+def _on_cluster(client: Any, tasks: Sequence, label: str | None, progress: bool | ProgressCallback) -> tuple:
+    """:func:`compute` on ``client``'s cluster (its progress shown when ``label``)."""
+    futures = client.compute(list(tasks))
+    with Watch(client, futures) as watch:
+        try:
+            if label:
+                bar = Progress(label, progress)
+                bar.start(len(futures))
+                try:
+                    for _ in as_completed(futures):
+                        bar.advance()
+                finally:
+                    bar.close()
+            return tuple(client.gather(futures))
+        except Exception as exc:
+            if client.status == "running":
+                with contextlib.suppress(CancelledError):  # cancelled ones run nothing
+                    wait_futures(futures)
+            lost = watch.lost(exc)
+            if lost is None:
+                raise
+            raise lost from None
+        except BaseException:
+            client.cancel(futures)
+            raise
+
+
 def compute(*tasks: Any, label: str = "", threads: int | None = None,
             progress: bool | ProgressCallback = False) -> tuple:
     """``dask.compute(*tasks)`` under dkpca's execution policy.
@@ -359,28 +346,21 @@ def compute(*tasks: Any, label: str = "", threads: int | None = None,
     caller has let the store go.  On a cluster that means waiting for all of
     its tasks (a client cannot tell which have started); the blocks they
     finish are kept for the rerun.  Only an interrupt (Ctrl-C) on a cluster
-    returns at once, cancelling what has not started.
+    returns at once, cancelling what has not started.  A computation the
+    cluster lost is submitted once more, then raises :class:`LostComputationError`
+    (:class:`SchedulerLostError` at once when the scheduler went away) rather
+    than wait for ever.
     """
     show = bool(progress) and bool(label)
     client = active_client()
     if client is not None:
-        futures = client.compute(list(tasks))
         try:
-            if show:
-                bar = Progress(label, progress)
-                bar.start(len(futures))
-                try:
-                    for _ in as_completed(futures):
-                        bar.advance()
-                finally:
-                    bar.close()
-            return tuple(client.gather(futures))
-        except Exception:
-            wait_futures(futures)
-            raise
-        except BaseException:
-            client.cancel(futures)
-            raise
+            return _on_cluster(client, tasks, label if show else None, progress)
+        except StalledComputationError as exc:
+            # Work the scheduler would not run (Watch): the same graph, submitted afresh, is placed on
+            # the workers there are now; a second loss ends it.
+            logging.getLogger("dkpca").warning("%s: submitting it once more", str(exc).split(";")[0])
+            return _on_cluster(client, tasks, label if show else None, progress)
     scheduler = dask.config.get("scheduler", None) or "threads"
     kw: dict[str, Any] = {}
     if scheduler in ("threads", "threading"):

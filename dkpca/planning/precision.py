@@ -1,0 +1,269 @@
+"""The precision K is held in (``dtype="auto"``): float32 where it keeps the eigenvalues, float64 where it would not.
+
+Centring subtracts from K everything the points share.  When K is nearly
+constant on the data (rbf with a tiny gamma, a high-degree polynomial on
+small inputs, many duplicated points) only a sliver of ``trace(K)``
+survives in ``trace(K~)``, and float32's rounding of K's entries -- about
+``u ||K||`` in each eigenvalue (u = 2^-24) -- is no longer small against the
+eigenvalues of K~: gamma = 1e-8 on 3,000 standard normal points in 10-D left
+2e-7 of the trace and put 25 % into lambda_1, with no error anywhere.
+
+:func:`choose_precision` decides before K is built, from a sample of the
+data (:func:`sample_rows`: up to :data:`PRECISION_SAMPLE` rows spread over
+at most :data:`SAMPLE_CHUNKS` row chunks): the sample's kernel matrix in
+float64 and in float32, centred, gives its top eigenpairs and what float32
+does to them -- the entries' rounding (Rayleigh quotients of the float32
+K~ at the float64 eigenvectors, products in float64, as the stored and
+matrix-free passes compute them) and, where the solver multiplies in single
+precision (ARPACK on a float32 K in memory), that arithmetic too.  A relative
+error is scale-free (K's norm and K~'s eigenvalues both grow with n), so the
+sample's errors predict the fit's; the rounding that is independent from
+entry to entry shrinks with n, so they over-predict it.  Measured on the
+issue's cases and on USPS / standard normal data (k = 3, 20, 60): the sample
+predicted 0.25x - 40x the fit's error.  float64 is chosen when the predicted
+error exceeds :data:`TARGET_ERROR` / :data:`PRECISION_MARGIN`.
+
+Cost: two kernel blocks of 256 x 256, one partial eigh and two products:
+5-15 ms on the 2-core development machine, against a 0.3-0.7 s fit at
+n = 2,000-3,000; reading the sample touches at most four row chunks.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+from ..execution import active_client, compute, serial_blas
+from ..kernels import Kernel
+from ..linalg import Centering
+from ..solvers.spectrum import zero_threshold
+
+__all__ = ["Precision", "PrecisionWarning", "choose_precision", "memory_precision", "measure_precision", "sample_rows",
+           "DTYPES",
+           "PRECISION_SAMPLE", "SAMPLE_CHUNKS", "TARGET_ERROR", "PRECISION_MARGIN"]
+
+#: the values ``dtype`` takes: ``auto`` decides by :func:`choose_precision`
+DTYPES = ("auto", "float32", "float64")
+
+#: rows of the sample the decision is measured on (a 256 x 256 eigh: ~5 ms)
+PRECISION_SAMPLE = 256
+#: row chunks the sample is drawn from, spread over X (each read once: a few chunk reads, not a pass over X)
+SAMPLE_CHUNKS = 4
+#: the relative eigenvalue error dkpca promises at the default dtype
+TARGET_ERROR = 1e-5
+#: how far the predicted error stays below TARGET_ERROR: the sample under-predicted the fit's error by up
+#: to 4x (gamma = 1e-8, ARPACK on a float32 K in memory: 0.28 predicted, 1.2 measured)
+PRECISION_MARGIN = 10.0
+
+_U32 = 2.0 ** -24
+
+
+class PrecisionWarning(UserWarning):
+    """K in float32 was asked for where the sample says float32 loses more than TARGET_ERROR of the eigenvalues."""
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precision K is held in and why (``model.report["precision"]``, the plan's ``precision`` line).
+
+    Attributes
+    ----------
+    dtype : str
+        ``float32`` or ``float64``: what K is built, stored and multiplied in.
+    requested : str
+        ``auto``, ``float32`` or ``float64``.
+    reason : str
+        One sentence: what was measured and what decided.
+    predicted_error : float or None
+        Predicted relative error of the top eigenvalues with K in float32
+        (the larger of ``entry_error`` and, for a single-precision solver,
+        ``product_error``); None when nothing was measured.
+    entry_error, product_error : float or None
+        On the sample: float32 entries (products in float64); float32 entries and products.
+    surviving : float or None
+        ``trace(K~) / trace(K)`` of the sample: the share of K centring leaves.
+    checked : int
+        Top eigenvalues of the sample compared (``min(k, sample / 4)``; zero ones left out).
+    sample : int
+        Rows sampled.
+    seconds : float
+        Time the measurement took.
+    """
+
+    dtype: str
+    requested: str
+    reason: str
+    predicted_error: float | None = None
+    entry_error: float | None = None
+    product_error: float | None = None
+    surviving: float | None = None
+    checked: int = 0
+    sample: int = 0
+    seconds: float = 0.0
+
+    @property
+    def lossy(self) -> bool:
+        """float32 kept (asked for) although the predicted error is above the limit."""
+        return (self.dtype == "float32" and self.predicted_error is not None
+                and self.predicted_error > TARGET_ERROR / PRECISION_MARGIN)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def warning(self) -> str:
+        """The :class:`PrecisionWarning` text of a lossy float32 request."""
+        return (f"dtype='float32': {self.reason}. Eigenvalues may be off by that much; use dtype='auto' (the "
+                "default) or 'float64'.")
+
+
+def sample_rows(X: Any, m: int = PRECISION_SAMPLE) -> np.ndarray:
+    """Up to ``m`` rows of X evenly spread over at most :data:`SAMPLE_CHUNKS` of its row chunks (a numpy array).
+
+    A numpy X is sampled over all its rows; a dask X over the first, last and
+    evenly spaced chunks between, so that a large file is read only there.
+    """
+    n = int(X.shape[0])
+    if isinstance(X, np.ndarray) or not hasattr(X, "chunks"):
+        pool = np.arange(n)
+    else:
+        bounds = np.concatenate([[0], np.cumsum(X.chunks[0])])
+        picks = np.unique(np.linspace(0, len(bounds) - 2, min(len(bounds) - 1, SAMPLE_CHUNKS)).round().astype(int))
+        pool = np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in picks])
+    idx = pool[np.unique(np.linspace(0, pool.size - 1, min(m, pool.size)).round().astype(int))]
+    rows = X[idx]
+    if isinstance(rows, np.ndarray):
+        return rows
+    # a few chunks: read here without a thread pool's start-up (1.4 ms against 2-20 ms measured at n = 2,000),
+    # or through the cluster whose workers can read the input
+    return np.asarray(rows.compute(scheduler="sync") if active_client() is None else compute(rows)[0])
+
+
+def measure_precision(S: np.ndarray, kernel: Kernel, k: int) -> dict[str, Any]:
+    """What float32 does to the top eigenvalues of the sample's centred kernel matrix.
+
+    Returns ``entry_error`` and ``product_error`` (max relative errors of the
+    top ``checked`` eigenvalues: float32 entries with float64 products, and
+    with float32 products), ``surviving`` (``trace(K~) / trace(K)``),
+    ``checked`` and ``finite`` (``"both"``, ``"float64"``: float32 overflows,
+    ``"neither"``, or ``"constant"``: K~ of the sample is numerically zero).
+    """
+    m = S.shape[0]
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is a finding here, reported below
+        K64 = kernel.block(S, None, np.float64)
+        K32 = kernel.block(S, None, np.float32)
+    out: dict[str, Any] = {"entry_error": None, "product_error": None, "surviving": None, "checked": 0,
+                           "finite": "both"}
+    if not np.isfinite(K64).all():
+        out["finite"] = "neither"
+        return out
+    if not np.isfinite(K32).all():
+        out["finite"] = "float64"
+        return out
+    cen = Centering.of_matrix(K64)
+    out["surviving"] = cen.trace / cen.diag_sum if cen.diag_sum > 0 else None
+    kk = max(1, min(k, m // 4, m - 1))
+    mu, V = scipy.linalg.eigh(cen.center_matrix(K64), subset_by_index=(m - kk, m - 1), check_finite=False)
+    mu, V = mu[::-1], V[:, ::-1]
+    resolved = mu > max(zero_threshold(mu[0], np.float64, cen.cancelled), 0.0)
+    if not resolved.any():  # K~ of the sample is rounding noise: float32's rounding would be all there is
+        out["finite"] = "constant"
+        return out
+    mu, V = mu[resolved], np.ascontiguousarray(V[:, resolved])
+    c32 = Centering.of_matrix(K32)
+    errors = []
+    for KV in (K32.astype(np.float64) @ V, (K32 @ V.astype(np.float32)).astype(np.float64)):
+        # Rayleigh quotients of the float32 K~ at the float64 eigenvectors: first order in the rounding
+        rq = np.einsum("ij,ij->j", V, c32.center_product(KV, V))
+        errors.append(float(np.max(np.abs(rq - mu) / mu)))
+    out["entry_error"], out["product_error"] = errors
+    out["checked"] = int(mu.size)
+    return out
+
+
+def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None, k: int = 1,
+                     single_products: bool = False, sample: np.ndarray | None = None,
+                     stored: str | None = None) -> Precision:
+    """Resolve ``dtype`` (``auto``, ``float32`` or ``float64``) into the precision K is held in, with the reason.
+
+    ``float64`` is kept without measuring.  ``auto`` and ``float32`` measure
+    the sample (``sample``, else :func:`sample_rows` of X; nothing without X
+    and a kernel: ``auto`` then keeps float32 and says it was not measured).
+    ``auto`` gives float64 when the predicted error exceeds
+    ``TARGET_ERROR / PRECISION_MARGIN`` (not for entries that overflow
+    float32: the build refuses those, :class:`~dkpca.kernels.NonFiniteKernelError`);
+    ``single_products``: the solver multiplies a float32 K in float32 (ARPACK
+    in memory), so that arithmetic's error counts too.  A ``float32``
+    request is kept; :attr:`Precision.lossy` says when it loses more.
+    ``stored``: the precision of the K the store already holds (None: none,
+    or a rebuild with ``overwrite``); ``auto`` keeps a float64 one -- never
+    less accurate, and a refit of a store fitted with ``dtype="float64"``
+    must not be refused for a dtype the user never asked to change.
+    """
+    if requested == "float64":
+        return Precision("float64", requested, "dtype='float64' requested (not measured)")
+    if requested == "auto" and stored == "float64":
+        return Precision("float64", requested, "the store holds K in float64 from an earlier fit: kept (never less "
+                                               "accurate than float32; not measured)")
+    if (X is None and sample is None) or kernel is None:
+        later = "; a fit decides from a sample of X" if requested == "auto" else ""
+        return Precision("float32", requested, f"dtype={requested!r}: float32, not measured (no data sampled{later})")
+    t = time.perf_counter()
+    S = sample if sample is not None else sample_rows(X)
+    with serial_blas():  # a 256-point problem: one thread, no BLAS pool spinning on the cores
+        got = measure_precision(S, kernel, k)
+    seconds = time.perf_counter() - t
+    limit = TARGET_ERROR / PRECISION_MARGIN
+    what = f"on a {S.shape[0]}-point sample ({seconds * 1e3:.0f} ms)"
+    common = dict(requested=requested, entry_error=got["entry_error"], product_error=got["product_error"],
+                  surviving=got["surviving"], checked=got["checked"], sample=int(S.shape[0]), seconds=seconds)
+    if got["finite"] == "neither":
+        return Precision("float32", reason=f"the kernel is not finite {what}: the build refuses it", **common)
+    if got["finite"] == "float64":
+        # not widened: entries beyond float32's range (1e38) overflow the products of a float64 K as well
+        # (a degree-400 polynomial: K up to 1e227, block Lanczos's eigh failed); the build's refusal names the fix
+        return Precision("float32", reason=f"K's entries overflow float32 {what}: the build refuses this kernel",
+                         **common)
+    if got["finite"] == "constant":
+        # identical points, or a kernel constant on them: K~ is rounding noise, float32's up to ~1e-4 of n c
+        # (ARPACK's single-precision products, 300 identical points), above the zero rule's bound; float64's
+        # noise (1e-13) is far below it, so the components come out zero, as they are
+        return Precision("float64" if requested == "auto" else "float32", predicted_error=np.inf,
+                         reason=f"the centred kernel matrix is numerically zero {what} (identical points, or a "
+                                "kernel constant on them): float32's rounding would be all that is left"
+                                + (": float64" if requested == "auto" else ""), **common)
+    predicted = max(got["entry_error"], got["product_error"] if single_products else 0.0)
+    kept = "of trace(K) survives centring" if got["surviving"] is None else \
+        f"{got['surviving']:.2g} of trace(K) survives centring"
+    loss = (f"float32 puts ~{predicted:.1e} relative error into the top {got['checked']} eigenvalue(s) "
+            f"({'entries and single-precision products' if single_products else 'entries'}; measured {what}: "
+            f"{kept})")
+    if predicted <= limit:
+        return Precision("float32", predicted_error=predicted, reason=f"{loss}, within {limit:g}: float32", **common)
+    if requested == "auto":
+        return Precision("float64", predicted_error=predicted, reason=f"{loss}, above {limit:g}: float64", **common)
+    return Precision("float32", predicted_error=predicted, reason=f"{loss}, above {limit:g}", **common)
+
+
+def memory_precision(X: Any, kernel: Kernel | None, dtype: Any, k: int, single_products: bool) -> Precision | None:
+    """K's precision for the estimator's in-memory fit; None: X's own, unmeasured (float64 X, ``dtype=None``).
+
+    ``dtype=None`` (scikit-learn's X precision) decides float32 input as
+    ``"auto"``; precomputed kernels, callables (``kernel`` None) and sparse
+    input are not sampled.  A float32 asked for that the sample says loses
+    the eigenvalues warns (:class:`PrecisionWarning`).
+    """
+    if dtype is None and X.dtype != np.float32:
+        return None
+    requested = "auto" if dtype is None or (isinstance(dtype, str) and dtype == "auto") else np.dtype(dtype).name
+    sampled = kernel is not None and not sp.issparse(X) and requested != "float64"
+    precision = choose_precision(requested, kernel=kernel if sampled else None, k=int(k),
+                                 single_products=single_products, sample=sample_rows(X) if sampled else None)
+    if precision.lossy:
+        warnings.warn(precision.warning(), PrecisionWarning, stacklevel=4)
+    return precision

@@ -1,0 +1,351 @@
+"""Transform outputs: the Zarr arrays ``dkpca transform`` writes -- marked as dkpca's, resumable, never foreign.
+
+An output is one Zarr array (``zarr.open_array(OUTPUT)[:]`` reads the
+projections) whose attribute ``dkpca_transform`` records what made it::
+
+    {"format_version": 1, "store": "/abs/store", "model": "<digest of the model's content>",
+     "input": {"path": "/abs/input", "fingerprint": {"shape": [...], "dtype": "...", "checksum": "..."}},
+     "complete": false, "dkpca_version": "..."}
+
+* The record is written with the array's metadata, before any chunk, with
+  ``complete: false``; it turns true only once every chunk is there (one
+  rewrite of ``zarr.json``, which zarr replaces atomically).  Unwritten rows
+  read as NaN (the fill value), never as plausible zeros, for a reader that
+  ignores the mark; dkpca's readers refuse an incomplete output
+  (:func:`check_readable`), ``dkpca info`` and ``dkpca verify`` say so.
+* The same command resumes an incomplete output: zarr writes a chunk whole
+  (a temporary file renamed into place, or one object), so a chunk that is
+  there was written completely; each is read back through its CRC-32C and
+  only the missing or damaged ones are computed -- if the output was made by
+  the same model (its content, :func:`model_digest`, not its path) from the
+  same input (the fingerprint :func:`dkpca.io.scan` computes), with the same
+  shape and chunks.  Any other output is refused unless ``overwrite``.
+* ``overwrite`` replaces only an output this module wrote, and removes only
+  the files it wrote there (``zarr.json``, the chunk files of its grid and
+  zarr's temporaries of those).  A path holding anything else -- a dkpca
+  store, a user's Zarr group or array, a directory of files, an output into
+  which the user put a file -- is refused: dkpca never deletes what it did
+  not write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from ..execution import compute
+from ..version import __version__
+from .integrity import CorruptChunkError, checksum_codecs, read_verified, writable, write_config
+from .paths import exists, is_url, url_fs
+from .verify import Finding
+
+__all__ = ["KEY", "OUTPUT_FORMAT_VERSION", "NotAnOutputError", "OutputState", "TransformOutput", "model_digest",
+           "output_state", "prepare_output", "is_output", "check_readable", "output_facts", "describe",
+           "verify_output"]
+
+#: the attribute that marks a Zarr array as a dkpca transform output
+KEY = "dkpca_transform"
+OUTPUT_FORMAT_VERSION = 1
+
+_CHUNK = re.compile(r"c/(\d+)/(\d+)")
+#: zarr's temporary of a key being written (``zarr/storage/_local.py``: the key's suffix replaced by
+#: ``.<uuid hex>.partial``, so ``zarr.json`` -> ``zarr.<hex>.partial``): debris of a write that was killed
+_PARTIAL = re.compile(r"(?P<key>zarr|c/\d+/\d+)\.[0-9a-f]{32}\.partial")
+_RERUN = "rerun the same 'dkpca transform' command to finish it (the chunks already written are kept)"
+
+
+class NotAnOutputError(ValueError):
+    """The output path holds something that dkpca did not write as a transform output."""
+
+
+def model_digest(arrays: Sequence[np.ndarray], facts: dict[str, Any]) -> str:
+    """A digest of what a projection depends on: the model's arrays (dtype, shape, bytes) and JSON ``facts``.
+
+    Content, not a name: a refit that switches the store to another model
+    changes it; the same model read from a moved store does not.
+    """
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.reshape(-1).view(np.uint8))
+    h.update(json.dumps(facts, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-(-s // c) for s, c in zip(shape, chunks, strict=True))
+
+
+@dataclass(frozen=True)
+class OutputState:
+    """A transform output as found: its record, shape, chunks, which chunk files are there, and other files."""
+
+    path: str
+    record: dict[str, Any]
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    present: frozenset[tuple[int, ...]]
+    foreign: tuple[str, ...]  # files this module did not write
+    debris: tuple[str, ...]  # zarr's temporaries of our keys
+
+    @property
+    def total(self) -> int:
+        return int(np.prod(_grid(self.shape, self.chunks)))
+
+    @property
+    def complete(self) -> bool:
+        """Marked complete, and every chunk file there."""
+        return bool(self.record.get("complete")) and len(self.present) == self.total
+
+    def missing(self) -> list[tuple[int, ...]]:
+        return [c for c in np.ndindex(*_grid(self.shape, self.chunks)) if c not in self.present]
+
+
+def _files(path: str) -> list[str]:
+    """Every file under ``path``, relative to it (``[""]``: ``path`` is itself a file)."""
+    fs, where = url_fs(path)
+    where = where.rstrip("/")
+    if is_url(path):
+        fs.invalidate_cache(where)  # what other processes wrote since this instance last listed
+    if fs.isfile(where):
+        return [""]
+    return sorted(p[len(where) + 1:] for p in fs.find(where) if p.startswith(where + "/"))
+
+
+def _not_ours(shown: str, what: str) -> NotAnOutputError:
+    return NotAnOutputError(
+        f"output {shown!r} exists and is not a dkpca transform output (it is {what}); dkpca writes a new output "
+        "or replaces one it wrote, and never removes files it did not write: choose another output path, or "
+        "remove it yourself.")
+
+
+def output_state(path: str, shown: str | None = None) -> OutputState | None:
+    """The transform output at ``path`` (``shown``: the path as the user wrote it); None if nothing is there.
+
+    An empty directory counts as nothing (there is nothing in it to lose).
+    Only an output is listed file by file: a store or a user's directory is
+    refused from its metadata, however many files it holds.
+
+    Raises
+    ------
+    NotAnOutputError
+        Something is there that is not a transform output dkpca wrote.
+    """
+    shown = path if shown is None else shown
+    if not exists(path):
+        return None
+    try:
+        node = zarr.open(path, mode="r")
+    except Exception:  # no Zarr metadata: a file, a directory of files, or an empty directory
+        files = _files(path)
+        if not files:
+            return None
+        raise _not_ours(shown, "a file" if files == [""] else "a directory of other files") from None
+    if isinstance(node, zarr.Group):
+        raise _not_ours(shown, "a dkpca store" if node.attrs.get("format") == "dkpca-store" else "a Zarr group")
+    record = node.attrs.get(KEY)
+    if not isinstance(record, dict) or record.get("format_version") != OUTPUT_FORMAT_VERSION or node.ndim != 2:
+        raise _not_ours(shown, "a Zarr array that 'dkpca transform' did not write")
+    shape, chunks = tuple(node.shape), tuple(node.chunks)
+    grid = _grid(shape, chunks)
+    present, foreign, debris = set(), [], []
+    for f in _files(path):
+        m = _CHUNK.fullmatch(f)
+        if f == "zarr.json":
+            continue
+        if m and all(int(i) < g for i, g in zip(m.groups(), grid, strict=True)):
+            present.add(tuple(int(i) for i in m.groups()))
+        elif _PARTIAL.fullmatch(f):
+            debris.append(f)
+        else:
+            foreign.append(f)
+    return OutputState(path, record, shape, chunks, frozenset(present), tuple(foreign), tuple(debris))
+
+
+def _differs(state: OutputState, record: dict[str, Any], shape: tuple[int, ...], chunks: tuple[int, ...]) -> str:
+    """How the output ``state`` differs from the one ``record`` describes ('' if it is the same)."""
+    if state.record.get("model") != record["model"]:
+        return f"another model (of store {state.record.get('store')!r})"
+    if (state.record.get("input") or {}).get("fingerprint") != record["input"]["fingerprint"]:
+        return f"other input data (from {(state.record.get('input') or {}).get('path')!r})"
+    if state.shape != tuple(shape) or state.chunks != tuple(chunks):
+        return f"another shape or chunking ({state.shape}, chunks {state.chunks})"
+    return ""
+
+
+@dataclass
+class TransformOutput:
+    """An output ready to be written: its array, record and the chunks still to write."""
+
+    path: str
+    array: zarr.Array
+    record: dict[str, Any]
+    todo: list[tuple[int, ...]]
+    total: int
+
+    @property
+    def kept(self) -> int:
+        """Chunks an earlier, interrupted run of the same command wrote (verified and kept)."""
+        return self.total - len(self.todo)
+
+    def write(self, Z: da.Array, progress: bool = False) -> None:
+        """Write the chunks still to write from ``Z``, then mark the output complete (never with a hole)."""
+        if self.todo:
+            edge = self.array.chunks[0]
+            Z = Z.rechunk((edge, Z.shape[1]))  # a no-op where the rows are already the output's chunks
+            regions = [(slice(i * edge, min((i + 1) * edge, Z.shape[0])), slice(None)) for i, _ in self.todo]
+            writes = da.store([Z.blocks[i, j] for i, j in self.todo], [self.array] * len(self.todo),
+                              regions=regions, lock=False, compute=False)
+            compute(writes, label="projecting", progress=progress)
+        state = output_state(self.path)
+        missing = state.missing() if state is not None else [(0, 0)]
+        if missing:  # a write that vanished without an error: never mark a hole complete
+            raise CorruptChunkError(self.path, "", missing[0], "missing after the transform wrote it; rerun")
+        self.array.update_attributes({KEY: {**self.record, "complete": True}})
+
+
+def _verified(arr: zarr.Array, coords: tuple[int, ...]) -> bool:
+    """Whether chunk ``coords`` of ``arr`` reads back through its checksum."""
+    region = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(coords, arr.chunks, arr.shape, strict=True))
+    try:
+        read_verified(arr, region)
+    except Exception:
+        return False
+    return True
+
+
+def _remove(state: OutputState) -> None:
+    """Remove the output ``state`` found, file by file: only what this module wrote (no foreign file is there).
+
+    Marked incomplete first, ``zarr.json`` last: a removal killed half-way
+    leaves an output that is still recognisably ours and says it is incomplete.
+    """
+    if state.record.get("complete"):
+        zarr.open_array(state.path, mode="r+").update_attributes({KEY: {**state.record, "complete": False}})
+    fs, where = url_fs(state.path)
+    where = where.rstrip("/")
+    chunks = [f"{where}/c/{i}/{j}" for i, j in sorted(state.present)] + [f"{where}/{f}" for f in state.debris]
+    if chunks:
+        fs.rm(chunks)
+    fs.rm(f"{where}/zarr.json")
+    if not is_url(state.path):  # the chunk directories zarr made, if empty (nothing else is removed)
+        for i, _ in sorted(state.present, reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(where, "c", str(i)))
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(where, "c"))
+
+
+def prepare_output(path: str, shown: str, origin: dict[str, Any], shape: tuple[int, ...], chunks: tuple[int, ...],
+                   overwrite: bool) -> TransformOutput:
+    """The output at ``path`` ready for projections of ``shape``: new, resumed, or replaced.
+
+    ``origin``: ``{"store", "model", "input": {"path", "fingerprint"}}``.  The same
+    origin, shape and chunks resume (``overwrite`` then rewrites a complete
+    output whole); another output of dkpca is replaced only with ``overwrite``.
+
+    Raises
+    ------
+    NotAnOutputError
+        ``path`` holds something dkpca did not write (or an output with files of the user's in it).
+    FileExistsError
+        ``path`` holds another transform output and ``overwrite`` is False.
+    """
+    state = output_state(path, shown)
+    record = {"format_version": OUTPUT_FORMAT_VERSION, **origin, "complete": False, "dkpca_version": __version__}
+    if state is not None:
+        why = _differs(state, record, shape, chunks)
+        if not why:
+            arr = writable(zarr.open_array(path, mode="r+"))
+            if overwrite and state.complete:  # asked to replace a complete output: every chunk again
+                todo = list(np.ndindex(*_grid(state.shape, state.chunks)))
+            else:  # resume: the missing chunks, and any that fails its checksum
+                todo = sorted(state.missing() + [c for c in state.present if not _verified(arr, c)])
+            if todo and state.record.get("complete"):  # marked incomplete before any chunk is rewritten
+                arr.update_attributes({KEY: {**state.record, "complete": False}})
+            return TransformOutput(path, arr, {**state.record, "complete": False}, todo, state.total)
+        if not overwrite:
+            raise FileExistsError(f"output {shown!r} holds the projections of {why}; choose another path, or pass "
+                                  "--overwrite (overwrite=True) to replace it.")
+        if state.foreign:
+            names = ", ".join(state.foreign[:3]) + (", ..." if len(state.foreign) > 3 else "")
+            raise NotAnOutputError(
+                f"output {shown!r} is a dkpca transform output but also holds files dkpca did not write ({names}); "
+                "--overwrite never removes those: move them away yourself, or choose another output path.")
+        _remove(state)
+    arr = zarr.create_array(store=path, shape=shape, chunks=chunks, dtype="float64", fill_value=np.nan,
+                            compressors=checksum_codecs(), attributes={KEY: record}, config=write_config())
+    todo = list(np.ndindex(*_grid(shape, chunks)))
+    return TransformOutput(path, arr, record, todo, len(todo))
+
+
+def is_output(node: Any) -> bool:
+    """Whether a Zarr node is a dkpca transform output."""
+    return isinstance(node, zarr.Array) and isinstance(node.attrs.get(KEY), dict)
+
+
+def check_readable(node: Any, shown: str) -> None:
+    """Refuse to read an incomplete transform output (``ValueError``); anything else passes."""
+    if is_output(node) and not node.attrs[KEY].get("complete"):
+        raise ValueError(f"input {shown!r} is an incomplete dkpca transform output ({node.nchunks_initialized} of "
+                         f"{node.nchunks} chunks written: the transform was interrupted); {_RERUN}.")
+
+
+def _found(path: str) -> OutputState | None:
+    """The transform output at ``path``, or None if there is none (nothing, or something else)."""
+    try:
+        return output_state(path)
+    except NotAnOutputError:
+        return None
+
+
+def output_facts(path: str) -> dict[str, Any] | None:
+    """What ``dkpca info`` says of a transform output (JSON-safe); None if ``path`` is not one."""
+    state = _found(path)
+    if state is None:
+        return None
+    return {"transform_output": path, "shape": list(state.shape), "chunks": list(state.chunks),
+            "chunks_written": len(state.present), "complete": state.complete,
+            **{k: v for k, v in state.record.items() if k != "complete"}}
+
+
+def describe(facts: dict[str, Any]) -> str:
+    """:func:`output_facts` as ``dkpca info`` prints them."""
+    inp = facts.get("input") or {}
+    total = int(np.prod(_grid(tuple(facts["shape"]), tuple(facts["chunks"]))))
+    state = "complete" if facts["complete"] else (
+        f"incomplete: {facts['chunks_written']} of {total} chunks written (the transform was interrupted); {_RERUN}")
+    return "\n".join([
+        f"dkpca transform output: {facts['shape'][0]} x {facts['shape'][1]} projections ({total} chunks of "
+        f"{facts['chunks'][0]} rows)",
+        f"  model:  {facts.get('model')} of store {facts.get('store')}",
+        f"  input:  {inp.get('path')} (checksum {(inp.get('fingerprint') or {}).get('checksum')})",
+        f"  state:  {state}"])
+
+
+def verify_output(path: str) -> Finding | None:
+    """``dkpca verify`` of a transform output: every chunk there and through its checksum; None if not one."""
+    state = _found(path)
+    if state is None:
+        return None
+    arr = zarr.open_array(path, mode="r")
+    bad = [c for c in sorted(state.present) if not _verified(arr, c)]
+    if bad:
+        return Finding("output", False, f"output: {len(bad)} of {state.total} chunks corrupt (first: {bad[0]}); "
+                                        "rerun the same 'dkpca transform' command to write them again")
+    if not state.complete:
+        return Finding("output", False, f"output: incomplete: {len(state.present)} of {state.total} chunks written "
+                                        f"and verified (the transform was interrupted); {_RERUN}")
+    return Finding("output", True, f"output: {state.shape[0]} x {state.shape[1]} projections, all {state.total} "
+                                   "chunks verified")

@@ -1,0 +1,359 @@
+"""Issue 37, the CLI's edges: transform outputs (never deleting what dkpca did not write; resumable) and the
+one-line errors of odd arguments, broken pipes and corrupt lock files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import zarr
+from sklearn.metrics.pairwise import rbf_kernel
+
+import dkpca
+from dkpca.cli import main
+from dkpca.storage.lock import LOCK_NAME, StoreLockedError, exclusive
+
+from .conftest import cli_error, make_data, reference_eigh, s3_keys, write_data
+
+GAMMA = 0.2  # the ``fitted`` fixture's kernel: rbf, gamma 0.2, k = 3, float64, on 300 x 4 points
+#: a transform input of 5 row chunks (dkpca.linalg.default_block_size: 4,000 rows): an output of 5 chunks
+ROWS, CHUNKS = 20000, 5
+
+
+def listing(path) -> dict[str, bytes]:
+    """Every file under ``path`` (relative name -> bytes): "nothing deleted or changed" compares two of these."""
+    out = {}
+    for dirpath, _, files in os.walk(str(path)):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, str(path))] = fh.read()
+    return out
+
+
+def reference_projection(X: np.ndarray, Xt: np.ndarray, Z_train: np.ndarray, k: int = 3) -> np.ndarray:
+    """Projections of ``Xt`` from ``scipy.linalg.eigh`` of the dense centred kernel of ``X``: K~(x, X) U / sqrt(lam).
+
+    Eigenvector signs are arbitrary: each column takes the sign that matches ``Z_train`` (dkpca's embedding).
+    """
+    K = rbf_kernel(X, gamma=GAMMA)
+    lam, U = reference_eigh(K, k)
+    Kx = rbf_kernel(Xt, X, gamma=GAMMA)
+    Kc = Kx - Kx.mean(axis=1, keepdims=True) - K.mean(axis=0)[None, :] + K.mean()
+    Z = Kc @ U / np.sqrt(lam)
+    ref_train = (K - K.mean(axis=1, keepdims=True) - K.mean(axis=0)[None, :] + K.mean()) @ U / np.sqrt(lam)
+    signs = np.sign(np.sum(ref_train * Z_train, axis=0))
+    return Z * signs
+
+
+# -- case 3: --overwrite replaces only dkpca's own transform output -------------------------------
+def _user_group(path) -> None:
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array("precious", data=np.arange(10.0))
+    g.attrs["owner"] = "me"
+
+
+def _user_array_with_file(path) -> None:
+    zarr.create_array(str(path), data=np.arange(5.0))
+    with open(os.path.join(str(path), "notes.txt"), "w") as f:
+        f.write("mine")
+
+
+@pytest.mark.parametrize("kind", ["dkpca store", "user group", "user array with a file"])
+def test_overwrite_refuses_what_dkpca_did_not_write(tmp_path, capsys, fitted, kind):
+    """Before: all of OUTPUT was deleted and replaced by the projections. Now: one line naming the path and the
+    fix, and every file is still there, byte for byte (listing before and after)."""
+    X, data, store = fitted
+    out = tmp_path / "out.zarr"
+    if kind == "dkpca store":
+        assert main(["fit", data, "-k", "2", "--store", str(out), "-q", "--no-progress"]) == 0
+    elif kind == "user group":
+        _user_group(out)
+    else:
+        _user_array_with_file(out)
+    before = listing(out)
+    assert before
+    err = cli_error(capsys, ["transform", store, data, str(out), "--overwrite", "-q"])
+    assert str(out) in err and "not a dkpca transform output" in err and "remove it yourself" in err, err
+    assert listing(out) == before
+
+
+def test_overwrite_refuses_own_output_holding_a_users_file(tmp_path, capsys, fitted):
+    """A dkpca transform output into which the user put a file: --overwrite (another input) removes nothing."""
+    X, data, store = fitted
+    out = tmp_path / "z.zarr"
+    assert main(["transform", store, data, str(out), "-q"]) == 0
+    with open(out / "notes.txt", "w") as f:
+        f.write("mine")
+    other = write_data(tmp_path / "t.zarr", make_data(50, seed=3, d=4))
+    before = listing(out)
+    err = cli_error(capsys, ["transform", store, other, str(out), "--overwrite", "-q"])
+    assert "notes.txt" in err and "remove" in err, err
+    assert listing(out) == before
+
+
+def test_overwrite_replaces_own_output(tmp_path, fitted):
+    """--overwrite replaces an earlier dkpca transform output of other data; the result is the reference
+    projection (eigh of the dense centred kernel, atol 1e-8)."""
+    X, data, store = fitted
+    out = tmp_path / "z.zarr"
+    assert main(["transform", store, data, str(out), "-q"]) == 0
+    Xt = make_data(50, seed=3, d=4)
+    other = write_data(tmp_path / "t.zarr", Xt)
+    assert main(["transform", store, other, str(out), "--overwrite", "-q"]) == 0
+    Z = zarr.open_array(str(out), mode="r")[:]
+    ref = reference_projection(X, Xt, dkpca.load(store).embedding_)
+    np.testing.assert_allclose(Z, ref, atol=1e-8)
+    assert sorted(listing(out)) == ["c/0/0", "zarr.json"]
+
+
+def test_s3_output_interrupted_resumed_and_replaced(s3_bucket, capsys, monkeypatch, fitted):
+    """The same rules for an output on an object store: an interrupted output resumes, --overwrite with other input
+    replaces it key by key, and a key of the user's under it is never removed (keys listed before and after)."""
+    import s3fs
+
+    X, data, store = fitted
+    Xt = make_data(6000, seed=5, d=4)  # two output chunks of 3,000 rows
+    inp, out = f"{s3_bucket}/T.zarr", f"{s3_bucket}/Z.zarr"
+    zarr.create_array(inp, data=Xt, chunks=(3000, 4))
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 1)
+        assert main(["transform", store, inp, out, "-q"]) == 130
+    assert main(["transform", store, inp, out, "-q"]) == 0
+    assert "resumed: 1 of 2" in capsys.readouterr().out
+    Z = zarr.open_array(out, mode="r")[:]
+    np.testing.assert_allclose(Z, reference_projection(X, Xt, dkpca.load(store).embedding_), atol=1e-8)
+
+    assert main(["transform", store, data, out, "--overwrite", "-q"]) == 0  # other input: replaced
+    assert s3_keys(out) == ["c/0/0", "zarr.json"]
+    s3fs.S3FileSystem(skip_instance_cache=True).pipe_file(f"{out.split('://', 1)[1]}/notes.txt", b"mine")
+    err = cli_error(capsys, ["transform", store, inp, out, "--overwrite", "-q"])
+    assert "notes.txt" in err
+    assert s3_keys(out) == ["c/0/0", "notes.txt", "zarr.json"]
+
+
+def test_existing_output_of_other_input_needs_overwrite(tmp_path, capsys, fitted):
+    X, data, store = fitted
+    out = tmp_path / "z.zarr"
+    assert main(["transform", store, data, str(out), "-q"]) == 0
+    other = write_data(tmp_path / "t.zarr", make_data(50, seed=3, d=4))
+    before = listing(out)
+    err = cli_error(capsys, ["transform", store, other, str(out), "-q"])
+    assert "--overwrite" in err and "another path" in err, err
+    assert listing(out) == before
+
+
+# -- case 6: an interrupted transform is marked incomplete and the same command resumes it -------------------
+def _interrupt_after(monkeypatch, chunks: int) -> None:
+    """Make the transform's chunk writes raise KeyboardInterrupt (Ctrl-C) after ``chunks`` of them."""
+    real = zarr.Array.__setitem__
+    count, lock = [0], threading.Lock()
+
+    def setitem(self, key, value):
+        with lock:
+            count[0] += 1
+            n = count[0]
+        if n > chunks:
+            raise KeyboardInterrupt
+        return real(self, key, value)
+
+    monkeypatch.setattr(zarr.Array, "__setitem__", setitem)
+
+
+def _chunk_mtimes(out) -> dict[str, int]:
+    base = os.path.join(str(out), "c")
+    return {os.path.relpath(os.path.join(d, f), base): os.stat(os.path.join(d, f)).st_mtime_ns
+            for d, _, files in os.walk(base) for f in files}
+
+
+def test_interrupted_transform_is_marked_and_resumed(tmp_path, capsys, monkeypatch, fitted):
+    """Before: the output looked complete (unwritten rows zeros), the message said "rerun the same command to
+    resume", and the rerun refused ("output already exists"). Now: the output says it is incomplete (its
+    unwritten rows read NaN, never plausible zeros), verify/info/readers say so, and the same command writes
+    only the missing chunks. Reference: eigh of the dense centred kernel, atol 1e-8."""
+    X, data, store = fitted
+    Xt = make_data(ROWS, seed=5, d=4)
+    inp = write_data(tmp_path / "t.zarr", Xt)
+    out = tmp_path / "z.zarr"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 3)
+        assert main(["transform", store, inp, str(out), "-q"]) == 130
+    err = capsys.readouterr().err
+    assert "rerun the same command" in err and str(out) in err and "already exists" not in err, err
+    written = _chunk_mtimes(out)
+    assert 0 < len(written) < CHUNKS
+    Z = zarr.open_array(str(out), mode="r")[:]
+    assert np.isnan(Z).any() and not (Z == 0).all(axis=1).any()  # unwritten rows are NaN, not zeros
+
+    # verify: exit 1, says incomplete; info says so; a reader (fit) refuses it in one line
+    assert main(["verify", str(out)]) == 1
+    assert "incomplete" in capsys.readouterr().out
+    assert main(["info", str(out)]) == 0
+    assert "incomplete" in capsys.readouterr().out
+    err = cli_error(capsys, ["fit", str(out), "--store", str(tmp_path / "s2.zarr"), "-q", "--no-progress"])
+    assert "incomplete" in err
+
+    # the same command resumes: the chunks written are kept (same mtime), the rest written; complete
+    time.sleep(0.01)
+    assert main(["transform", store, inp, str(out), "-q"]) == 0
+    assert "resumed" in capsys.readouterr().out
+    after = _chunk_mtimes(out)
+    assert len(after) == CHUNKS and all(after[c] == t for c, t in written.items())
+    Z = zarr.open_array(str(out), mode="r")[:]
+    np.testing.assert_allclose(Z, reference_projection(X, Xt, dkpca.load(store).embedding_), atol=1e-8)
+    assert main(["verify", str(out)]) == 0
+    capsys.readouterr()
+
+    # a complete output, same command again: nothing to do, nothing rewritten
+    assert main(["transform", store, inp, str(out), "-q"]) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert _chunk_mtimes(out) == after
+
+
+def test_resume_refused_when_input_or_model_changed(tmp_path, capsys, monkeypatch, fitted):
+    """An incomplete output is resumed only from the same input (fingerprint) and the same model."""
+    X, data, store = fitted
+    inp = write_data(tmp_path / "t.zarr", make_data(ROWS, seed=5, d=4))
+    out = tmp_path / "z.zarr"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 2)
+        assert main(["transform", store, inp, str(out), "-q"]) == 130
+    capsys.readouterr()
+    before = listing(out)
+    write_data(tmp_path / "t.zarr", make_data(ROWS, seed=6, d=4))  # same shape, other values
+    err = cli_error(capsys, ["transform", store, inp, str(out), "-q"])
+    assert "input" in err and "--overwrite" in err, err
+    assert listing(out) == before
+    write_data(tmp_path / "t.zarr", make_data(ROWS, seed=5, d=4))  # the input back; the model refitted
+    assert main(["fit", data, "-k", "3", "--gamma", "0.3", "--store", store, "--dtype", "float64", "-q",
+                 "--no-progress", "--overwrite"]) == 0
+    err = cli_error(capsys, ["transform", store, inp, str(out), "-q"])
+    assert "model" in err and "--overwrite" in err, err
+    assert listing(out) == before
+
+
+def test_sigint_message_matches_what_happens(tmp_path, fitted):
+    """A real Ctrl-C (SIGINT) of ``dkpca transform`` in a subprocess: exit 130, the message says rerun, and the
+    rerun finishes the output (synchronised on the output's metadata file, written just before its 10 chunks,
+    never on printed text)."""
+    X, data, store = fitted
+    inp = write_data(tmp_path / "t.zarr", make_data(2 * ROWS, seed=5, d=4))
+    out = tmp_path / "z.zarr"
+    cmd = [sys.executable, "-m", "dkpca", "transform", store, inp, str(out), "-q"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(out / "zarr.json") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the transform finished before the interrupt arrived")
+    assert proc.returncode == 130 and "rerun the same command" in err, err
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert zarr.open_array(str(out), mode="r").attrs["dkpca_transform"]["complete"] is True
+
+
+# -- unclear CLI cases: one line, exit 2, nothing before it -----------------------------------------
+def usage_error(capsys, argv) -> str:
+    """Run the CLI in-process: exit status 2 (returned, or the parser's SystemExit), nothing on stdout, one
+    ``dkpca: error:`` line on stderr; that line."""
+    capsys.readouterr()  # what fixtures printed
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    captured = capsys.readouterr()
+    assert status == 2 and captured.out == "", captured
+    assert captured.err.startswith("dkpca: error: ") and captured.err.count("\n") == 1, captured.err
+    return captured.err
+
+
+def test_cluster_timeout_not_a_duration(capsys, fitted):
+    """Before: a KeyError traceback from dask's parse_timedelta."""
+    X, data, store = fitted
+    err = usage_error(capsys, ["fit", data, "--store", store, "--cluster", "local", "--cluster-timeout", "abc"])
+    assert "--cluster-timeout" in err and "'abc'" in err and "600s" in err, err
+
+
+@pytest.mark.parametrize("value", ["0", "-5s", "inf"])
+def test_cluster_timeout_not_positive(capsys, fitted, value):
+    X, data, store = fitted
+    err = usage_error(capsys, ["transform", store, data, "o.zarr", "--cluster", "local",
+                               f"--cluster-timeout={value}"])
+    assert "--cluster-timeout" in err and "above zero" in err, err
+
+
+def test_scheduler_not_an_address(capsys, fitted):
+    """Before: "cluster file 'notanaddress' does not exist"."""
+    X, data, store = fitted
+    err = usage_error(capsys, ["fit", data, "--store", store, "--scheduler", "notanaddress"])
+    assert "neither a scheduler address nor a cluster file" in err and "tls://host:port" in err, err
+
+
+def test_scheduler_given_a_file(tmp_path, capsys, fitted):
+    """A file given to --scheduler (a scheduler's JSON, a cluster file) names the option that takes it."""
+    X, data, store = fitted
+    f = tmp_path / "scheduler.json"
+    f.write_text(json.dumps({"address": "tls://127.0.0.1:1"}))
+    err = usage_error(capsys, ["fit", data, "--store", store, "--scheduler", str(f)])
+    assert "--scheduler-file" in err and "--cluster" in err, err
+
+
+@pytest.mark.parametrize("args, name", [(["--n-samples", "-5"], "--n-samples"), (["--workers", "0"], "--workers"),
+                                         (["--n-components", "0"], "--n-components")])
+def test_demo_numbers_checked_by_the_parser(tmp_path, capsys, args, name):
+    """Before: "negative dimensions are not allowed"; ``--workers 0`` ran the demo anyway."""
+    err = usage_error(capsys, ["demo", "--dir", str(tmp_path), "--n-samples", "300", *args])
+    assert name in err and "positive integer" in err, err
+    assert not os.listdir(tmp_path)  # refused before anything was written
+
+
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_broken_pipe_exits_quietly(fitted, command):
+    """``dkpca info STORE | true``: before, a BrokenPipeError traceback. Now nothing on stderr and the status of a
+    process ended by SIGPIPE (128 + 13), as Python's documentation advises (output to devnull, then exit)."""
+    X, data, store = fitted
+    proc = subprocess.Popen([sys.executable, "-m", "dkpca", command, store], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before anything is written
+    _, err = proc.communicate(timeout=120)
+    assert err == b"" and proc.returncode == 128 + signal.SIGPIPE, err
+
+
+# -- a lock whose heartbeat is in the future or not a number ---------------------------------------------
+def _write_lock(store, heartbeat, host="node042", lease=300.0) -> None:
+    os.makedirs(store, exist_ok=True)
+    doc = {"host": host, "pid": 12345, "token": "theirs", "heartbeat": heartbeat, "lease": lease}
+    with open(os.path.join(store, LOCK_NAME), "w") as f:
+        json.dump(doc, f)
+
+
+@pytest.mark.parametrize("heartbeat", [9e18, "soon", None])
+def test_corrupt_heartbeat_is_taken_over(tmp_path, caplog, heartbeat):
+    """Before: ``"heartbeat": 9e18`` was refused for ever ("heartbeat -8999999998204322816 s ago"). A heartbeat
+    no live holder can have written is a corrupt lock: taken over, with a warning naming why."""
+    store = str(tmp_path / "s.zarr")
+    _write_lock(store, heartbeat)
+    with caplog.at_level("WARNING", logger="dkpca"), exclusive(store):
+        with open(os.path.join(store, LOCK_NAME)) as f:
+            assert json.load(f)["token"] != "theirs"
+    assert "took over the lock" in caplog.text
+
+
+def test_heartbeat_slightly_ahead_is_still_a_live_lock(tmp_path):
+    """Clock skew within a lease is not corruption: a holder elsewhere whose clock runs 5 s ahead keeps its lock,
+    and the message never says a negative age."""
+    store = str(tmp_path / "s.zarr")
+    _write_lock(store, time.time() + 5, host="not-" + socket.gethostname())
+    with pytest.raises(StoreLockedError) as info, exclusive(store):
+        pass
+    assert "heartbeat 0 s ago" in str(info.value) and "-" not in str(info.value).split("heartbeat")[1][:4]

@@ -1,0 +1,207 @@
+"""Issue 37, clusters at the edges: a lost computation ends (never waits forever), a scheduler that
+goes away is one line, and the workers dkpca starts serve nothing over plain HTTP.
+
+Each test bounds its own wait (a thread joined with a timeout, a subprocess with ``timeout=``) so
+that the hang it guards against shows as a failure, not a stuck run; pytest-timeout is the
+backstop.  Kills are timed on store state (the solver checkpoint's pass count), never on text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import dask
+import psutil
+import pytest
+from distributed import Client, LocalCluster
+
+from dkpca import execution
+
+from .conftest import ProcCluster, checkpoint_passes, dkpca_cmd, kill_group, make_data, spawn, wait_until, write_data
+
+
+def _compute_in_thread(*tasks, **kw):
+    """Start ``execution.compute(*tasks)`` in a daemon thread: (thread, outcome dict)."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = execution.compute(*tasks, **kw)
+        except BaseException as exc:  # noqa: BLE001 - the test judges what came out
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+@pytest.mark.timeout(120)
+def test_work_stranded_after_all_workers_died_is_submitted_again_and_finishes(caplog):
+    """Case 9: both workers gone while a placed task waits, then a new worker: the computation finishes.
+
+    distributed leaves a task whose worker restriction names a dead worker (loose, as dkpca's
+    ``placed`` makes it) in ``no-worker`` for ever when it became unrunnable with no worker at
+    all: a new worker never picks it up -- the hang of a LocalCluster fit whose two workers were
+    killed mid-pass.  Here that state is made directly: no worker, the task submitted, then a
+    worker.  Reference: ``sum([1, 2]) == 3`` within the stall bound (2 s here) plus polling, the
+    stall reported once in one line.
+    """
+    with dask.config.set({"dkpca.cluster.stall-timeout": "2s"}), \
+            LocalCluster(n_workers=0, processes=False, protocol="tcp://",
+                         host="127.0.0.1", dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=True) as client:
+        with execution.placed("tcp://127.0.0.1:9"):  # a worker that is gone
+            task = dask.delayed(sum, pure=False)([1, 2])
+        t, out = _compute_in_thread(task)
+        wait_until(lambda: client.processing() == {} and len(client.futures) == 1, 30, what="the task submitted")
+        time.sleep(0.5)  # the scheduler has put it in no-worker (no worker at all)
+        cluster.scale(1)
+        client.wait_for_workers(1, timeout=30)
+        t.join(30)
+        assert not t.is_alive(), "compute still waits for a task no worker will run"
+    assert out.get("value") == (3,), repr(out.get("error"))
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "dkpca"]
+    assert "ran nothing" in warning and "submitting it once more" in warning and "\n" not in warning
+
+
+@pytest.mark.timeout(120)
+def test_work_no_worker_may_run_ends_in_one_line():
+    """Case 9, bounded: results no worker will ever produce end the wait (after one fresh submission).
+
+    A task restricted to a worker that is not there (strictly) waits in ``no-worker`` beside
+    an idle worker.  Reference: a StalledComputationError (a LostComputationError) within 20 s,
+    its message one line saying what happened and that a rerun resumes.
+    """
+    with dask.annotate(workers=["tcp://127.0.0.1:9"], allow_other_workers=False):
+        task = dask.delayed(sum, pure=False)([1, 2])
+    with dask.config.set({"dkpca.cluster.stall-timeout": "1s"}), \
+            LocalCluster(n_workers=1, processes=False, protocol="tcp://",
+                         host="127.0.0.1", dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=True):
+        t, out = _compute_in_thread(task)
+        t.join(20)
+        assert not t.is_alive(), "compute still waits for a task no worker will run"
+    err = out.get("error")
+    assert isinstance(err, execution.StalledComputationError), repr(err)
+    assert isinstance(err, execution.LostComputationError)
+    msg = str(err)
+    assert msg == ("the Dask cluster lost a computation: 1 of its 1 result(s) waited 1 s while the cluster's 1 "
+                   "worker(s) ran nothing (work lost with workers that died, not rescheduled by the Dask "
+                   "scheduler); rerun the same command to resume"), msg
+
+
+def _scheduler_only(tmp_path):
+    """A ``dask scheduler`` subprocess (no workers): (process, address)."""
+    sched_file = tmp_path / "scheduler.json"
+    proc = spawn([os.path.join(os.path.dirname(sys.executable), "dask"), "scheduler", "--host",
+                  "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
+                  str(sched_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: sched_file.exists() and sched_file.stat().st_size > 0, 60, what="scheduler file")
+    return proc, json.loads(sched_file.read_text())["address"]
+
+
+@pytest.mark.timeout(120)
+def test_compute_after_the_scheduler_went_away_fails_at_once(tmp_path):
+    """Case 11 from Python: the scheduler killed between two computations.
+
+    Before: the next computation was handed to a client that was reconnecting for
+    ``distributed.comm.timeouts.connect`` (30 s), then "No clients found".  Reference: a
+    SchedulerLostError naming the address, in under 5 s, one line.
+    """
+    proc, address = _scheduler_only(tmp_path)
+    try:
+        client = Client(address, timeout="10s", set_as_default=True)
+        try:
+            kill_group(proc)
+            wait_until(lambda: client.status != "running", 30, what="the client to see the scheduler gone")
+            t0 = time.monotonic()
+            t, out = _compute_in_thread(dask.delayed(sum, pure=False)([1, 2]))
+            t.join(20)
+            took = time.monotonic() - t0
+            assert not t.is_alive(), "compute waits on a scheduler that is gone"
+        finally:
+            client.close(timeout=5)
+    finally:
+        kill_group(proc)
+    err = out.get("error")
+    assert isinstance(err, execution.SchedulerLostError), repr(err)
+    assert took < 5, took
+    msg = str(err)
+    assert msg.startswith(f"the Dask scheduler at {address} went away") and msg.endswith(
+        "rerun the same command to resume") and "\n" not in msg, msg
+
+
+@pytest.mark.timeout(180)
+def test_cli_fit_whose_scheduler_is_killed_mid_pass_is_one_line(tmp_path):
+    """Case 11 from the CLI: ``dkpca fit --scheduler ADDR`` and the scheduler SIGKILLed during the solve.
+
+    Before: a 124-line FuturesCancelledError traceback, exit 1.  Reference: exit 2 within 20 s
+    of the kill and exactly one stderr line, ``dkpca: error: the Dask scheduler at ADDR went away
+    (...); rerun the same command to resume``.
+    """
+    c = ProcCluster(str(tmp_path), n_workers=1)
+    try:
+        data = write_data(tmp_path / "d.zarr", make_data(1500, seed=3))
+        store = str(tmp_path / "s.zarr")
+        env = {**os.environ, "DASK_DKPCA__CHECKPOINT_INTERVAL": "0"}
+        proc = spawn(dkpca_cmd("fit", data, "-k", "3", "--solver", "randomized", "--tol", "1e-14", "--max-passes",
+                               "400", "--chunk-size", "500", "--dtype", "float64", "--scheduler", c.address,
+                               "--store", store, "--no-progress", "-q"),
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            wait_until(lambda: checkpoint_passes(store) >= 2 or proc.poll() is not None, 120, what="solver pass 2")
+            assert proc.poll() is None, proc.communicate()[1]
+            kill_group(c.procs[0])  # the scheduler
+            t0 = time.monotonic()
+            out, err = proc.communicate(timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            kill_group(proc)
+    finally:
+        c.close()
+    lines = err.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, err[-3000:]
+    assert re.fullmatch(rf"dkpca: error: the Dask scheduler at {re.escape(c.address)} went away \(.+\); rerun the "
+                        r"same command to resume", lines[0]), lines[0]
+    assert took < 20, took
+
+
+@pytest.mark.timeout(120)
+def test_workers_dkpca_starts_listen_only_on_their_tls_ports():
+    """README: no dkpca scheduler or worker listens unencrypted.
+
+    A worker serves HTTP (``/health``, ``/metrics``) beside its TLS port unless told otherwise.
+    Reference: each worker process of a LocalCluster that dkpca starts listens on exactly one TCP
+    port, its TLS address's.
+    """
+    from dkpca.cluster import connected
+
+    cfg = {"dkpca": {"cluster": {"local": {"n_workers": 1, "dashboard_address": "127.0.0.1:0"}}}}
+    with connected(cfg) as client:
+        (address, pid), = client.run(os.getpid).items()
+        port = int(address.rsplit(":", 1)[1])
+        listening = sorted({c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")
+                            if c.status == psutil.CONN_LISTEN})
+    assert address.startswith("tls://")
+    assert listening == [port], f"worker {address} also listens on {sorted(set(listening) - {port})}"
+
+
+
+def test_batch_workers_get_the_tls_only_worker_class_unless_the_configuration_says_otherwise():
+    """README: batch workers run ``--worker-class dkpca.cluster.security.TLSOnlyWorker --no-dashboard``.
+
+    Reference: the arguments as README states them; a worker class or ``--dashboard`` of the
+    user's own is left as given.
+    """
+    from dkpca.cluster.security import tls_only_worker_args
+
+    assert tls_only_worker_args(["--lifetime", "60s"]) == [
+        "--lifetime", "60s", "--worker-class", "dkpca.cluster.security.TLSOnlyWorker", "--no-dashboard"]
+    assert tls_only_worker_args(["--dashboard"]) == ["--dashboard"]
+    assert tls_only_worker_args(["--worker-class", "my.Worker"]) == ["--worker-class", "my.Worker"]

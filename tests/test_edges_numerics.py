@@ -1,0 +1,196 @@
+"""Issue 37, numerical edges: the precision of K chosen before it is wrong, numerically zero components, kernel checks.
+
+References: ``scipy.linalg.eigh`` of the float64 centred kernel (conftest.reference_eigh).  Tolerance for
+eigenvalues at the default dtype: 1e-5 relative (the issue's requirement; float32 entries alone were 25 % off).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import dkpca
+from dkpca.kernels import NonFiniteKernelError, make_kernel
+from dkpca.planning import PrecisionWarning
+
+from .conftest import reference_eigh
+
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def X():
+    # 1,500 x 10 standard normal (numpy default_rng(0)): the issue's x3k at half the rows (the same loss:
+    # gamma=1e-8 leaves 2e-7 of trace(K) after centring), so that the dense reference stays fast
+    return np.random.default_rng(0).standard_normal((1500, 10))
+
+
+_REFS: dict = {}
+
+
+def ref(X, k, **kw):
+    key = (id(X), k, tuple(sorted(kw.items())))
+    if key not in _REFS:
+        kern = make_kernel(kw.pop("kernel", "rbf"), **kw).resolve(X.shape[1])
+        _REFS[key] = reference_eigh(kern.block(X, None, np.float64), k)[0]
+    return _REFS[key]
+
+
+def rel_err(lam, ref_lam):
+    assert len(lam) == len(ref_lam)
+    return float(np.max(np.abs(np.asarray(lam) - ref_lam) / ref_lam))
+
+
+CASES = {  # (data transform, kernel arguments): each one float32 got wrong by more than 1e-5
+    "gamma=1e-8": (lambda X: X, dict(kernel="rbf", gamma=1e-8)),
+    "gamma=1e-6": (lambda X: X, dict(kernel="rbf", gamma=1e-6)),
+    "poly degree 400": (lambda X: X * 0.01, dict(kernel="poly", degree=400)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("where", ["memory", "store"])
+def test_default_dtype_accurate_where_float32_cancels(X, tmp_path, case, where):
+    transform, kw = CASES[case]
+    Xc = transform(X)
+    store = tmp_path / "s.zarr" if where == "store" else None
+    model = dkpca.fit(Xc, 3, store=store, random_state=0, **kw)
+    assert rel_err(model.eigenvalues_, ref(Xc, 3, **kw)) < RTOL
+    decision = model.report["precision"]
+    assert decision["dtype"] == "float64" and decision["requested"] == "auto"
+    assert decision["predicted_error"] > 1e-6 and "float32" in decision["reason"]
+    assert model.report["gram"]["dtype"] == "float64"
+
+
+def test_float32_alone_is_wrong_on_these_cases(X):
+    # the premise: with K in float32 (asked for) the small-gamma eigenvalues are far off, and a warning says so
+    with pytest.warns(PrecisionWarning, match="float32"):
+        model = dkpca.fit(X, 3, gamma=1e-8, dtype="float32", random_state=0)
+    assert model.report["precision"]["dtype"] == "float32"
+    assert model.report["precision"]["predicted_error"] > 1e-3
+
+
+def test_default_keeps_float32_for_common_rbf(X, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrecisionWarning)
+        model = dkpca.fit(X, 3, store=tmp_path / "s.zarr", random_state=0)
+    decision = model.report["precision"]
+    assert decision["dtype"] == "float32" and decision["predicted_error"] < 1e-6
+    assert rel_err(model.eigenvalues_, ref(X, 3, kernel="rbf")) < RTOL
+    assert decision["sample"] == 256  # the check's cost is bounded by its sample (milliseconds), not by n
+
+
+def test_explicit_float64_is_not_measured(X):
+    model = dkpca.fit(X[:300], 3, dtype="float64")
+    assert model.report["precision"] == {**model.report["precision"], "dtype": "float64", "requested": "float64",
+                                         "predicted_error": None}
+
+
+def test_estimator_out_of_core_default(X):
+    kw = dict(kernel="rbf", gamma=1e-8)
+    est = dkpca.KernelPCA(3, random_state=0, **kw).fit(da.from_array(X, chunks=500))
+    assert rel_err(est.eigenvalues_, ref(X, 3, **kw)) < RTOL
+
+
+def test_estimator_in_memory_float32_input(X):
+    X32 = X.astype(np.float32)
+    kw = dict(kernel="rbf", gamma=1e-6)
+    est = dkpca.KernelPCA(3, random_state=0, **kw).fit(X32)
+    assert rel_err(est.eigenvalues_, ref(X32.astype(np.float64), 3, **kw)) < RTOL
+    assert est.transform(X32[:5]).dtype == np.float32  # scikit-learn's output dtype is kept
+
+
+def test_estimator_explicit_float32_warns_with_the_loss(X):
+    with pytest.warns(PrecisionWarning, match=r"relative error into the top 2"):
+        est = dkpca.KernelPCA(2, kernel="rbf", gamma=1e-8, dtype="float32").fit(X[:400])
+    assert est.precision_.dtype == "float32" and est.precision_.lossy
+
+
+def test_plan_shows_the_precision(X):
+    p = dkpca.plan(X, 3, gamma=1e-8)
+    assert p.dtype == "float64" and p.precision["dtype"] == "float64"
+    assert "precision:" in str(p) and "float64" in str(p)
+    p32 = dkpca.plan(X, 3)
+    assert p32.dtype == "float32" and "precision:" in str(p32)
+
+
+def test_cli_dtype_auto_default(tmp_path, capsys):
+    from dkpca.cli import main
+    path = tmp_path / "x.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((400, 10)))
+    assert main(["fit", str(path), "-k", "3", "--gamma", "1e-8"]) == 0
+    out = capsys.readouterr().out
+    assert "dtype=float64: float32 puts" in out
+
+
+# -- case 7: numerically zero components ----------------------------------------------------------------------
+def test_identical_points_have_no_component():
+    with pytest.warns(UserWarning, match="numerically zero"):
+        model = dkpca.fit(np.ones((300, 5)))
+    assert model.eigenvalues_.size == 0 and model.report["zero_components_dropped"] == 2
+    assert model.transform(np.ones((4, 5))).shape == (4, 0)
+
+
+def test_zero_rule_is_relative_to_the_kernel_not_the_noise():
+    from dkpca.solvers import EigResult, postprocess
+    # eigenvalues at float64 rounding of a K of size 300 (n c = 300): zero, although they are each other's size
+    res = EigResult(np.array([6.7e-14, 3e-14]), np.eye(4)[:, :2], 1, np.zeros(2), True, "dense")
+    with pytest.warns(UserWarning, match="numerically zero"):
+        out = postprocess(res, remove_zero=True, precision=np.float64, scale=300.0)
+    assert out.eigenvalues.size == 0 and out.info["zero_eigenvalues_removed"] == 2
+    # scikit-learn's rule is unchanged where the top eigenvalue dominates the scale
+    res = EigResult(np.array([1.0, 1e-6]), np.eye(4)[:, :2], 1, np.zeros(2), True, "dense")
+    assert postprocess(res, remove_zero=True, precision=np.float64, scale=1.0).eigenvalues.size == 2
+
+
+def test_estimator_keeps_zero_components_unless_asked():
+    # scikit-learn: with n_components given and remove_zero_eig=False the zero eigenvalues stay (as 0)
+    est = dkpca.KernelPCA(2, kernel="rbf").fit(np.ones((50, 3)))
+    assert np.all(est.eigenvalues_ == 0)
+    with pytest.warns(UserWarning, match="numerically zero"):
+        est = dkpca.KernelPCA(2, kernel="rbf", remove_zero_eig=True).fit(np.ones((50, 3)))
+    assert est.eigenvalues_.size == 0
+
+
+# -- unclear cases: non-finite kernels, callables, kernel_params -------------------------------------------------
+@pytest.mark.parametrize("where", ["memory", "store"])
+def test_non_finite_kernel_is_named_in_memory_as_stored(X, tmp_path, where):
+    # the issue: in memory ARPACK error -9999, stored the clear NonFiniteKernelError; now the same error on both
+    store = tmp_path / "s.zarr" if where == "store" else None
+    with pytest.raises(NonFiniteKernelError, match="non-finite .* 'poly'"):
+        dkpca.fit(X[:300], 3, kernel="poly", degree=400, store=store)
+    with pytest.raises(NonFiniteKernelError, match="non-finite .* 'poly'"):  # beyond float64's range too
+        dkpca.fit(X[:300], 3, kernel="poly", degree=4000, dtype="float64", store=store, overwrite=True)
+
+
+def test_callable_kernel_nan_is_named(X):
+    with pytest.raises(NonFiniteKernelError, match="callable"):
+        dkpca.KernelPCA(2, kernel=lambda x, y: np.nan).fit(X[:40])
+
+
+def test_callable_kernel_vector_is_named(X):
+    with pytest.raises(TypeError, match="callable kernel .* must return a number"):
+        dkpca.KernelPCA(2, kernel=lambda x, y: x * y).fit(X[:40])
+
+
+@pytest.mark.parametrize("params", [[1, 2], "gamma", 3])
+def test_kernel_params_not_a_dict(X, params):
+    with pytest.raises(ValueError, match=r"rbf kernel: kernel_params=.* must be None or a dict"):
+        dkpca.fit(X[:50], 2, kernel_params=params)
+
+
+
+def test_auto_refit_reuses_a_stored_float64_gram_matrix(tmp_path):
+    """A store fitted with dtype="float64", refit with the default: its K is reused, not refused for its dtype."""
+    Xs = np.random.default_rng(3).standard_normal((400, 5))
+    store = tmp_path / "s.zarr"
+    first = dkpca.fit(Xs, n_components=3, store=store, dtype="float64", chunk_size=100, gram="store")
+    again = dkpca.fit(Xs, n_components=3, store=store, chunk_size=100, gram="store")  # before: "dtype differs"
+    assert again.report["precision"]["dtype"] == "float64"
+    assert again.report["gram"]["computed_blocks"] == 0  # every block reused
+    np.testing.assert_allclose(again.eigenvalues_, first.eigenvalues_, rtol=1e-12)
+    # and a plan of the same refit says the same
+    assert dkpca.plan(Xs, n_components=3, store=store, chunk_size=100, gram="store").precision["dtype"] == "float64"
