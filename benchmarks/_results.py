@@ -14,7 +14,7 @@ HEADER = "# dkpca benchmark results\n\nEach section is rewritten by the benchmar
 def update_section(name: str, body: str, command: str | None = None) -> None:
     """Replace (or append) section ``name``; its title quotes ``command`` (default: from the name)."""
     text = PATH.read_text() if PATH.exists() else HEADER
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     if command is None:
         script = name.split("-", 1)[0]
         args = f" {name.split('-', 1)[1]}" if "-" in name else ""

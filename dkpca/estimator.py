@@ -32,7 +32,6 @@ import pickle
 from functools import partial
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
@@ -43,12 +42,13 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import preimage
+from .eigensolve import memory_kernel_matrix, solve_kernel_matrix
 from .io import as_dask, open_input
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
-from .linalg import rows_per_block
+from .linalg import center_precomputed
 from .pipeline import fit as pipeline_fit
-from .pipeline import memory_kernel_matrix, solve_kernel_matrix
 from .planning import in_memory_solver, memory_precision
+from .projection import kernel_diag, project
 from .request import (
     as_generator,
     check_choice,
@@ -56,6 +56,8 @@ from .request import (
     check_n_components_spec,
     check_out_of_core_params,
 )
+from .solvers import Solver
+from .solvers.spectrum import check_magnitude_ranking
 
 __all__ = ["KernelPCA"]
 
@@ -78,30 +80,6 @@ MAX_PASSES_IN_MEMORY = 500
 
 def _is_out_of_core(X: Any) -> bool:
     return isinstance(X, (str, os.PathLike, da.Array, zarr.Array))
-
-
-def _kernel_diag(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
-    return kernel.diag(Xb, np.float64)
-
-
-def _project_rows(X: Any, X_fit: Any, weights: Any, centering: Any, evaluator: Kernel | None,
-                  kernel_dtype: Any) -> np.ndarray:
-    """In-memory projections of the rows of X, a kernel block of bounded size at a time.
-
-    ``evaluator=None``: X already holds the kernel rows ``K(X, X_fit)``
-    (``kernel="precomputed"``).  Used as is for numpy input and blockwise
-    (``map_blocks``) for dask input.
-    """
-    out = np.empty((X.shape[0], weights.W.shape[1]), dtype=np.float64)
-    step = rows_per_block(weights.W.shape[0])
-    for s in range(0, X.shape[0], step):
-        Xb = X[s:s + step]
-        if evaluator is None:
-            Kx = np.asarray(Xb.toarray() if sp.issparse(Xb) else Xb, dtype=np.float64)
-        else:
-            Kx = evaluator.block(Xb, X_fit, kernel_dtype)
-        out[s:s + step] = centering.center_scores(Kx @ weights.W, Kx.mean(axis=1), weights)
-    return out
 
 
 class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -335,7 +313,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         tol = float(self.tol) if self.tol > 0 else (TOL_IN_MEMORY if in_memory else TOL_OUT_OF_CORE)
         if self.max_iter is not None:
             passes = int(self.max_iter)
-        elif self.eigen_solver == "randomized" and self.iterated_power != "auto":
+        elif self.eigen_solver == Solver.RANDOMIZED and self.iterated_power != "auto":
             passes = int(self.iterated_power) + 1
         else:
             passes = MAX_PASSES_IN_MEMORY if in_memory else None
@@ -396,29 +374,26 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         # memory and product time of a float64 K -- but float32 input gets a
         # float64 K where a sample says float32 would lose the eigenvalues
         # (dtype="auto", dkpca.planning.precision).
-        self.precision_ = memory_precision(X, self.kernel_, self.dtype, k, single_products=solver == "arpack")
+        self.precision_ = memory_precision(X, self.kernel_, self.dtype, k, single_products=solver == Solver.ARPACK)
         self._compute_dtype = np.dtype(self.precision_.dtype) if self.precision_ is not None else X.dtype
-        if self._is_precomputed():
-            K = np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
-        else:
-            K = self._training_kernel(X)
-        if solver == "arpack":
-            # scikit-learn's tolerance, iteration limit and starting vector
-            tol, passes = self.tol, None
-        else:
-            tol, passes = self._iteration_limits(in_memory=True)
+        K = (np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
+             if self._is_precomputed() else self._training_kernel(X))
+        # a non-symmetric precomputed K is centred as KernelCenterer centres it (row and column means apart)
+        given = center_precomputed(K) if self._is_precomputed() else None
+        # arpack: scikit-learn's tolerance, iteration limit and starting vector
+        tol, passes = (self.tol, None) if solver == Solver.ARPACK else self._iteration_limits(in_memory=True)
         res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter,
                                              random_state=self.random_state,
                                              remove_zero=self.remove_zero_eig or self.n_components is None,
                                              X=None if self._is_precomputed() else X, kernel=self.kernel_,
                                              kernel_name="precomputed" if self._is_precomputed() else
                                              f"callable {getattr(self.kernel, '__name__', self.kernel)!r}")
-        self.eigenvalues_ = res.eigenvalues
-        self.eigenvectors_ = res.eigenvectors
-        self.eigen_solver_ = solver
+        if solver == Solver.RANDOMIZED and self._is_precomputed():  # a given matrix: scikit-learn's error (see there)
+            check_magnitude_ranking(res, K.dtype)
+        self.eigenvalues_, self.eigenvectors_, self.eigen_solver_ = res.eigenvalues, res.eigenvectors, solver
         self.explained_variance_ratio_ = (res.eigenvalues / centering.trace if centering.trace > 0
                                           else np.zeros_like(res.eigenvalues))
-        self._centering = centering
+        self._centering = centering if given is None else given
         # K~_ii, for the feature-space distances of the Kwok-Tsang pre-image
         self._kdiag_centered = centering.centered_diag(np.diag(K))
         del K
@@ -453,7 +428,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.n_features_in_ = d
         self.X_fit_ = model.X_fit
         self._centering = model.centering
-        diag = self.X_fit_.map_blocks(partial(_kernel_diag, kernel=model.kernel), dtype=np.float64, drop_axis=1,
+        diag = self.X_fit_.map_blocks(partial(kernel_diag, kernel=model.kernel), dtype=np.float64, drop_axis=1,
                                       meta=np.empty((0,))).compute()
         self._kdiag_centered = model.centering.centered_diag(diag)
         if self.fit_inverse_transform:
@@ -515,22 +490,20 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                 "this KernelPCA was fitted in memory; transform an array (numpy or dask; e.g. zarr.open(path)[:]), "
                 "or fit on a dask array or a file path to work out of core."
             )
-        weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
-        project = partial(_project_rows, evaluator=None if self._is_precomputed() else self._evaluator(),
-                          kernel_dtype=np.float64 if self.kernel_ is None else self._compute_dtype)
         if isinstance(X, da.Array):  # lazily, blockwise, with X's row chunks
             dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
             X = as_dask(X, min_samples=1, purpose="transform", keep_row_chunks=True)
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X has {X.shape[1]} features, but KernelPCA is expecting {self.n_features_in_} "
                                  "features as input.")
-            # fitted arrays enter the graph once, as snapshots: a refit does not change a lazy result
-            fitted = [dask.delayed(a, pure=True) for a in (self.X_fit_, weights, self._centering)]
-            return X.map_blocks(project, *fitted, dtype=np.float64, chunks=(X.chunks[0], (weights.W.shape[1],)),
-                                meta=np.empty((0, 0))).astype(dtype)
-        X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
-        out = project(X, self.X_fit_, weights, self._centering)
-        return out.astype(X.dtype if X.dtype in (np.float32, np.float64) else np.float64, copy=False)
+        else:
+            X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
+            dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+        weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
+        out = project(X, self.X_fit_, weights, self._centering,
+                      evaluator=None if self._is_precomputed() else self._evaluator(),
+                      kernel_dtype=np.float64 if self.kernel_ is None else self._compute_dtype)
+        return out.astype(dtype, copy=False)
 
     # -- pre-images ---------------------------------------------------------------------
     def inverse_transform(self, X: Any, method: str | None = None, *, n_neighbors: int = 10, tol: float = 1e-6,

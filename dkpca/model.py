@@ -5,7 +5,7 @@ A model lives in the ``model/`` group of its store, next to the training data
 statistics as Zarr arrays, everything else as JSON attributes.  Loading never
 unpickles anything.
 
-Out-of-sample projection (Neal's notes, DESIGN.md): for a new point x with
+Out-of-sample projection (Neal's notes; :mod:`dkpca.linalg.centering`): for a new point x with
 ``k(x)_i = k(x, x_i)``,
 
     k~(x) = k(x) - r - mean(k(x)) 1 + c 1,        z_k(x) = k~(x)^T u_k / sqrt(lambda_k)
@@ -28,6 +28,7 @@ import dask.array as da
 import numpy as np
 
 from .execution import compute
+from .grammode import GramMode
 from .io import as_dask, open_input
 from .kernels import Kernel, from_dict
 from .linalg import Centering, ProjectionWeights, block_bounds, kernel_product, rows_per_block
@@ -245,7 +246,7 @@ class KPCAModel:
              "row_means": (self.row_means_, (rows,))},
             {"kernel": self.kernel.to_dict(), "grand_mean": self.grand_mean_, "trace": self.trace_,
              "block": self.block, "n_features": self.n_features, "report": self.report,
-             "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(), "dkpca_version": __version__})
+             "saved": datetime.datetime.now(datetime.UTC).isoformat(), "dkpca_version": __version__})
         return self.store
 
     @classmethod
@@ -267,7 +268,7 @@ class KPCAModel:
             # type is checked below, with every field: here only what this read needs)
             report = attrs.get("report")
             gram = report.get("gram") if isinstance(report, dict) else None
-            stored_K = isinstance(gram, dict) and gram.get("mode") == "store"
+            stored_K = isinstance(gram, dict) and gram.get("mode") == GramMode.STORE
             return (GramStore(store).recorded_kernel() if stored_K else None), tuple(store.training_array().shape)
 
         # read with the model: a refit switching it meanwhile makes all of it be read again
@@ -361,7 +362,7 @@ class KPCAModel:
             ("max relative residual", f"{self._residual():.2e}"),
         ]
         g = r.get("gram") or {}
-        if g.get("mode") == "store":
+        if g.get("mode") == GramMode.STORE:
             facts.append(("Gram blocks", f"{g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused"))
         t = r.get("timings") or {}
         if t:

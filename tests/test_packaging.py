@@ -52,7 +52,7 @@ def test_build_ships_py_typed_and_license(tmp_path):
                           cwd=src, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "lib" / "dkpca" / "py.typed").is_file()
-    assert (tmp_path / "lib" / "dkpca" / "cli.py").is_file() and not (tmp_path / "lib" / "tests").exists()
+    assert (tmp_path / "lib" / "dkpca" / "cli" / "__init__.py").is_file() and not (tmp_path / "lib" / "tests").exists()
     info = (tmp_path / "egg" / "dkpca.egg-info" / "PKG-INFO").read_text()
     assert "License-File: LICENSE" in info.splitlines()
 

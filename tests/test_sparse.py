@@ -354,7 +354,7 @@ def test_load_errors(tmp_path):
         ({"kernel": "nope"}, "unknown kernel"),
         ({"gamma": -1.0}, "gamma"),
         ({"noise_variance": 10.0}, "every weight went to zero"),
-        ({"n_components": 50}, "exceeds"),
+        # n_components above the kernels kept: kept with a warning (tests/test_sklearn_parity.py)
     ],
 )
 def test_bad_parameters(params, match):
@@ -393,4 +393,6 @@ def test_linear_kernel_blocked_path():
 
 
 def test_sklearn_estimator_checks():
-    check_estimator(SparseKernelPCA())
+    # max_iter=3000 (the default before issue 42) keeps it fast: the checks' tiny data sit on flat likelihood
+    # ridges (about 24,000 updates to tol) and the checks test conventions, not convergence
+    check_estimator(SparseKernelPCA(max_iter=3000))

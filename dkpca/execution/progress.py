@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from distributed.utils import is_kernel
+from tqdm import tqdm
 
 __all__ = ["Progress", "ProgressCallback"]
 
@@ -64,7 +65,5 @@ def _bar(label: str, total: int) -> Any | None:
         else:
             return notebook_tqdm(total=total, desc=label, unit="task")
     if sys.stderr.isatty():
-        from tqdm import tqdm
-
         return tqdm(total=total, desc=label, unit="task", file=sys.stderr, dynamic_ncols=True, leave=True)
     return None

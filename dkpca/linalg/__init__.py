@@ -3,7 +3,7 @@
 Nothing here knows about stores, solvers or dask clusters.
 """
 
-from .centering import Centering, ProjectionWeights, center_block, center_diagonal
+from .centering import Centering, ProjectionWeights, center_block, center_diagonal, center_precomputed
 from .grid import (
     BLOCK_BYTES,
     DEFAULT_BLOCK,
@@ -42,7 +42,8 @@ from .products import (
 from .taskgraph import TaskGraph
 from .workspace import retire, scratch
 
-__all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", "BLOCK_BYTES", "DEFAULT_BLOCK",
+__all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", "center_precomputed",
+           "BLOCK_BYTES", "DEFAULT_BLOCK",
            "SCHEDULING_SHARE", "PassCost", "balanced_block", "block_bounds", "cluster_block_size", "default_block_size",
            "n_blocks", "pair_weights", "pass_cost", "pass_tasks", "product_strip_rows", "rows_per_block", "task_memory",
            "upper_pairs", "add", "add_outputs", "block_products", "as_dense", "dense_rows", "kernel_product",

@@ -1,4 +1,4 @@
-"""Centring in feature space, written once (DESIGN.md, "Notation").
+"""Centring in feature space, written once: the notation every module uses (r, c, K~, W).
 
 With row means ``r = K 1 / n`` and grand mean ``c = 1^T K 1 / n^2``::
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal"]
+__all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", "center_precomputed"]
 
 
 def center_block(blk: np.ndarray, r_rows: np.ndarray, r_cols: np.ndarray, c: float) -> np.ndarray:
@@ -152,3 +152,22 @@ class Centering:
         KW -= np.outer(mean_k, weights.sW)
         KW += self.grand_mean * weights.sW[None, :]
         return KW
+
+
+def center_precomputed(K: np.ndarray) -> Centering | None:
+    """Centre a non-symmetric precomputed kernel matrix in place, as scikit-learn's ``KernelCenterer``.
+
+    ``K~ = K - r 1^T - 1 m^T + c`` with the row means ``r`` and the column
+    means ``m`` apart (one vector serves both only for a symmetric K), so the
+    fit then runs on K~ exactly -- as it would on K~ given already centred.
+    Returns the statistics that centre new rows ``K(X_new, X_fit)`` as
+    ``KernelCenterer.transform`` does (the column means in place of ``r``),
+    or None for a symmetric K, which is left untouched.
+    """
+    if np.array_equal(K, K.T):
+        return None
+    cols = K.mean(axis=0, dtype=np.float64)
+    rows = K.mean(axis=1, dtype=np.float64)
+    stats = Centering(cols, float(cols.mean()), float(np.trace(K, dtype=np.float64)))
+    center_block(K, rows, cols, stats.grand_mean)
+    return stats

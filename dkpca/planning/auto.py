@@ -14,17 +14,19 @@ from typing import Any
 import numpy as np
 import psutil
 
-from ..execution import config_switch, n_workers_threads
+from ..execution import n_workers_threads
 from ..solvers import block_width
 from ..solvers.randomized import block_size
 from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
+from .compiledexp import COMPILED_EXP_MIN_ENTRIES, use_compiled_exp
 from .estimate import EntryRates, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
 from .precision import Precision, choose_precision
 
 __all__ = ["Choice", "choose", "use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "DENSE_MAX_N", "DENSE_K_SHARE",
-           "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES", "LANCZOS_MIN_K", "memory_gram_fits", "in_memory_solver"]
+           "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES", "LANCZOS_MIN_K", "memory_gram_fits", "in_memory_solver",
+           "solver_rule", "gram_rule", "single_precision_rule"]
 
 #: n up to which ``auto`` solves densely (scikit-learn's threshold too): the
 #: eigh's O(n^3) beats iterating only for tiny n.  Measured on the 2-core
@@ -73,47 +75,6 @@ def memory_gram_fits(need: int, memory_bytes: int | None = None, budget: int | N
     return (budget is None or need <= budget) and need <= 0.25 * memory_bytes
 
 
-#: kernel entries per thread from which a fit evaluates exp-based kernels with the compiled exp
-#: (``Kernel.compiled``, :mod:`dkpca.kernels.fastexp`).  Measured on the 2-core AMD EPYC (znver1),
-#: 4000 x 4000 rbf blocks, d = 50, one thread, numpy vs compiled interleaved: float32 8.06-8.11 ->
-#: 5.94-5.95 ns an entry off the diagonal (5.38-5.43 -> 4.26-4.37 on it), float64 19.7-20.2 -> 16.8-16.9;
-#: numba's import and the first compilation cost 1.7 s once per process.  At 2.1 ns saved an entry,
-#: 1.5e9 entries a thread save 3.2 s: twice the compilation, a margin for CPUs whose numpy exp is faster
-#: (AVX-512), where the saving is smaller.
-COMPILED_EXP_MIN_ENTRIES = 1.5e9
-
-#: passes assumed for a matrix-free fit whose passes were not estimated (the fewest measured: 4)
-ASSUMED_PASSES = 4
-
-
-def use_compiled_exp(n: int, solver: str, gram: str, passes: int | None = None,
-                     threads: int | None = None) -> tuple[bool, str]:
-    """``(compile, reason)``: whether the fit's kernel blocks are worth numba's one-off compilation.
-
-    Counts the entries the fit evaluates -- the upper triangle of K once for
-    a stored K, once a pass matrix-free (``passes``, default
-    :data:`ASSUMED_PASSES`), none where K is in memory or only Nystroem
-    slices are evaluated -- per thread (``threads``: the cluster's, else this
-    machine's), against :data:`COMPILED_EXP_MIN_ENTRIES`.  Dask config
-    ``dkpca.compiled-exp`` (``true`` / ``false``, default ``auto``) overrides
-    the count, e.g. to keep numba out of a job whose environment breaks it.
-    """
-    forced = config_switch("dkpca.compiled-exp")
-    if gram == "memory" or solver == "nystrom":
-        return False, "kernel entries are evaluated once in memory or as Nystroem slices only: numpy's exp"
-    if forced is not None:
-        return forced, ("dask config dkpca.compiled-exp=true: exp compiled (numba) where the kernel has one"
-                        if forced else "dask config dkpca.compiled-exp=false: numpy's exp")
-    entries = n * (n + 1) / 2 * (1 if gram == "store" else (passes or ASSUMED_PASSES))
-    threads = threads or max(1, n_workers_threads())
-    per_thread = entries / threads
-    if per_thread < COMPILED_EXP_MIN_ENTRIES:
-        return False, (f"{per_thread / 1e9:.2g} G kernel entries a thread (< {COMPILED_EXP_MIN_ENTRIES / 1e9:g} G): "
-                       "numpy's exp, no compilation")
-    return True, (f"{per_thread / 1e9:.2g} G kernel entries a thread: exp compiled (numba, ~1.7 s once per "
-                  "process) where the kernel has one")
-
-
 @dataclass
 class Choice:
     """What ``auto`` resolved to (:func:`choose`).
@@ -141,6 +102,8 @@ class Choice:
     details: dict[str, Any] = field(default_factory=dict)
     compiled_exp: bool = False
     precision: Precision | None = None
+    #: the solver's and the Gram mode's reasons, each on its own
+    reasons: tuple[str, str] = ("", "")
 
     @property
     def dtype(self) -> np.dtype:
@@ -284,11 +247,10 @@ def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: A
                   store: str | None, tol: float, max_passes: int, free_bytes: int | None, memory_bytes: int | None,
                   measured: dict[str, float] | None, workers: int | None, temporary: bool,
                   fraction: bool) -> Choice:
-    """:func:`choose`'s solver and gram rules for K in ``dtype`` (float32 or float64)."""
+    """:func:`choose`'s solver rule, then its Gram rule, for K in ``dtype`` (float32 or float64)."""
     details: dict[str, Any] = {"dtype": np.dtype(dtype).name}
     if memory_bytes is None and (solver in ("auto", "arpack") or gram in ("auto", "memory")):
         memory_bytes = int(psutil.virtual_memory().available)
-    ell = block_size(n, k)
     kdtype = np.dtype(dtype)  # K's precision, in memory as in a store
     k_memory = kdtype.itemsize * n * n  # K held whole in memory
     if gram == "memory" or solver == "arpack":
@@ -299,64 +261,80 @@ def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: A
         gram = "memory" if solver == "arpack" and gram == "auto" else gram
     memory = gram == "memory" or (gram == "auto" and solver != "nystrom" and temporary
                                   and memory_gram_fits(k_memory, memory_bytes))
-    if solver != "auto":
-        name, why = solver, "solver requested"
-    elif memory:
-        name, why = in_memory_solver(n, k, fraction)
-    elif n <= DENSE_MAX_N:
-        name, why = "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
-    elif k > n // 4 and 16 * n * n <= 0.5 * memory_bytes:
-        name, why = "dense", f"n_components={k} > n/4: most of the spectrum is wanted and K~ fits in memory"
-    elif 2 * 8 * n * 3 * (krylov := block_width("lanczos", n, k)) <= 0.25 * memory_bytes:
-        name, why = "lanczos", (f"n={n} > {DENSE_MAX_N}, k={k}: block Lanczos (fewer passes over K than subspace "
-                                f"iteration); its Krylov basis fits in memory")
-    else:
-        name, why = "randomized", (f"n={n}, k={k}: a Krylov basis of 3 x {krylov} columns would not fit in a "
-                                   f"quarter of the {memory_bytes / 1e9:.1f} GB available; subspace iteration needs "
-                                   "O(n l)")
-    solver_why = why
+    name, solver_why = solver_rule(n, k, solver, memory=memory, memory_bytes=memory_bytes, fraction=fraction)
     if memory_bytes is not None:
         details["memory_bytes"] = memory_bytes
+    mode, why = gram_rule(n, k, name, gram, memory=memory, k_memory=k_memory, X=X, kernel=kernel, dtype=dtype,
+                          block=block, store=store, tol=tol, max_passes=max_passes, free_bytes=free_bytes,
+                          measured=measured, workers=workers, details=details)
+    if solver == "auto":
+        name, solver_why = single_precision_rule(n, name, mode, dtype, solver_why)
+    compiled, details["exp"] = use_compiled_exp(n, name, mode, details.get("expected_passes"), workers)
+    return Choice(name, mode, f"solver={name}: {solver_why}; gram={mode}: {why}", details, compiled,
+                  reasons=(solver_why, why))
 
-    if gram != "auto":
-        mode, why = gram, ("ARPACK takes one pass per one-vector product: only with K in memory"
-                           if name == "arpack" else "requested")
-    elif name == "nystrom":
-        mode, why = "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
-    elif memory:
-        mode, why = "memory", (f"the input is in memory and its store temporary (nothing to reuse or resume), and "
-                               f"K ({k_memory / 1e6:.0f} MB in {kdtype.name}) fits in memory: evaluated once, no "
-                               "store")
-    else:
-        blk = min(block or n, n)
-        d = int(X.shape[1]) if X is not None else 0
-        need = fit_footprint(n, d, blk, dtype, ell, np.dtype(X.dtype).itemsize if X is not None else 8)
-        k_bytes = gram_bytes(n, blk, dtype)
-        details["gram_bytes"], details["footprint_bytes"] = k_bytes, need
-        if free_bytes is None and store is not None:
-            free_bytes = storage_free_bytes(str(store))
-        details["free_bytes"] = free_bytes
-        if free_bytes is not None and need > 0.9 * free_bytes:
-            mode, why = "recompute", (f"a stored fit needs {need / 1e9:.2f} GB on disk but only "
-                                      f"{free_bytes / 1e9:.2f} GB is free at the store: kernel blocks are "
-                                      "re-evaluated every pass")
-        elif name == "dense":
-            mode, why = "store", "the dense solver reads K once; storing it lets a refit reuse it"
-        elif k_bytes <= SMALL_GRAM_BYTES:
-            mode, why = "store", (f"K is small ({k_bytes / 1e6:.0f} MB <= {SMALL_GRAM_BYTES / 1e6:.0f} MB): stored "
-                                  "once, read from the page cache, reusable by a refit")
-        else:
-            mode, why = compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured,
-                                       workers, details)
-    if (solver == "auto" and name == "lanczos" and mode == "store" and np.dtype(dtype) == np.float32
-            and n >= SINGLE_PASSES_MIN_N):
-        name, solver_why = "randomized", (
+
+def solver_rule(n: int, k: int, solver: str, *, memory: bool, memory_bytes: int | None,
+                fraction: bool) -> tuple[str, str]:
+    """``(solver, reason)``: the solver asked for, else (``auto``) the rules of :func:`choose`."""
+    if solver != "auto":
+        return solver, "solver requested"
+    if memory:
+        return in_memory_solver(n, k, fraction)
+    if n <= DENSE_MAX_N:
+        return "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
+    if k > n // 4 and 16 * n * n <= 0.5 * memory_bytes:
+        return "dense", f"n_components={k} > n/4: most of the spectrum is wanted and K~ fits in memory"
+    if 2 * 8 * n * 3 * (krylov := block_width("lanczos", n, k)) <= 0.25 * memory_bytes:
+        return "lanczos", (f"n={n} > {DENSE_MAX_N}, k={k}: block Lanczos (fewer passes over K than subspace "
+                           f"iteration); its Krylov basis fits in memory")
+    return "randomized", (f"n={n}, k={k}: a Krylov basis of 3 x {krylov} columns would not fit in a quarter of "
+                          f"the {memory_bytes / 1e9:.1f} GB available; subspace iteration needs O(n l)")
+
+
+def single_precision_rule(n: int, name: str, mode: str, dtype: Any, why: str) -> tuple[str, str]:
+    """An ``auto`` solver once the Gram mode is known: randomized for a large float32 K stored, else kept."""
+    if name == "lanczos" and mode == "store" and np.dtype(dtype) == np.float32 and n >= SINGLE_PASSES_MIN_N:
+        return "randomized", (
             f"n={n} >= {SINGLE_PASSES_MIN_N}, float32 K stored: subspace iteration from the Nystroem start, its "
             "early passes in single precision (half the cost of a float64 pass), beats block Lanczos, whose "
             "products must all be float64 (measured at n=20,000 / 40,000: 5 passes, 2.3-2.7 s / 9.5 s of passes "
             "against Lanczos's 4, 3.2-3.3 s / 12.2 s)")
-    compiled, details["exp"] = use_compiled_exp(n, name, mode, details.get("expected_passes"), workers)
-    return Choice(name, mode, f"solver={name}: {solver_why}; gram={mode}: {why}", details, compiled)
+    return name, why
+
+
+def gram_rule(n: int, k: int, name: str, gram: str, *, memory: bool, k_memory: int, X, kernel, dtype: Any,
+              block: int | None, store: str | None, tol: float, max_passes: int, free_bytes: int | None,
+              measured: dict[str, float] | None, workers: int | None,
+              details: dict[str, Any]) -> tuple[str, str]:
+    """``(mode, reason)``: the Gram mode asked for, else (``auto``) the rules of :func:`choose` for ``name``."""
+    if gram != "auto":
+        return gram, ("ARPACK takes one pass per one-vector product: only with K in memory"
+                      if name == "arpack" else "requested")
+    if name == "nystrom":
+        return "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
+    if memory:
+        return "memory", (f"the input is in memory and its store temporary (nothing to reuse or resume), and "
+                          f"K ({k_memory / 1e6:.0f} MB in {np.dtype(dtype).name}) fits in memory: evaluated once, "
+                          "no store")
+    ell = block_size(n, k)
+    blk = min(block or n, n)
+    d = int(X.shape[1]) if X is not None else 0
+    need = fit_footprint(n, d, blk, dtype, ell, np.dtype(X.dtype).itemsize if X is not None else 8)
+    k_bytes = gram_bytes(n, blk, dtype)
+    details["gram_bytes"], details["footprint_bytes"] = k_bytes, need
+    if free_bytes is None and store is not None:
+        free_bytes = storage_free_bytes(str(store))
+    details["free_bytes"] = free_bytes
+    if free_bytes is not None and need > 0.9 * free_bytes:
+        return "recompute", (f"a stored fit needs {need / 1e9:.2f} GB on disk but only {free_bytes / 1e9:.2f} GB "
+                             "is free at the store: kernel blocks are re-evaluated every pass")
+    if name == "dense":
+        return "store", "the dense solver reads K once; storing it lets a refit reuse it"
+    if k_bytes <= SMALL_GRAM_BYTES:
+        return "store", (f"K is small ({k_bytes / 1e6:.0f} MB <= {SMALL_GRAM_BYTES / 1e6:.0f} MB): stored once, "
+                         "read from the page cache, reusable by a refit")
+    return compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers, details)
 
 
 def compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers, details):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import html
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,9 +39,8 @@ import numpy as np
 from ..kernels import Kernel
 from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
 from ..request import check_bandwidth, check_bool, make_request
-from ..solvers import block_width
-from ..storage import GramStore, free_bytes, gram_bytes, json_safe
-from .auto import choose
+from ..storage import free_bytes, gram_bytes, json_safe
+from .decision import FitPlan, decide, subspace_width
 from .estimate import (
     BUILD_SECONDS,
     FIT_SECONDS,
@@ -143,9 +142,13 @@ class Plan:
     distributed: bool = False
     #: the precision K is held in and why (``Precision.to_dict()``; None: not decided here)
     precision: dict | None = None
+    #: the typed decisions ``dkpca.fit`` with the same parameters runs (None: not decided here)
+    decision: FitPlan | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
+        out = asdict(replace(self, decision=None))
+        out["decision"] = self.decision.to_dict() if self.decision is not None else None
+        return json_safe(out)
 
     def __str__(self) -> str:
         m = self.measured
@@ -233,7 +236,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     n, d = X.shape
     nb = len(block_bounds(n, block))
     tasks = nb * (nb + 1) // 2
-    ell = subspace(n, k, solver)
+    ell = subspace_width(solver, n, k)
     res = resources if resources is not None else cluster_resources(None)
     conc = res["workers"] * res["threads_per_worker"]
     gbytes = gram_bytes(n, block, dtype) if gram == "store" else 0
@@ -274,8 +277,8 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
             warnings.append(f"{what}; a larger block would not fit the workers' memory")
     p = Plan(
         fraction=fraction,
-        n_samples=n, n_features=d, n_components=k, kernel=kernel.to_dict(), solver=solver, solver_reason=reason,
-        gram=gram, dtype=dtype.name, block=block, n_row_blocks=nb, n_block_tasks=tasks,
+        n_samples=n, n_features=d, n_components=k, kernel=kernel.to_dict(), solver=str(solver),
+        solver_reason=reason, gram=str(gram), dtype=dtype.name, block=block, n_row_blocks=nb, n_block_tasks=tasks,
         chunk_shape=(min(block, n), min(block, n)), chunk_bytes=min(block, n) ** 2 * item, gram_bytes=gbytes,
         store=store, free_bytes=free, workers=res["workers"], threads_per_worker=res["threads_per_worker"],
         memory_per_task=per_task, memory_per_worker=per_worker, memory_available_per_worker=avail,
@@ -305,11 +308,6 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
             p.solve_seconds = dense_solve_seconds(n, k)
             p.total_seconds += p.solve_seconds
     return p
-
-
-def subspace(n: int, k: int, solver: str) -> int:
-    """Columns of the block of vectors a pass multiplies (k for the dense solver)."""
-    return block_width(solver, n, k) if solver != "dense" else k
 
 
 def plan(
@@ -367,7 +365,8 @@ max_passes, gram
     Returns
     -------
     Plan
-        ``print(plan)`` for the table; attributes for the numbers.
+        ``print(plan)`` for the table; attributes for the numbers; ``decision``: the
+        :class:`~dkpca.planning.FitPlan` that ``dkpca.fit`` runs (both call :func:`~dkpca.planning.decide`).
     """
     bandwidth = check_bandwidth("fs_bandwidth", fs_bandwidth)
     cluster_block = check_bool("cluster_block", cluster_block)
@@ -376,25 +375,22 @@ max_passes, gram
     # fit would create a temporary directory for in-memory input; a plan creates nothing
     path = req.store.path if req.store is not None else os.path.join(tempfile.gettempdir(), "dkpca-<new>",
                                                                        "store.dkpca.zarr")
-    c = choose(req.n, req.n_components, req.solver, req.gram, X=req.X if measure else None, kernel=req.kernel,
-               dtype=req.dtype, block=req.block, store=path, tol=req.tol, max_passes=req.max_passes,
-               temporary=req.store is None, stored_dtype=req.store and GramStore(req.store).recorded_dtype())
+    fp = decide(req, measure=measure, store_path=path)  # the one decision dkpca.fit makes and runs
     res = cluster_resources(cluster)
-    ell = subspace(req.n, req.n_components, c.solver)
-    dtype = c.dtype  # "auto" resolved (measured on a sample; float32 where not measured)
-    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, dtype, ell, path),
-                                req.block) if measure else None
+    dtype, ell = fp.dtype, fp.subspace
+    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, dtype, ell, path), req.block) \
+        if measure else None
     X, block = req.X, req.block
     why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
     if chunk_size is None and cluster_block and res["distributed"]:
-        best = choose_block(req.n, d=req.d, ell=ell, itemsize=dtype.itemsize, gram=c.gram, resources=res,
+        best = choose_block(req.n, d=req.d, ell=ell, itemsize=dtype.itemsize, gram=fp.gram, resources=res,
                             rates=rates or EntryRates.documented(req.kernel, req.d), fs_bandwidth=bandwidth)
         if best != block:
             X, block = req.X.rechunk((best, req.d)), best
             why = (f"{best}, chosen for this cluster (to keep the scheduler under {100 * SCHEDULING_SHARE:.0f} % "
                    f"of a pass, as far as the workers' memory allows): pass chunk_size={best} (--chunk-size {best}) "
                    f"to fit, whose default is {req.block}")
-    return make_plan(X, req.kernel, req.n_components, block, dtype, c.solver, c.reason, c.gram, path,
-                     tol=req.tol, max_passes=req.max_passes, resources=res, measure=measure,
-                     fraction=req.fraction, fs_bandwidth=bandwidth, rates=rates, block_reason=why,
-                     precision=c.precision)
+    return replace(make_plan(X, req.kernel, fp.k, block, dtype, fp.solver, fp.reason, fp.gram, path, tol=req.tol,
+                             max_passes=req.max_passes, resources=res, measure=measure, fraction=req.fraction,
+                             fs_bandwidth=bandwidth, rates=rates, block_reason=why, precision=fp.precision),
+                   decision=fp)

@@ -42,14 +42,13 @@ import scipy.sparse as sp
 from ..execution import active_client, compute, serial_blas
 from ..kernels import Kernel
 from ..linalg import Centering
+from ..request.options import DTYPES  # the values ``dtype`` takes: ``auto`` decides by choose_precision
 from ..solvers.spectrum import zero_threshold
 
 __all__ = ["Precision", "PrecisionWarning", "choose_precision", "memory_precision", "measure_precision", "sample_rows",
            "DTYPES",
            "PRECISION_SAMPLE", "SAMPLE_CHUNKS", "TARGET_ERROR", "PRECISION_MARGIN"]
 
-#: the values ``dtype`` takes: ``auto`` decides by :func:`choose_precision`
-DTYPES = ("auto", "float32", "float64")
 
 #: rows of the sample the decision is measured on (a 256 x 256 eigh: ~5 ms)
 PRECISION_SAMPLE = 256

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -34,27 +35,55 @@ if TYPE_CHECKING:
     from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postprocess", "check_eigenvalues",
-           "flip_signs", "get_solver", "block_width", "SOLVERS", "SOLVER_NAMES"]
+           "flip_signs", "get_solver", "block_width", "Solver", "SOLVERS", "SOLVER_NAMES"]
+
+
+class Solver(StrEnum):
+    """A solver's name as a typed value: what every layer above compares (never the string).
+
+    A ``StrEnum``: its value is the name users pass and the report records
+    (``str(Solver.DENSE) == "dense"``); :meth:`parse` is the one conversion
+    of a user's string (the CLI's and the Python API's) into it.
+    """
+
+    DENSE = "dense"
+    RANDOMIZED = "randomized"
+    LANCZOS = "lanczos"
+    NYSTROM = "nystrom"
+    ARPACK = "arpack"
+
+    @property
+    def iterative(self) -> bool:
+        """Multiplies a block of vectors each pass from a start block (block Lanczos, subspace iteration)."""
+        return self in (Solver.RANDOMIZED, Solver.LANCZOS)
+
+    @classmethod
+    def parse(cls, name: str | Solver) -> Solver:
+        """``name`` as a :class:`Solver` (not ``auto``: :mod:`dkpca.planning` resolves it).
+
+        Raises
+        ------
+        ValueError
+            Unknown name; the message lists the known ones.
+        """
+        try:
+            return cls(name)
+        except ValueError:
+            raise ValueError(f"solver={name!r} is unknown; choose one of {', '.join(cls)}.") from None
 
 #: Solvers ``dkpca.fit`` accepts (``auto``: resolved by :func:`dkpca.planning.choose`).
 #: ARPACK only with K held in memory (``gram="memory"``): out of core each of its
 #: single-vector steps would be a pass over K (``dkpca.request`` refuses it there).
 SOLVERS = ("auto", "dense", "randomized", "lanczos", "nystrom", "arpack")
 
-#: solver name -> the module whose ``solve`` it is
-_TABLE: Mapping[str, str] = MappingProxyType({
-    "dense": ".dense",
-    "randomized": ".randomized",
-    "lanczos": ".lanczos",
-    "nystrom": ".nystrom",
-    "arpack": ".arpack",
-})
+#: solver -> the module whose ``solve`` it is
+_TABLE: Mapping[Solver, str] = MappingProxyType({solver: f".{solver.value}" for solver in Solver})
 
 #: every solver :func:`get_solver` knows
-SOLVER_NAMES = tuple(_TABLE)
+SOLVER_NAMES = tuple(solver.value for solver in Solver)
 
 
-def get_solver(name: str) -> Callable[..., EigResult]:
+def get_solver(name: str | Solver) -> Callable[..., EigResult]:
     """The ``solve`` function of solver ``name`` (not ``auto``: see :func:`dkpca.planning.choose`).
 
     Raises
@@ -62,21 +91,17 @@ def get_solver(name: str) -> Callable[..., EigResult]:
     ValueError
         Unknown name; the message lists the known ones.
     """
-    try:
-        module = _TABLE[name]
-    except KeyError:
-        raise ValueError(f"solver={name!r} is unknown; choose one of {', '.join(_TABLE)}.") from None
-    return importlib.import_module(module, __name__).solve
+    return importlib.import_module(_TABLE[Solver.parse(name)], __name__).solve
 
 
-def block_width(name: str, n: int, k: int) -> int:
+def block_width(name: str | Solver, n: int, k: int) -> int:
     """Columns of the block an iterative solver multiplies each pass (its start block's width).
 
     Block Lanczos: ``k + 10`` (``lanczos.default_block``); subspace iteration
     (randomized, and any other solver asked): ``k + max(10, k)``
     (``randomized.block_size``).
     """
-    if name == "lanczos":
+    if name == Solver.LANCZOS:
         return importlib.import_module(".lanczos", __name__).default_block(n, k)
     return importlib.import_module(".randomized", __name__).block_size(n, k)
 

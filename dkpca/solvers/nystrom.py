@@ -11,7 +11,9 @@ eigenvectors ``U = F~ V Sigma^{-1}`` over all n training points, so the usual
 :class:`~dkpca.model.KPCAModel` projects new points.  The centering
 statistics of the approximation, ``r = F mu`` and ``c = |mu|^2``, are
 returned in ``info["centering"]`` for the model (the pipeline uses them; no
-pass over K is ever made).
+pass over K is ever made).  The two passes over X, in one task graph, are
+:mod:`dkpca.solvers.nystrompasses`; landmark selection, the solver's
+interface and the iterative solvers' start block are here.
 
 Cost: two passes over X, each evaluating the n x m block ``K(X, L)`` row
 block by row block through :mod:`dkpca.kernels` (memory: one row block x m
@@ -40,18 +42,16 @@ training data at ``data/X`` (written by :func:`dkpca.fit`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
 import scipy.linalg
-from dask.task_spec import TaskRef
 
-from ..execution import compute, n_workers_threads, placed, placement
+from ..execution import compute
 from ..kernels import Kernel
-from ..linalg import DEFAULT_BLOCK, TaskGraph, cholesky_qr
+from ..linalg import DEFAULT_BLOCK, cholesky_qr
+from .nystrompasses import landmark_rows, nystrom_features, two_passes
 from .result import Callback, EigResult, report
 
 __all__ = ["solve", "start_block", "start_landmarks", "LANDMARK_METHODS", "START_LANDMARKS", "START_MIN_N",
@@ -105,7 +105,7 @@ def _data(operator, X, kernel):
 
 
 def _rows_of(X: da.Array, idx: np.ndarray) -> np.ndarray:
-    return _landmark_rows(idx, [compute(X[np.sort(idx)], label="")[0]])
+    return landmark_rows(idx, [compute(X[np.sort(idx)], label="")[0]])
 
 
 def _columns(X: da.Array, kernel: Kernel, XL: np.ndarray) -> np.ndarray:
@@ -161,143 +161,6 @@ def select_landmarks(X: da.Array, kernel, m: int, method: str, rng, rounds: int 
 
 def _diag_block(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
     return kernel.diag(Xb, np.float64)
-
-
-def _landmark_rows(idx: np.ndarray, pieces: list[np.ndarray]) -> np.ndarray:
-    """The landmarks' rows ``XL`` in the order of ``idx`` (``pieces`` hold them sorted)."""
-    return np.ascontiguousarray(np.concatenate(pieces)[np.argsort(np.argsort(idx))], dtype=np.float64)
-
-
-def _landmarks(kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``XL``, ``W = K(L, L)`` and W's mean row, made where they are used: an m x m kernel costs less than a
-    task of its own, whose results would travel between workers (4-8 ms a transfer in a task stream of a
-    2-worker LocalCluster here)."""
-    XL = _landmark_rows(idx, pieces)
-    W = kernel.block(XL, None, np.float64)
-    return XL, W, W.mean(axis=0)
-
-
-def _gram_share(kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray], start: int, stop: int,
-                offsets: list[int], *blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Rows ``start:stop``: ``sum (C_b - s)^T (C_b - s)``, ``sum (C_b - s)``, ``sum k(x, x)`` (``C_b = K(X_b, L)``,
-    ``s`` the mean row of ``W``: :func:`_landmarks`).
-
-    The features' statistics are ``R^T`` (these) ``R``, formed once in
-    :func:`_spectrum`: the m x m product is a SYRK of the kernel slice, where forming
-    ``F_b = C_b R`` first would cost a full GEMM more (measured on a 4000 x 200
-    block, one thread: 4.4 ms for this against 8.2 + 4.7 ms).
-    """
-    XL, _, shift = _landmarks(kernel, idx, pieces)
-    m = XL.shape[0]
-    G, col, diag = np.zeros((m, m)), np.zeros(m), 0.0
-    for Xb in _slices(start, stop, offsets, blocks):
-        Cs = kernel.block(Xb, XL, np.float64)
-        Cs -= shift
-        G += Cs.T @ Cs
-        col += Cs.sum(axis=0)
-        diag += float(kernel.diag(Xb, np.float64).sum())
-    return G, col, diag
-
-
-def _vector_share(kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray], spec: dict[str, Any], start: int,
-                  stop: int, offsets: list[int], *blocks: np.ndarray) -> np.ndarray:
-    """Rows ``start:stop`` of ``C B - offset`` (:func:`_spectrum`'s ``B = R [P | mu]`` and ``offset``: eigenvectors
-    and row means in one product)."""
-    XL, B, offset = _landmark_rows(idx, pieces), spec["B"], spec["offset"]
-    out = np.concatenate([kernel.block(Xb, XL, np.float64) @ B for Xb in _slices(start, stop, offsets, blocks)])
-    out -= offset
-    return out
-
-
-def _slices(start: int, stop: int, offsets: Sequence[int], blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Rows ``start:stop`` as views into ``blocks`` (row blocks starting at global rows ``offsets``)."""
-    return [blk[max(start, off) - off:min(stop, off + blk.shape[0]) - off] for off, blk in zip(offsets, blocks,
-                                                                                              strict=True)]
-
-
-def _row_shares(n: int, edges: list[int]) -> list[tuple[str | None, int, int, list[int]]]:
-    """Equal row ranges, one per worker thread: ``(worker, start, stop, row blocks overlapped)``.
-
-    ``edges``: the first row of each of X's row blocks, and n.  A pass over X
-    is a few ms of work per row block; as one task per block, 5 blocks on 2
-    workers ran as 4 and 1 (the scheduler follows the data), and a share of
-    equal rows per thread keeps both busy (:func:`execution.placement` puts
-    each where it was given).
-    """
-    cuts = np.linspace(0, n, min(n_workers_threads(), n) + 1).astype(int).tolist()
-    bounds = list(zip(cuts[:-1], cuts[1:], strict=True))
-    return [(worker, a, b, list(range(int(np.searchsorted(edges, a, side="right")) - 1,
-                                      int(np.searchsorted(edges, b, side="left")))))
-            for worker, (a, b) in zip(placement([b - a for a, b in bounds]), bounds, strict=True)]
-
-
-def _spectrum(n: int, k: int, kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray], *parts: tuple
-              ) -> dict[str, Any]:
-    """Between the two passes: the top-k eigenpairs of ``F~^T F~`` from the first pass's sums (:func:`_gram_share`).
-
-    Returns ``lam``, ``mu`` (the features' mean), ``B`` and ``offset`` for the
-    second pass (:func:`_vector_share`), ``rank``, ``diag_sum`` and
-    ``trace_nys`` (``||F||_F^2``).  Raises ``ValueError`` where the
-    approximation's rank is below k.
-    """
-    _, W, s = _landmarks(kernel, idx, pieces)
-    R = nystrom_features(W)
-    Gs = sum(p[0] for p in parts)
-    # Accumulated about the landmarks' own mean row s of W (close to the mean of C's rows): that avoids
-    # cancellation in F~^T F~ = F^T F - n mu mu^T.  F = C R, so F - 1 (s R)^T = (C - 1 s^T) R.
-    shift = s @ R
-    delta = (sum(p[1] for p in parts) @ R) / n
-    GR = Gs @ R
-    fro2 = float(np.einsum("ij,ij->", R, GR))  # ||F - 1 shift^T||_F^2 = trace(R^T Gs R)
-    Gc = R.T @ GR - n * np.outer(delta, delta)
-    sig2, Vs = scipy.linalg.eigh(0.5 * (Gc + Gc.T), check_finite=False)
-    sig2, Vs = sig2[::-1], Vs[:, ::-1]
-    r = R.shape[1]
-    if r < k:
-        raise ValueError(
-            f"the Nystroem approximation has rank {r} < k={k} (landmarks nearly duplicate); "
-            "use more landmarks (n_landmarks=...) or fewer components."
-        )
-    # F~^T F~ is PSD: a negative here is rounding, which the spectrum policy
-    # (dkpca.solvers.spectrum) cleans like any other solver's -- no clamp of our own
-    lam = sig2[:k].copy()
-    inv = np.zeros(k)
-    pos = lam > np.finfo(float).eps * max(lam[0], np.finfo(float).tiny) * n
-    inv[pos] = 1.0 / np.sqrt(lam[pos])
-    P = Vs[:, :k] * inv
-    mu = shift + delta
-    # ||F||_F^2 = ||F - s||^2 + 2 s.sum(F - s) + n |s|^2; trace(K - K_nys) >= 0 up to rounding.
-    trace_nys = fro2 + 2.0 * shift @ (delta * n) + n * shift @ shift
-    # U = (F - 1 mu^T) P and the row means F mu, both C times an m-row matrix: one product per block
-    return {"lam": lam, "mu": mu, "B": R @ np.column_stack([P, mu]), "offset": np.append(mu @ P, 0.0),
-            "rank": int(r), "diag_sum": float(sum(p[2] for p in parts)), "trace_nys": float(trace_nys)}
-
-
-def _share_task(graph: TaskGraph, rows: list, edges: list[int], share: tuple, func: Callable,
-                *args: Any) -> TaskRef:
-    """``func(*args, start, stop, offsets, *row blocks)`` for one share of :func:`_row_shares`, on its worker."""
-    worker, start, stop, blocks = share
-    with placed(worker):
-        return graph.task(func, *args, start, stop, [edges[i] for i in blocks], *[graph.ref(rows[i]) for i in blocks])
-
-
-def nystrom_features(W: np.ndarray, rcond: float | None = None) -> np.ndarray:
-    """``R = Q Lambda^{-1/2}`` over the well-determined spectrum of W (m x r).
-
-    ``C R (C R)^T = C W^+_tau C^T`` with W's eigenvalues below
-    ``tau = rcond * lambda_max`` dropped (default ``rcond = sqrt(eps)``).  The
-    cut is for stability, not only for exact singularity: a kept eigenvalue
-    lambda amplifies the rounding of C (``eps ||C||``) by ``1 / sqrt(lambda)``,
-    so ``F F^T`` carries an error of about ``eps ||C||^2 / lambda``; near-duplicate
-    landmarks or a smooth kernel make W's spectrum reach 1e-15 and that error
-    O(1).  Dropping below ``sqrt(eps) lambda_max`` bounds it by about
-    ``sqrt(eps) (n / m) lambda_max`` while changing the approximation only by
-    directions of weight < tau.
-    """
-    lam, Q = scipy.linalg.eigh(0.5 * (W + W.T), check_finite=False)
-    rcond = np.sqrt(np.finfo(float).eps) if rcond is None else rcond
-    keep = lam > rcond * max(lam.max(initial=0.0), np.finfo(float).tiny)
-    return Q[:, keep] / np.sqrt(lam[keep])
 
 
 def start_block(X: da.Array | np.ndarray, kernel: Kernel, ell: int, rng,
@@ -390,21 +253,7 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     idx, sel_passes = (given, 0) if given is not None else select_landmarks(X, kernel, m, landmarks, rng)
     t_select = time.perf_counter() - t0
     t0 = time.perf_counter()
-    # Both passes over X in one graph, with the landmarks' rows and the small eigenproblem between them
-    # (one round trip to a cluster, not three; X's row blocks are read once).
-    rows = X.to_delayed().ravel()
-    edges = np.cumsum((0,) + X.chunks[0]).tolist()
-    shares = _row_shares(n, edges)
-    graph = TaskGraph("dkpca-nystrom", rows[:1])
-    ordered = np.sort(idx)
-    cut = np.searchsorted(ordered, edges)
-    pieces = [graph.task(np.take, graph.ref(rows[i]), ordered[cut[i]:cut[i + 1]] - edges[i], 0)
-              for i in range(len(rows)) if cut[i + 1] > cut[i]]
-    parts = [_share_task(graph, rows, edges, share, _gram_share, kernel, idx, pieces) for share in shares]
-    spec = graph.task(_spectrum, n, k, kernel, idx, pieces, *parts)
-    vectors = [_share_task(graph, rows, edges, share, _vector_share, kernel, idx, pieces, spec) for share in shares]
-    spec, *outs = compute(*graph.outputs([spec, *vectors]), label="")
-    out = np.concatenate(outs, axis=0)
+    spec, out = two_passes(X, kernel, idx, k)
     U, row_means = out[:, :k], out[:, k]
     lam, mu, diag_sum = spec["lam"], spec["mu"], spec["diag_sum"]
     # one graph makes both passes: its time is split evenly between them

@@ -9,13 +9,22 @@ Wanted are the k largest eigenvalues *by value*.  Subspace iteration on K~
 converges to the eigenvectors of largest *magnitude*, which is the same thing
 only for a positive semi-definite K~.  An indefinite kernel (sigmoid, or a
 user's kernel) can have negative eigenvalues larger in magnitude than the
-k-th positive one; plain iteration then fills the subspace with them and
-converges -- small residuals -- to the wrong eigenpairs.  So the iteration
-runs on ``K~ + sigma I`` (see :func:`next_shift`): same eigenvectors and
-same Ritz vectors, eigenvalues moved by sigma, and a spectrum whose largest
-magnitudes are again the largest values.  Residuals ``||K~ u - theta u||``
-do not depend on sigma, so the stopping rule is unchanged; sigma is 0 for a
-PSD kernel, whose iterations are exactly those of plain subspace iteration.
+k-th positive one; plain iteration then fills the subspace with them.  The
+Rayleigh-Ritz step ranks by value, so they are never returned; what they
+cost is columns.  So each one the Ritz values witness gets a column of its
+own (:func:`wanted_width`: the block widens by them, up to ``MAX_WIDENING``
+times :func:`block_size`), and the wanted pairs converge at
+``|lambda_{l+1}| / lambda_k`` as in the PSD case.  (On a sigmoid kernel
+with 15 negative eigenvalues outranking lambda_6 = 0.0129: 16 -> 31 columns,
+17 passes to a 1e-10 residual, where shifting took over 200.)  Only where
+more would be needed does the iteration run on ``K~ + sigma I`` (see
+:func:`next_shift`): same eigenvectors and Ritz vectors, eigenvalues moved
+by sigma, and a spectrum whose largest magnitudes are again the largest
+values -- but the whole unwanted spectrum, zeros included, then sits near
+the wanted end, and convergence is slow.  Residuals ``||K~ u - theta u||``
+depend on neither, so the stopping rule is unchanged; a PSD kernel neither
+widens nor shifts: its iterations are exactly those of plain subspace
+iteration.
 """
 
 from __future__ import annotations
@@ -27,7 +36,11 @@ import scipy.linalg
 
 from .result import Callback, EigResult, report
 
-__all__ = ["solve", "block_size", "start_block", "next_shift"]
+__all__ = ["solve", "block_size", "start_block", "next_shift", "wanted_width", "MAX_WIDENING"]
+
+#: an indefinite spectrum may widen the subspace up to this many times block_size's width
+#: (:func:`wanted_width`); beyond, the iteration shifts instead (:func:`next_shift`)
+MAX_WIDENING = 3
 
 
 def block_size(n: int, k: int, oversampling: int | None = None) -> int:
@@ -70,6 +83,22 @@ def next_shift(theta: np.ndarray, k: int, sigma: float) -> float:
     return candidate if candidate > max(sigma, noise) else sigma
 
 
+def wanted_width(theta: np.ndarray, k: int, ell: int, base: int) -> int:
+    """Subspace width for the k wanted pairs, the eigenvalues that outrank them by magnitude, and oversampling.
+
+    ``theta``: the current Ritz values, descending.  Subspace iteration keeps
+    the ``l`` eigenvectors of largest magnitude; the Ritz values below
+    ``-theta_k`` (more negative than the k-th wanted is positive) witness as
+    many eigenvalues there (Cauchy interlacing), each one taking a column
+    that the wanted pairs' oversampling needs: the width grows by them.  The
+    result is at least ``ell`` (the width is never lowered) and ``base``
+    (:func:`block_size`'s width); it is ``ell`` for a PSD spectrum.
+    """
+    noise = 1e3 * np.finfo(float).eps * max(abs(float(theta[0])), np.finfo(float).tiny)
+    outranking = int(np.count_nonzero(theta < -max(float(theta[min(k, theta.size) - 1]), noise)))
+    return max(ell, base + outranking)
+
+
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None,
           callback: Callback | None = None, oversampling: int | None = None, start: np.ndarray | None = None,
           checkpoint=None) -> EigResult:
@@ -102,19 +131,25 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
     Returns
     -------
     EigResult
-        ``info`` holds ``block_size`` and ``shift`` (the final sigma; 0 for a
-        PSD spectrum).
+        ``info`` holds ``block_size`` (the final width), ``shift`` (the final sigma; 0 for a
+        PSD spectrum) and ``lowest_ritz`` (the lowest Ritz value seen: an upper
+        bound on the lowest eigenvalue).
     """
     rng = np.random.default_rng(rng)
     start_passes = operator.passes
     n = operator.n
-    ell = block_size(n, k, oversampling)
+    ell = base = block_size(n, k, oversampling)
+    # an indefinite spectrum widens the block up to this before it shifts (see the module docstring)
+    widest = min(n, MAX_WIDENING * base)
     history: list[float] = []
     resumed = 0
     sigma = 0.0
+    lowest = np.inf
     state = checkpoint.load() if checkpoint is not None else None
-    if state is not None and state.arrays.get("Q", np.empty(0)).shape == (n, ell):
-        Q, history, resumed = state.arrays["Q"], list(state.history), state.passes
+    saved = state.arrays.get("Q", np.empty((0, 0))) if state is not None else None
+    if saved is not None and saved.shape[0] == n and ell <= saved.shape[1] <= widest:  # widened blocks resume too
+        Q, history, resumed = saved, list(state.history), state.passes
+        ell = Q.shape[1]
         sigma = float(state.arrays["shift"][0]) if "shift" in state.arrays else 0.0
     else:
         Q = start_block(n, ell, rng) if start is None else start
@@ -134,6 +169,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
         theta, S = scipy.linalg.eigh(B)
         # descending by value: the wanted pairs are the k largest eigenvalues, not magnitudes
         theta, S = theta[::-1], S[:, ::-1]
+        lowest = min(lowest, float(theta[-1]))  # Ritz values never pass the spectrum's ends
         U = Q @ S[:, :k]
         KU = Y @ S[:, :k]
         res = np.linalg.norm(KU - U * theta[:k], axis=0)
@@ -147,17 +183,27 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
             # the basis), saved before the pass is reported so that a fit
             # killed after "pass N" resumes at pass N.  Also saved after the
             # last allowed pass: a rerun with a larger max_passes continues.
-            sigma = next_shift(theta, k, sigma)
-            Z = Y @ S
-            if sigma:
-                Z += sigma * (Q @ S)
+            wider = wanted_width(theta, k, ell, base)
+            if not sigma and wider <= widest:
+                # eigenvalues that outrank the wanted ones by magnitude get columns of their own: plain
+                # iteration then converges at |lambda_{l+1}| / lambda_k, where a shift would put the whole
+                # unwanted spectrum (zeros included) near the wanted end
+                Z = Y @ S
+                if wider > ell:
+                    Z = np.hstack([Z, rng.standard_normal((n, wider - ell))])
+                    ell = wider
+            else:
+                sigma = next_shift(theta, k, sigma)
+                Z = Y @ S
+                if sigma:
+                    Z += sigma * (Q @ S)
             Q, _ = scipy.linalg.qr(Z, mode="economic", check_finite=False)
             if checkpoint is not None:
                 checkpoint.save(done, history, Q=Q, shift=np.array([sigma]))
         report(callback, done, history[-1], time.perf_counter() - t0)
         if converged:
             break
-    info = {"block_size": ell, "shift": sigma}
+    info = {"block_size": ell, "shift": sigma, "lowest_ritz": lowest}
     if resumed:
         info["resumed_at_pass"] = resumed
     return EigResult(theta[:k].copy(), U, passes=resumed + operator.passes - start_passes, residuals=res,

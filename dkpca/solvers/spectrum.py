@@ -50,8 +50,8 @@ import numpy as np
 
 from .result import EigResult
 
-__all__ = ["postprocess", "check_eigenvalues", "flip_signs", "components_for_fraction", "keep_fraction",
-           "NOT_PSD_HINT", "zero_threshold"]
+__all__ = ["postprocess", "check_eigenvalues", "check_magnitude_ranking", "flip_signs", "components_for_fraction",
+           "keep_fraction", "NOT_PSD_HINT", "zero_threshold"]
 
 #: (significant negative ratio, significant negative value, numerically zero ratio) by precision
 _THRESHOLDS = {
@@ -136,6 +136,26 @@ def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None, scale: flo
     lam[lam < 0] = 0.0
     lam[(lam > 0) & (lam < zero_threshold(top, dt, scale))] = 0.0
     return lam
+
+
+def check_magnitude_ranking(res: EigResult, precision: Any = None) -> None:
+    """scikit-learn's error where its randomized KernelPCA, which ranks by magnitude, would keep a negative one.
+
+    dkpca's subspace iteration returns the k largest eigenvalues by value;
+    scikit-learn's keeps the k largest in magnitude, so on an indefinite
+    kernel it picks up a negative eigenvalue of larger magnitude than the
+    k-th positive one and raises :func:`check_eigenvalues`' error.  The
+    estimator raises it too for a precomputed matrix -- one whose origin dkpca
+    cannot know (an isomap matrix, say): there scikit-learn's outcome is kept
+    (its test ``test_precomputed_kernel_not_psd``); a named indefinite kernel
+    (sigmoid) gets the top eigenpairs by value.  Raised only where the solver
+    saw such an eigenvalue: ``info["lowest_ritz"]``, a Ritz value, is never
+    below the lowest eigenvalue, so it is a witness, never a guess.
+    """
+    low = res.info.get("lowest_ritz")
+    lam = np.asarray(res.eigenvalues, dtype=np.float64)
+    if low is not None and lam.size and -low > lam.min():
+        check_eigenvalues(np.append(lam, low), precision)
 
 
 def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None, scale: float | None = None) -> EigResult:

@@ -2,7 +2,7 @@
 
 Centring (``center=True``; the paper does not centre, its footnote 1) replaces
 K by ``K~ = K - r 1^T - 1 r^T + c 1 1^T`` with ``r`` the row means of K over
-the training points and ``c`` their mean (DESIGN.md).  :func:`center` is the
+the training points and ``c`` their mean (:mod:`dkpca.linalg.centering`).  :func:`center` is the
 one place in :mod:`dkpca.sparse` that applies this formula, to blocks and
 diagonals of K alike.
 """

@@ -1,6 +1,7 @@
 """Everything dkpca keeps on disk: the only code that knows the store's layout.
 
-* :mod:`.fitstore` -- a fit's store (create, open, check, training data, model);
+* :mod:`.fitstore` -- a fit's store (create, open, check, model switch);
+* :mod:`.datacopy` -- the copy of the training data (written once, fenced, every read verified);
 * :mod:`.lock` -- one writer at a time;
 * :mod:`.integrity` -- a CRC-32C on every chunk, checked on every read; :class:`CorruptChunkError`;
 * :mod:`.chunks` -- whole-chunk reads and writes, the raw fast path and O_DIRECT;

@@ -194,7 +194,7 @@ class SolverCheckpoint:
         # The pointer goes last, in one atomic JSON write.
         g.attrs.put(json_safe({
             "key": self.key, "slot": slot, "passes": int(passes), "history": list(history),
-            "checksums": sums, "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "checksums": sums, "saved": datetime.datetime.now(datetime.UTC).isoformat(),
         }))
         self.saves += 1
         self._last = time.monotonic()

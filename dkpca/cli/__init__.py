@@ -1,0 +1,130 @@
+"""The ``dkpca`` command line: fit, plan, info, transform, demo.
+
+Errors caused by the user's input exit with status 2 and one line on stderr
+(``dkpca: error: ...``), never a traceback.  Log messages of the ``dkpca``
+logger (the plan, the dashboard link) go to stderr at INFO level unless
+``--quiet``, which leaves only errors; progress (a bar on a terminal, a line
+per tenth of the work in a log) goes to stderr too; results go to stdout.
+
+``dkpca --help`` must answer at once, so this package imports only the
+standard library, numpy and the registries (kernels, solvers, and
+:mod:`dkpca.request.options`: the choices and defaults of the options) at
+import time; each command imports the layers it runs (scikit-learn, Dask,
+distributed, Zarr) when it runs, and the exception types of user errors are
+imported when an error is being explained.  ``tests/test_cli.py`` checks this
+in a fresh interpreter.
+
+* :mod:`.parser` -- subcommands and options (``fit`` and ``plan`` share one declaration);
+* :mod:`.commands` -- what each subcommand does;
+* :mod:`.errors` -- the one error line, and which exceptions are the user's to fix.
+
+``dkpca.cli:main`` is the console entry point; ``python -m dkpca`` and
+``python -m dkpca.cli`` run it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import sys
+import warnings
+
+from .commands import COMMANDS, held_out_centroid_accuracy, make_demo_data, model_facts
+from .errors import error, explain
+from .parser import build_parser
+
+__all__ = ["main", "build_parser", "COMMANDS", "explain", "model_facts", "make_demo_data",
+           "held_out_centroid_accuracy"]
+
+
+def _setup_logging(quiet: bool) -> logging.Handler | None:
+    """dkpca's INFO messages (plan, dashboard link, passes) on stderr for the CLI; only errors when quiet.
+
+    Returns the handler added, which :func:`main` removes when the command
+    ends: a handler left behind would hold this call's ``sys.stderr``, which a
+    caller of ``main`` (a test's capture, a notebook) may have closed since.
+    """
+    log = logging.getLogger("dkpca")
+    if quiet:
+        log.setLevel(logging.ERROR)
+        return None
+    log.setLevel(logging.INFO)
+    if any(getattr(h, "_dkpca_cli", False) for h in log.handlers):
+        return None  # main() called from within a command (nested): its caller's handler speaks
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("dkpca: %(message)s"))
+    h._dkpca_cli = True
+    log.addHandler(h)
+    return h
+
+
+#: what the line after Ctrl-C says per command: only what a rerun really does
+_INTERRUPTED = {
+    "fit": "; rerun the same command to resume from the store",
+    "transform": "; rerun the same command to finish {a.output} (chunks already written are kept; until then "
+                 "it is marked incomplete)",
+    "demo": "; rerun the demo to start it again",
+}
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout is not a file
+        return True  # the BrokenPipeError itself is the best evidence left
+
+
+def _reader_gone() -> int:
+    """Exit quietly when the reader of stdout went away, as ``head`` expects of a writer.
+
+    Python's advice (``signal`` docs, "Note on SIGPIPE"): stdout to devnull, so
+    the last flush at exit cannot fail again.  The status is a SIGPIPE death's,
+    as a C tool's (141, what ``set -o pipefail`` reports of ``yes | head -1``):
+    not 1, ``dkpca verify``'s "damaged", nor 2, a user error.
+    """
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + getattr(signal, "SIGPIPE", 13)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    log, dist = logging.getLogger("dkpca"), logging.getLogger("distributed")
+    old_level, old_dist = log.level, dist.level
+    quiet = getattr(a, "quiet", False)
+    handler = _setup_logging(quiet)
+    if quiet:  # e.g. distributed's "port in use" notices
+        dist.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            status = COMMANDS[a.command](a)
+            sys.stdout.flush()  # a reader that went away ('dkpca info STORE | head -1') is found here, not at exit
+            return status
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # some other pipe (a socket): not the reader of our output
+        return _reader_gone()
+    except Exception as exc:
+        message = explain(exc)
+        if message is None:
+            raise  # a genuine bug or an unexpected system failure: keep the traceback
+        return error(message)
+    except KeyboardInterrupt:
+        print(f"dkpca: interrupted{_INTERRUPTED.get(a.command, '').format(a=a)}", file=sys.stderr)
+        return 130
+    finally:
+        log.setLevel(old_level)
+        dist.setLevel(old_dist)
+        if handler is not None:
+            log.removeHandler(handler)

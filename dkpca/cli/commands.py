@@ -1,0 +1,258 @@
+"""The ``dkpca`` command's subcommands: each imports the layers it runs when it runs (``--help`` loads none).
+
+Results go to stdout; the plan, the dashboard link and progress go to stderr
+through the ``dkpca`` logger and the progress bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from ..grammode import GramMode
+from ..version import __version__
+
+__all__ = ["COMMANDS", "cmd_fit", "cmd_plan", "cmd_info", "cmd_verify", "cmd_transform", "cmd_demo", "model_facts",
+           "make_demo_data", "held_out_centroid_accuracy"]
+
+
+@contextlib.contextmanager
+def _client(a: argparse.Namespace, memory_per_worker: int | None = None):
+    from ..cluster import connected
+
+    target = getattr(a, "cluster", None) or getattr(a, "scheduler", None)
+    with connected(target, scheduler_file=getattr(a, "scheduler_file", None),
+                   timeout=getattr(a, "cluster_timeout", None), memory_per_worker=memory_per_worker) as client:
+        yield client
+
+
+def _progress(a: argparse.Namespace) -> bool:
+    return not getattr(a, "quiet", False) and not getattr(a, "no_progress", False)
+
+
+def cmd_fit(a: argparse.Namespace) -> int:
+    from ..pipeline import fit
+    from ..planning import plan
+
+    need = None
+    if a.cluster:  # refused before anything starts when a Gram block task cannot fit in a worker
+        need = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
+                    coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
+                    tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=False,
+                    cluster_block=False).memory_per_worker  # fit's own block, not the one plan recommends
+    with _client(a, need):
+        model = fit(
+            a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
+            coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
+            tol=a.tol, max_passes=a.max_passes, random_state=a.random_state, overwrite=a.overwrite,
+            gram=a.gram, progress=_progress(a),
+        )
+    g = model.report.get("gram", {})
+    if g.get("mode") == GramMode.STORE:
+        print(f"Gram blocks: {g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused from the store")
+    resumed = (model.report.get("solver_info") or {}).get("resumed_at_pass")
+    if resumed:
+        print(f"Solver: resumed at pass {resumed} from the checkpoint in the store "
+              f"({model.report.get('passes')} passes in all)")
+    print(model.summary())
+    return 0
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from ..planning import plan
+
+    # a running scheduler is asked for its workers; a cluster is sized from its configuration, not started
+    with _client(a) if (a.scheduler or a.scheduler_file) else contextlib.nullcontext() as client:
+        p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
+                 coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
+                 tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=client or a.cluster,
+                 measure=not a.no_measure, fs_bandwidth=a.fs_bandwidth)
+    print(p)
+    return 0
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from ..model import load
+    from ..storage.outputs import describe, output_facts
+
+    if (facts := output_facts(a.store)) is not None:  # a transform output: what made it, and whether complete
+        print(json.dumps(_json_safe(facts), indent=2, allow_nan=False) if a.json else describe(facts))
+        return 0
+    model = load(a.store)
+    print(json.dumps(model_facts(model), indent=2, allow_nan=False) if a.json else model.summary())
+    return 0
+
+
+def model_facts(model: Any) -> dict[str, Any]:
+    """What ``dkpca info`` prints, as JSON-safe data (``dkpca info --json``).
+
+    Non-finite numbers in the report become ``null``: JSON has no NaN, and
+    strict parsers reject Python's ``NaN`` extension.
+    """
+    ratio = np.asarray(model.explained_variance_ratio_, dtype=float)
+    facts = {
+        "dkpca_version": __version__,
+        "store": model.store,
+        "n_samples": model.n_samples,
+        "n_features": model.n_features,
+        "n_components": model.n_components,
+        "kernel": model.kernel.to_dict(),
+        "eigenvalues": np.asarray(model.eigenvalues_, dtype=float).tolist(),
+        "explained_variance_ratio": ratio.tolist(),
+        "cumulative_explained_variance_ratio": np.cumsum(ratio).tolist(),
+        "trace": float(model.trace_),
+        "report": model.report,
+    }
+    return _json_safe(facts)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from ..model import load
+    from ..sparse import load_sparse
+    from ..storage import verify_store
+    from ..storage.outputs import verify_output
+
+    if (found := verify_output(a.store)) is not None:  # a transform output: every chunk, and complete?
+        print(f"{'ok ' if found.ok else 'BAD'}  {found.text}")
+        print(f"transform output {a.store}: " + ("intact" if found.ok else "not usable (see above)"))
+        return 0 if found.ok else 1
+    findings = verify_store(a.store)
+    for i, f in enumerate(findings):
+        if f.part in ("model", "sparse_model") and f.ok and "verified" in f.text:
+            try:  # the chunks are sound; is the content a valid model (every attribute checked)?
+                load(a.store) if f.part == "model" else load_sparse(a.store)
+            except ValueError as exc:
+                findings[i] = dataclasses.replace(f, ok=False, text=f"{f.part}: {exc}")
+    for f in findings:
+        print(f"{'ok ' if f.ok else 'BAD'}  {f.text}")
+    damaged = [f.part for f in findings if not f.ok]
+    print(f"store {a.store}: " + (f"damaged ({', '.join(damaged)})" if damaged else "intact"))
+    return 1 if damaged else 0
+
+
+def cmd_transform(a: argparse.Namespace) -> int:
+    from ..io import as_dask, input_path, scan
+    from ..model import load
+    from ..storage import absolute, check_output
+    from ..storage.outputs import model_digest, output_state, prepare_output
+
+    # Refused before anything is read or written: an output that is, contains
+    # or lies inside the input (its file, for 'file.h5:/X') or the store, and
+    # one holding anything but a transform output dkpca wrote (--overwrite or not).
+    source = input_path(a.input)
+    output = check_output(a.output, {"input": source, "store": a.store})
+    output_state(output, a.output)
+    model = load(a.store)
+    with _client(a):
+        X = as_dask(a.input, min_samples=1, purpose="transform")  # its row chunks are the output's
+        Z = model.transform(X)  # lazy; checks the features first
+        # what the output records of its origin, so that only the same command resumes it: the model's content
+        # and the input's fingerprint (one read of the input, which also finds non-finite rows before any write)
+        origin = {"store": model.store,
+                  "model": model_digest([model.eigenvalues_, model.eigenvectors_, model.row_means_],
+                                        {"kernel": model.kernel.to_dict(), "grand_mean": model.grand_mean_,
+                                         "n_features": model.n_features}),
+                  "input": {"path": absolute(source), "fingerprint": scan(X).to_dict()}}
+        out = prepare_output(output, a.output, origin, Z.shape, (X.chunks[0][0], Z.shape[1]), a.overwrite)
+        out.write(Z, progress=_progress(a))  # nothing left to write: only marked complete, if it was not yet
+    if not out.todo:
+        print(f"{a.output} is already complete: {Z.shape[0]} x {Z.shape[1]} projections by the same model of the "
+              "same input; nothing to do")
+        return 0
+    kept = f" (resumed: {out.kept} of {out.total} chunks were already written)" if out.kept else ""
+    print(f"wrote {Z.shape[0]} x {Z.shape[1]} projections to {a.output}{kept}")
+    return 0
+
+
+def make_demo_data(n: int, seed: int = 0, return_labels: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Three noisy concentric shells in 10-D: linearly inseparable, kernel-separable.
+
+    ``return_labels=True`` also returns each point's shell (its radius: 1, 2 or 3).
+    """
+    rng = np.random.default_rng(seed)
+    d = 10
+    radius = rng.choice([1, 2, 3], size=n)
+    direction = rng.standard_normal((n, d))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    X = (direction * radius[:, None] + 0.1 * rng.standard_normal((n, d))).astype(np.float32)
+    return (X, radius) if return_labels else X
+
+
+def held_out_centroid_accuracy(Z: np.ndarray, labels: np.ndarray) -> float:
+    """How well ``labels`` separate in ``Z``: nearest-centroid accuracy on held-out points.
+
+    Centroids are fitted on the even rows and scored on the odd ones; the
+    demo's rows are in random order, so this is a random half split and the
+    score is on points the centroids never saw.
+    """
+    from sklearn.neighbors import NearestCentroid  # here: `dkpca --help` does not import scikit-learn
+
+    return float(NearestCentroid().fit(Z[::2], labels[::2]).score(Z[1::2], labels[1::2]))
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    import zarr
+
+    from ..cluster import connected
+    from ..pipeline import fit
+    from ..plot import new_figure, save_figure
+    from ..storage import checksum_codecs
+
+    workdir = a.dir or tempfile.mkdtemp(prefix="dkpca-demo-")
+    os.makedirs(workdir, exist_ok=True)
+    data = os.path.join(workdir, "shells.zarr")
+    X, shell = make_demo_data(a.n_samples, return_labels=True)
+    zarr.create_array(data, data=X, chunks=(4096, X.shape[1]), overwrite=True, compressors=checksum_codecs())
+    print(f"sample data: {X.shape[0]} x {X.shape[1]} (three noisy shells) written to {data}")
+    local = {"n_workers": a.workers} if a.workers else {}
+    # the cluster's one log line names the workers and the dashboard
+    with connected({"dkpca": {"cluster": {"backend": "local", "local": local}}}):
+        t = time.perf_counter()
+        model = fit(data, n_components=a.n_components, kernel="rbf", gamma=0.5, overwrite=True,
+                    random_state=0, progress=_progress(a))
+        elapsed = time.perf_counter() - t
+    print(model.summary())
+    print(f"fit took {elapsed:.2f}s; model and Gram matrix stored in {model.store}")
+    q = min(2, model.n_components)
+    kpca, raw = held_out_centroid_accuracy(model.embedding_[:, :q], shell), held_out_centroid_accuracy(X, shell)
+    print(f"shells told apart: nearest-centroid accuracy {kpca:.1%} in kernel PCA components 1-{q} vs {raw:.1%} in "
+          "the raw 10-D input (chance 33%; centroids fitted on half the points, scored on the other half)")
+    try:
+        fig = new_figure((6.4, 5.0))
+    except ImportError:
+        print("no plot written: matplotlib is not installed (pip install 'dkpca[plot]')")
+    else:
+        model.plot_embedding(c=shell, label="shell radius", ax=fig.add_subplot())
+        print(f"embedding plot: {save_figure(fig, os.path.join(workdir, 'shells_embedding.png'))}")
+    print(f"inspect it later with: dkpca info {model.store}")
+    return 0
+
+
+#: subcommand -> what it does
+COMMANDS = {"fit": cmd_fit, "plan": cmd_plan, "info": cmd_info, "transform": cmd_transform, "verify": cmd_verify,
+            "demo": cmd_demo}

@@ -1,0 +1,56 @@
+"""The CLI's one error line, and which exceptions are the user's to fix (:func:`explain`).
+
+Every error a user causes and can fix is one line on stderr, ``dkpca: error:
+...``, exit status 2, nothing printed before it; anything else is a bug and
+keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+
+__all__ = ["error", "error_line", "explain"]
+
+
+#: system errors a user causes and can fix, with what to do
+_USER_ERRNOS = {
+    errno.ENOSPC: "the filesystem is full; free space or choose a store on a larger filesystem (--store), then "
+                  "rerun to resume",
+    errno.EDQUOT: "the disk quota is exceeded; free space or choose another store (--store), then rerun to resume",
+    errno.EACCES: "permission denied; choose a path you may write to",
+    errno.EPERM: "operation not permitted; choose a path you may write to",
+    errno.EROFS: "the filesystem is read-only; choose a writable store or output path",
+}
+
+
+def error_line(message: str) -> str:
+    """The one ``dkpca: error:`` line (a message never spans lines)."""
+    return "dkpca: error: " + " ".join(message.split()) + "\n"
+
+
+def error(message: str) -> int:
+    """Print the one error line; exit status 2."""
+    sys.stderr.write(error_line(message))
+    return 2
+
+
+def explain(exc: BaseException) -> str | None:
+    """The one-line message for an error the user caused and can fix; None for a bug (keep the traceback)."""
+    # imported only once an error happened: importing them costs ``dkpca --help`` seconds
+    from distributed.scheduler import KilledWorker
+
+    from ..cluster import ClusterError
+    from ..execution import LostComputationError
+    from ..storage import InsufficientDiskSpace, StoreLockedError
+
+    if isinstance(exc, (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
+                        NotADirectoryError, ImportError, ClusterError, LostComputationError)):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno in _USER_ERRNOS:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}: {_USER_ERRNOS[exc.errno]}"
+    if isinstance(exc, KilledWorker):
+        return (f"a task kept killing its worker ({exc}); it probably ran out of memory: use a smaller "
+                "--chunk-size or give the workers more memory, then rerun (finished blocks are kept)")
+    return None

@@ -1,0 +1,236 @@
+"""The ``dkpca`` command's parser: subcommands, options, their types; defaults and choices from the API.
+
+The options ``fit`` and ``plan`` share are declared once (:data:`FIT_OPTIONS`)
+and added to both parsers from that declaration, so their ``--help`` cannot
+drift apart; their defaults are the Python API's (:data:`dkpca.request.DEFAULTS`,
+``max_passes=None`` meaning :data:`~dkpca.request.DEFAULT_MAX_PASSES`) and their
+choices the registries (``KERNEL_NAMES``, ``SOLVERS``, ``GRAM_MODES``,
+``DTYPES``).  Only the standard library and those light registries load here:
+``dkpca --help`` answers without Dask, Zarr or scikit-learn.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from ..kernels import KERNEL_NAMES
+from ..request import DEFAULT_MAX_PASSES, DEFAULTS, DTYPES, GRAM_MODES
+from ..solvers import SOLVERS
+from ..version import __version__
+from .errors import error_line
+
+__all__ = ["build_parser", "HelpFormatter", "Parser", "Option", "FIT_OPTIONS", "INPUT_HELP", "n_components_arg",
+           "positive_int", "config_arg"]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, except where there is nothing to show.
+
+    A flag's default is off, and an option whose default is computed
+    (``None`` in the parser) says in its own help what it defaults to.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with dkpca's one error line (``dkpca: error: ...``, exit status 2) and defaults in ``--help``.
+
+    argparse itself would print the usage and ``dkpca fit: error: ...``; every
+    dkpca error, a usage error included, is one line with one prefix.
+    Subcommand parsers are made by this class too (``add_subparsers`` uses
+    the parent's class), so they inherit both.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, error_line(f"{message} (see '{self.prog} --help')"))
+
+
+#: what the input argument reads (the formats of dkpca.io.formats)
+INPUT_HELP = ("data: a Zarr array or group (path or URL), a .npy file, an HDF5 dataset 'file.h5:/dataset', a netCDF "
+              "or other xarray-readable variable 'file.nc:variable', or a Parquet or CSV file of numeric columns")
+
+
+def n_components_arg(text: str) -> int | float:
+    """``-k``: an integer (a number of components) or a decimal fraction of explained variance (``0.95``).
+
+    Only the syntax is checked here; the range is checked, with the API's
+    message, by :func:`dkpca.request.check_n_components`.
+    """
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an integer (a number of components) nor a fraction of explained variance "
+            "such as 0.95") from None
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (``demo --n-samples``, ``--workers``): refused by the parser, by name."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer (at least 1)")
+    return value
+
+
+def config_arg(check: str, *args: Any) -> Any:
+    """An argparse type from a check in :mod:`dkpca.cluster.config` (``duration_seconds``, ``scheduler_address``),
+    the rule the Python API and cluster files follow; imported only when the option is given (``dkpca --help``
+    loads no Dask), its ``ValueError`` the parser's one line."""
+    def convert(text: str) -> Any:
+        from ..cluster import config
+
+        try:
+            return getattr(config, check)(text, *args)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of ``dkpca fit`` and ``dkpca plan``, declared once: its parameter, flags, type and help.
+
+    The default is the Python API's (:data:`dkpca.request.DEFAULTS` under
+    ``name``), never written here.
+    """
+
+    name: str
+    flags: tuple[str, ...]
+    help: str
+    type: Callable[[str], Any] | None = None
+    choices: tuple[Any, ...] | None = None
+    metavar: str | None = None
+
+    def add(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(*self.flags, dest=self.name, default=DEFAULTS[self.name], type=self.type,
+                            choices=self.choices, metavar=self.metavar, help=self.help)
+
+
+#: the options of ``dkpca fit`` and ``dkpca plan``, both: the parameters of ``dkpca.fit`` and ``dkpca.plan``
+FIT_OPTIONS = (
+    Option("n_components", ("--n-components", "-k"), type=n_components_arg, metavar="K",
+           help="number of components, or a fraction of explained variance in (0, 1), e.g. 0.95"),
+    Option("kernel", ("--kernel",), choices=KERNEL_NAMES, help="kernel function (poly = polynomial)"),
+    Option("gamma", ("--gamma",), type=float, help="kernel width (default: 1/n_features)"),
+    Option("degree", ("--degree",), type=int, help="degree of the poly kernel"),
+    Option("coef0", ("--coef0",), type=float, help="offset of the poly and sigmoid kernels"),
+    Option("solver", ("--solver",), choices=SOLVERS,
+           help="eigensolver; auto: dense for small n, else block Lanczos (randomized when its basis would not fit "
+                "in memory); nystrom (approximate) only on request"),
+    Option("store", ("--store",), help="store path (default: INPUT.dkpca.zarr beside the input)"),
+    Option("chunk_size", ("--chunk-size",), type=int,
+           help="Gram block edge (default: about 4096, balanced; 'dkpca plan --cluster' recommends one for the "
+                "cluster, whose scheduler then takes under 5 %% of a pass)"),
+    Option("dtype", ("--dtype",), choices=DTYPES,
+           help="precision of K; auto: float32 unless a sample of the data says it would lose the eigenvalues"),
+    Option("gram", ("--gram",), choices=GRAM_MODES,
+           help="store K in Zarr, recompute its blocks every pass, hold it in memory, or auto: store unless K does "
+                "not fit on disk or recomputing is measured faster"),
+    Option("tol", ("--tol",), type=float,
+           help="stop when every residual is below tol x the largest eigenvalue"),
+    Option("max_passes", ("--max-passes",), type=int, help=f"most passes over K (default: {DEFAULT_MAX_PASSES})"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="dkpca", description="Distributed, out-of-core kernel PCA.",
+                    epilog="'dkpca COMMAND --help' shows a command's options and their defaults.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    f = sub.add_parser("fit", help="fit kernel PCA on data (Zarr, .npy, HDF5, netCDF, Parquet, CSV); store the model",
+                       description="Fit kernel PCA on INPUT; the Gram matrix and the model go to a Zarr store. "
+                                   "Rerunning an interrupted fit resumes from the store.")
+    f.add_argument("input", metavar="INPUT", help=INPUT_HELP)
+    for option in FIT_OPTIONS:
+        option.add(f)
+    # 0, not the API's None: a command line run twice gives the same fit
+    f.add_argument("--random-state", type=int, default=0, help="seed of the solver's starting block")
+    cluster_args(f)
+    f.add_argument("--overwrite", action="store_true", help="replace a store holding another fit")
+    f.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    pl = sub.add_parser("plan", help="print sizes, memory, passes and a time estimate without computing K",
+                        description="Print what 'dkpca fit' with the same options would do: the solver and Gram "
+                                    "mode auto picks and why, sizes, memory, passes and a time estimate from a "
+                                    "short measured sample. Nothing is written.")
+    pl.add_argument("input", metavar="INPUT", help=INPUT_HELP)
+    for option in FIT_OPTIONS:
+        option.add(pl)
+    cluster_args(pl, starts=False)
+    pl.add_argument("--no-measure", action="store_true", help="sizes only, no timing sample")
+    pl.add_argument("--fs-bandwidth", default=None, metavar="RATE",
+                    help="assumed aggregate bandwidth of the store's filesystem, e.g. 100GB/s or bytes per second: "
+                         "a pass takes at least K's bytes / RATE (default: the filesystem keeps up)")
+
+    i = sub.add_parser("info", help="print a fitted model's spectrum and solver report",
+                       description="Print a fitted model's spectrum, explained variance, kernel and solver report.")
+    i.add_argument("store", metavar="STORE", help="store written by 'dkpca fit' (or an output of 'dkpca transform')")
+    i.add_argument("--json", action="store_true", help="print the summary as one JSON object, for scripts")
+
+    t = sub.add_parser("transform", help="project data with a fitted model into a new Zarr array",
+                       description="Project INPUT with the model in STORE and write the projections to OUTPUT.")
+    t.add_argument("store", metavar="STORE", help="store written by 'dkpca fit'")
+    t.add_argument("input", metavar="INPUT", help=INPUT_HELP)
+    t.add_argument("output", metavar="OUTPUT",
+                   help="new Zarr array for the projections (never the input, the store, or inside them)")
+    t.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it is an earlier Zarr output")
+    cluster_args(t)
+
+    v = sub.add_parser("verify", help="check every chunk of a store and say what a rerun would recompute",
+                       description="Read every chunk of a store, verify its CRC-32C, and say per part (data, "
+                                   "Gram matrix, model, checkpoint) what a rerun of the fit would recompute. "
+                                   "Changes nothing. Exit status 0: intact; 1: damaged.")
+    v.add_argument("store", metavar="STORE", help="the store (or 'dkpca transform' output) to check")
+
+    d = sub.add_parser("demo", help="write sample data to Zarr and fit it on a local Dask cluster",
+                       description="Write three noisy shells in 10-D to Zarr, start a local Dask cluster, fit an "
+                                   "rbf kernel PCA and print the spectrum.")
+    d.add_argument("--dir", default=None, help="where to write the sample data (default: a new temporary directory)")
+    d.add_argument("--n-samples", type=positive_int, default=12000, help="number of sample points")
+    d.add_argument("--n-components", type=positive_int, default=8, help="number of components")
+    d.add_argument("--workers", type=positive_int, default=None,
+                   help="local worker processes (default: one per core)")
+    for p in (f, pl, i, t, d):
+        p.add_argument("--quiet", "-q", action="store_true",
+                       help="only errors: no progress, plan, dashboard link or warnings")
+    return parser
+
+
+def cluster_args(p: argparse.ArgumentParser, starts: bool = True) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--scheduler", type=config_arg("scheduler_address"), default=None, metavar="ADDR",
+                   help="address of a running Dask scheduler, tcp://host:port or tls://host:port (default: none, "
+                        "local threads)")
+    g.add_argument("--scheduler-file", default=None, metavar="FILE",
+                   help="JSON file of a running scheduler (dask scheduler --scheduler-file, dask-mpi) "
+                        "(default: none)")
+    g.add_argument("--cluster", default=None, metavar="NAME|FILE",
+                   help=("local, slurm, pbs, kubernetes or gateway from your Dask configuration, or a cluster "
+                         "file (a Dask config file, see cluster_configs/): " +
+                         ("start it, run, shut it down" if starts else "size the workers, starting nothing") +
+                         " (default: none)"))
+    if starts:
+        p.add_argument("--cluster-timeout", type=config_arg("duration_seconds", "a timeout"), default=None,
+                       metavar="DURATION",
+                       help="how long to wait for workers, e.g. 600s or 1h (default: Dask setting "
+                            "dkpca.cluster.timeout, 10 minutes)")

@@ -1,0 +1,103 @@
+"""This process's threads: BLAS limits, and the thread pool kept for local work.
+
+The pool (:func:`kept_pool`, one per thread count) lives as long as the
+process, as dask keeps its own: its threads keep their scratch buffers
+(:mod:`dkpca.linalg.workspace`) from one pass to the next.  The BLAS
+controller is found once (:func:`serial_blas`).  Both are the process's
+state for measured reasons, written in their docstrings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import multiprocessing.pool
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
+from concurrent.futures import wait as wait_all
+from typing import Any
+
+from dask.local import MultiprocessingPoolExecutor
+from dask.threaded import ContextAwareThreadPoolExecutor
+from threadpoolctl import ThreadpoolController
+
+from .scheduler import local_thread_count
+
+__all__ = ["Joined", "kept_pool", "local_threads", "serial_blas"]
+
+
+def serial_blas() -> contextlib.AbstractContextManager:
+    """This process's BLAS on one thread: for an iterative solver's own algebra between passes.
+
+    That algebra is tall-skinny products and small eigenproblems, which two
+    BLAS threads run slower than one here, and OpenBLAS keeps idle pool
+    threads spinning after each call, on the cores that a pass's tasks (local
+    threads or workers on this host) need.  Measured at n = 20,000, k = 10
+    (Lanczos, 2 cores): the solver's time outside its passes 0.78 s -> 0.37 s
+    with local threads; with two local workers, 0.16 s less CPU per pass in
+    this process (numpy's and scipy's pools spinning).  Wide blocks (large
+    k) are the opposite case: their algebra is GEMMs and eigenproblems that
+    two threads run faster, so the planner's start policy asks for this only
+    up to ``dkpca.planning.decision.SERIAL_ALGEBRA_MAX_WIDTH`` columns.
+    """
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
+@functools.cache
+def _blas_controller() -> ThreadpoolController:
+    """This process's thread pools, found once.
+
+    Finding them scans every loaded library (4-7 ms here), and a fit at
+    n = 2,000 entered a serial-BLAS section ten times: 43 ms of its 0.45 s.
+    The libraries a process has loaded do not change between those calls.
+    """
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def local_threads() -> Iterator[Callable]:
+    """A ``map`` over this process's threads, each task's BLAS on one thread: for work on in-memory arrays.
+
+    An in-memory K is written in place by its block tasks, so they must run
+    here even with a cluster (a worker would write into a copy).  The threads
+    are :func:`compute`'s, kept between calls with their scratch buffers (a
+    pool per call made new threads, and new buffers, for every product with a
+    float32 K in memory), and the block ends only once none of its tasks runs.
+    """
+    pool = Joined(kept_pool(local_thread_count()))
+    with serial_blas():
+        try:
+            yield pool.map
+        finally:
+            wait_all(pool.started)
+
+
+class Joined(Executor):
+    """A pool's ``submit`` that keeps the futures it made, so that a failed computation can wait for them.
+
+    dask's local scheduler raises a task's error at once, while the tasks it
+    already handed to the pool run on: a Gram block task could then write its
+    chunk and done marker after the failed fit had released the store's lock,
+    under a rerun with another kernel.  Waiting costs at most one task per
+    thread (the scheduler hands out no more than the pool has threads).
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = MultiprocessingPoolExecutor(pool) if isinstance(pool, multiprocessing.pool.Pool) else pool
+        self._max_workers = self._pool._max_workers  # what dask's get_async sizes its batches by
+        self.started: list[Future] = []
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        future = self._pool.submit(fn, *args, **kwargs)
+        self.started.append(future)
+        return future
+
+
+@functools.cache
+def kept_pool(threads: int) -> Executor:
+    """This process's pool of ``threads`` threads, made once, as dask keeps its own.
+
+    The threads must outlive a computation: each keeps its scratch buffers
+    (``linalg.workspace``) from one pass to the next.
+    """
+    return ContextAwareThreadPoolExecutor(threads)

@@ -1,0 +1,47 @@
+"""Whether a fit evaluates its kernel with the compiled exp (:mod:`dkpca.kernels.fastexp`), and why."""
+
+from __future__ import annotations
+
+from ..execution import config_switch, n_workers_threads
+
+__all__ = ["use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "ASSUMED_PASSES"]
+
+#: kernel entries per thread from which a fit evaluates exp-based kernels with the compiled exp
+#: (``Kernel.compiled``, :mod:`dkpca.kernels.fastexp`).  Measured on the 2-core AMD EPYC (znver1),
+#: 4000 x 4000 rbf blocks, d = 50, one thread, numpy vs compiled interleaved: float32 8.06-8.11 ->
+#: 5.94-5.95 ns an entry off the diagonal (5.38-5.43 -> 4.26-4.37 on it), float64 19.7-20.2 -> 16.8-16.9;
+#: numba's import and the first compilation cost 1.7 s once per process.  At 2.1 ns saved an entry,
+#: 1.5e9 entries a thread save 3.2 s: twice the compilation, a margin for CPUs whose numpy exp is faster
+#: (AVX-512), where the saving is smaller.
+COMPILED_EXP_MIN_ENTRIES = 1.5e9
+
+#: passes assumed for a matrix-free fit whose passes were not estimated (the fewest measured: 4)
+ASSUMED_PASSES = 4
+
+
+def use_compiled_exp(n: int, solver: str, gram: str, passes: int | None = None,
+                     threads: int | None = None) -> tuple[bool, str]:
+    """``(compile, reason)``: whether the fit's kernel blocks are worth numba's one-off compilation.
+
+    Counts the entries the fit evaluates -- the upper triangle of K once for
+    a stored K, once a pass matrix-free (``passes``, default
+    :data:`ASSUMED_PASSES`), none where K is in memory or only Nystroem
+    slices are evaluated -- per thread (``threads``: the cluster's, else this
+    machine's), against :data:`COMPILED_EXP_MIN_ENTRIES`.  Dask config
+    ``dkpca.compiled-exp`` (``true`` / ``false``, default ``auto``) overrides
+    the count, e.g. to keep numba out of a job whose environment breaks it.
+    """
+    forced = config_switch("dkpca.compiled-exp")
+    if gram == "memory" or solver == "nystrom":
+        return False, "kernel entries are evaluated once in memory or as Nystroem slices only: numpy's exp"
+    if forced is not None:
+        return forced, ("dask config dkpca.compiled-exp=true: exp compiled (numba) where the kernel has one"
+                        if forced else "dask config dkpca.compiled-exp=false: numpy's exp")
+    entries = n * (n + 1) / 2 * (1 if gram == "store" else (passes or ASSUMED_PASSES))
+    threads = threads or max(1, n_workers_threads())
+    per_thread = entries / threads
+    if per_thread < COMPILED_EXP_MIN_ENTRIES:
+        return False, (f"{per_thread / 1e9:.2g} G kernel entries a thread (< {COMPILED_EXP_MIN_ENTRIES / 1e9:g} G): "
+                       "numpy's exp, no compilation")
+    return True, (f"{per_thread / 1e9:.2g} G kernel entries a thread: exp compiled (numba, ~1.7 s once per "
+                  "process) where the kernel has one")

@@ -1,0 +1,41 @@
+"""``model.report``: what a fit solved, how (its :class:`~dkpca.planning.FitPlan`), how well and how fast."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .operator import CenteredKernelOperator
+from .planning import FitPlan
+from .solvers import EigResult, Solver
+
+__all__ = ["fit_report"]
+
+
+def fit_report(res: EigResult, op: CenteredKernelOperator, plan: FitPlan, *, tol: float, gram: dict[str, Any],
+               timings: dict[str, float], pass_seconds: list, d: int, requested: int | float) -> dict[str, Any]:
+    """The report of a fit that ran ``plan`` (JSON types but for numpy scalars, which ``json_safe`` converts).
+
+    ``solver_reason`` starts with the precision's sentence: the model's summary (and the CLI) say why K
+    is in its dtype.  ``plan``: every decision and its reason (:meth:`FitPlan.to_dict`).
+    """
+    k = len(res.eigenvalues)
+    scale = max(abs(res.eigenvalues[0]), np.finfo(float).tiny) if k else 1.0
+    return {
+        "solver": plan.solver.value, "solver_reason": f"dtype={plan.precision.dtype}: {plan.precision.reason}; "
+                                                      f"{plan.reason}",
+        "passes": res.passes,
+        "passes_over_K": (op.passes if plan.solver is Solver.NYSTROM
+                          else res.passes - op.fused_passes + op.setup_passes),
+        "fused_passes": op.fused_passes, "auto": plan.details,
+        "converged": bool(res.converged), "tol": tol,
+        "residuals": res.residuals.tolist(),
+        "max_relative_residual": float(np.max(res.residuals) / scale) if k else 0.0,
+        "history": res.history, "pass_seconds": pass_seconds,
+        "solver_info": res.info, "gram": gram, "timings": timings,
+        "n_samples": plan.n, "n_features": d, "n_components_requested": requested,
+        "zero_components_dropped": int(res.info.get("zero_eigenvalues_removed", 0)),
+        "precision": plan.precision.to_dict(),
+        "plan": plan.to_dict(),
+    }
