@@ -21,7 +21,7 @@ from .linalg import Centering, kernel_matrix
 from .operator import CenteredKernelOperator, InMemoryKernelOperator
 from .planning import StartPolicy, start_policy
 from .request import as_generator
-from .solvers import ConvergenceWarning, EigResult, PassReport, Solver, block_width, get_solver, nystrom, postprocess
+from .solvers import ConvergenceWarning, EigResult, PassReport, Solver, get_solver, nystrom, postprocess, subspace_width
 from .solvers import randomized as random_start
 from .solvers.fraction import solve_fraction, working_k
 from .solvers.spectrum import keep_fraction
@@ -68,7 +68,7 @@ def solve(solver: Solver, op: CenteredKernelOperator, k: int, fraction: float | 
     if fraction is None:
         return run(op, k, **opts)
     return solve_fraction(run, op, fraction, k=working_k(op.n, solver),
-                          width=lambda k_next: block_width(solver, op.n, k_next), **opts)
+                          width=lambda k_next: subspace_width(solver, op.n, k_next), **opts)
 
 
 def keep_fraction_warned(res: EigResult, op: CenteredKernelOperator, fraction: float | None,

@@ -417,14 +417,15 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             max_passes=passes, random_state=self.random_state,
         )
         self.model_ = model
-        self.precision_ = model.report.get("precision")
+        facts = model.fit_report  # typed: the fit's own report, never a dict read back
+        self.precision_ = facts.precision
         self.kernel_ = model.kernel
         self._compute_dtype = np.dtype(np.float64)
         self._out_dtype = np.dtype(np.float64)
         self.eigenvalues_ = model.eigenvalues_
         self.eigenvectors_ = model.eigenvectors_
         self.explained_variance_ratio_ = model.explained_variance_ratio_
-        self.eigen_solver_ = model.report.get("solver", self.eigen_solver)
+        self.eigen_solver_ = facts.solver
         self.n_features_in_ = d
         self.X_fit_ = model.X_fit
         self._centering = model.centering

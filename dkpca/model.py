@@ -28,6 +28,7 @@ import dask.array as da
 import numpy as np
 
 from .execution import compute
+from .fitreport import REPORT_SCHEMA, FitReport, read_gram_mode, read_report, stored_gram_mode
 from .grammode import GramMode
 from .io import as_dask, open_input
 from .kernels import Kernel, from_dict
@@ -38,12 +39,6 @@ from .storage import DamagedModelError, FitStore, GramStore
 from .version import __version__
 
 __all__ = ["KPCAModel", "load"]
-
-#: the solver report's fields that dkpca reads back (summary, info, the CLI's fit line) and their JSON types,
-#: checked on load: a stored report is JSON that may have been edited like any other
-REPORT_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
-    "gram": ((dict,), "a JSON object"), "timings": ((dict,), "a JSON object"),
-    "solver_info": ((dict,), "a JSON object"), "max_relative_residual": ((int, float), "a number")}
 
 
 def _printable(value: Any) -> str:
@@ -102,7 +97,12 @@ class KPCAModel:
     store : str
         Store root holding the training data and this model.
     report : dict
-        Solver, passes, residuals, timings, Gram build statistics.
+        Solver, passes, residuals, timings, Gram build statistics (:meth:`FitReport.to_dict
+        <dkpca.fitreport.FitReport.to_dict>`, or an older store's report as it was written).
+    fit_report : FitReport or None
+        The report, typed; None for a store written before report schemas.
+    gram_mode : GramMode or None
+        Where the fit's K lived (a load checks a stored K's kernel); None: no K built (Nystroem).
     temporary : TemporaryStore or None
         Set when ``store`` is a temporary directory dkpca made (in-memory
         input fitted without ``store=``): the model owns it, and it is removed
@@ -122,6 +122,18 @@ class KPCAModel:
     n_features: int
     report: dict[str, Any] = field(default_factory=dict)
     temporary: TemporaryStore | None = field(default=None, repr=False, compare=False)
+    fit_report: FitReport | None = field(default=None, repr=False)
+    gram_mode: GramMode | None = None
+    #: the schema ``report`` is written in (None: an older store's report, saved again as it was read)
+    report_schema: int | None = field(default=REPORT_SCHEMA, repr=False)
+
+    def __post_init__(self) -> None:
+        # a fit hands its typed report: the dict view and the Gram mode are derived from it, once
+        if self.fit_report is not None:
+            if not self.report:
+                self.report = self.fit_report.to_dict()
+            if self.gram_mode is None:
+                self.gram_mode = self.fit_report.gram_mode
 
     # -- derived ----------------------------------------------------------
     @property
@@ -246,6 +258,8 @@ class KPCAModel:
              "row_means": (self.row_means_, (rows,))},
             {"kernel": self.kernel.to_dict(), "grand_mean": self.grand_mean_, "trace": self.trace_,
              "block": self.block, "n_features": self.n_features, "report": self.report,
+             "gram_mode": self.gram_mode,
+             **({} if self.report_schema is None else {"report_schema": self.report_schema}),
              "saved": datetime.datetime.now(datetime.UTC).isoformat(), "dkpca_version": __version__})
         return self.store
 
@@ -264,11 +278,8 @@ class KPCAModel:
         store = FitStore.at(path)
 
         def beside(attrs: dict) -> tuple[dict | None, tuple[int, ...]]:
-            # a model fitted from the stored K must name the kernel K was built with (the report's
-            # type is checked below, with every field: here only what this read needs)
-            report = attrs.get("report")
-            gram = report.get("gram") if isinstance(report, dict) else None
-            stored_K = isinstance(gram, dict) and gram.get("mode") == GramMode.STORE
+            # a model fitted from the stored K must name the kernel K was built with (checked below)
+            stored_K = stored_gram_mode(attrs) == GramMode.STORE
             return (GramStore(store).recorded_kernel() if stored_K else None), tuple(store.training_array().shape)
 
         # read with the model: a refit switching it meanwhile makes all of it be read again
@@ -297,16 +308,8 @@ class KPCAModel:
             v = a.get(name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1 or (most is not None and v > most):
                 raise bad(name, f"is {v!r}, not a positive integer" + (f" up to {most}" if most else ""))
-        report = a.get("report", {})
-        if not isinstance(report, dict):
-            raise bad("report", f"is {report!r}, not a JSON object")
-        for key, (kinds, what) in REPORT_FIELDS.items():
-            v = report.get(key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, kinds)):
-                raise bad("report", f"has {key} {v!r}, not {what}")
-        timings = report.get("timings") or {}
-        if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in timings.values()):
-            raise bad("report", f"has timings {timings!r}, not numbers of seconds")
+        report, schema = a.get("report", {}), a.get("report_schema")
+        typed, mode = read_report(report, schema, bad), read_gram_mode(a, bad)
         try:
             kernel = from_dict(a.get("kernel"))
         except ValueError as exc:
@@ -317,7 +320,8 @@ class KPCAModel:
             raise bad("n_features", f"does not match the stored training data of shape {shape}")
         return cls(eigenvalues_=lam, eigenvectors_=U, row_means_=r, grand_mean_=float(a["grand_mean"]),
                    trace_=float(a["trace"]), kernel=kernel, store=store.path, block=a["block"],
-                   n_features=a["n_features"], report=report)
+                   n_features=a["n_features"], report=report, fit_report=typed,
+                   gram_mode=mode, report_schema=schema)
 
     # -- display ----------------------------------------------------------
     def summary(self) -> str:
@@ -362,7 +366,7 @@ class KPCAModel:
             ("max relative residual", f"{self._residual():.2e}"),
         ]
         g = r.get("gram") or {}
-        if g.get("mode") == GramMode.STORE:
+        if self.gram_mode is GramMode.STORE:
             facts.append(("Gram blocks", f"{g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused"))
         t = r.get("timings") or {}
         if t:

@@ -40,10 +40,10 @@ from .model import KPCAModel
 from .operator import CenteredKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from .planning import FitPlan, GramMode, PrecisionWarning, decide, make_plan
 from .report import fit_report
-from .request import FitRequest, as_generator, make_request
+from .request import DEFAULTS, FitOptions, FitRequest, as_generator, make_request
 from .solvers import ConvergenceWarning, EigResult, Solver, postprocess
 from .solvers.randomized import block_size
-from .storage import CorruptChunkError, GramStore, Lease, SolverCheckpoint, absolute, fit_footprint, json_safe
+from .storage import CorruptChunkError, GramStore, Lease, SolverCheckpoint, absolute, fit_footprint
 
 # solve_kernel_matrix, in_memory_operator, memory_kernel_matrix: the estimator's in-memory path (dkpca.eigensolve)
 __all__ = ["fit", "solve_kernel_matrix", "in_memory_operator", "memory_kernel_matrix"]
@@ -53,22 +53,22 @@ logger = logging.getLogger("dkpca")
 
 def fit(
     source: Any,
-    n_components: int | float = 2,
-    kernel: str | Kernel | dict = "rbf",
-    gamma: float | None = None,
-    degree: int = 3,
-    coef0: float = 1.0,
-    kernel_params: dict | None = None,
-    solver: str = "auto",
-    store: str | os.PathLike | None = None,
-    chunk_size: int | None = None,
-    dtype: str = "auto",
-    tol: float = 1e-6,
-    max_passes: int | None = None,
-    random_state: int | np.random.Generator | None = None,
-    overwrite: bool = False,
-    gram: str = "auto",
-    progress: bool | Callable[[str, int, int], None] = False,
+    n_components: int | float = DEFAULTS["n_components"],
+    kernel: str | Kernel | dict = DEFAULTS["kernel"],
+    gamma: float | None = DEFAULTS["gamma"],
+    degree: int = DEFAULTS["degree"],
+    coef0: float = DEFAULTS["coef0"],
+    kernel_params: dict | None = DEFAULTS["kernel_params"],
+    solver: str = DEFAULTS["solver"],
+    store: str | os.PathLike | None = DEFAULTS["store"],
+    chunk_size: int | None = DEFAULTS["chunk_size"],
+    dtype: str = DEFAULTS["dtype"],
+    tol: float = DEFAULTS["tol"],
+    max_passes: int | None = DEFAULTS["max_passes"],
+    random_state: int | np.random.Generator | None = DEFAULTS["random_state"],
+    overwrite: bool = DEFAULTS["overwrite"],
+    gram: str = DEFAULTS["gram"],
+    progress: bool | Callable[[str, int, int], None] = DEFAULTS["progress"],
 ) -> KPCAModel:
     """Fit kernel PCA out of core and persist the model.
 
@@ -124,7 +124,8 @@ def fit(
         Iterative solvers stop when every residual ``||K~u - theta u||`` is
         below ``tol * theta_1``.
     max_passes : int, optional
-        Limit on passes over K for iterative solvers (default 60).
+        Limit on passes over K for iterative solvers (default
+        :data:`~dkpca.request.DEFAULT_MAX_PASSES`, 60).
     random_state : int or numpy Generator, optional
         Seed of the solver's starting block.
     overwrite : bool, default=False
@@ -161,8 +162,12 @@ def fit(
         The input path does not exist.
     """
     t_start = time.perf_counter()
-    req = make_request(source, n_components, kernel, gamma, degree, coef0, kernel_params, solver, store, chunk_size,
-                       dtype, tol, max_passes, random_state, overwrite, gram, progress)
+    # the keywords are FitOptions' fields: one value, checked once, passed whole
+    options = FitOptions(n_components=n_components, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                         kernel_params=kernel_params, solver=solver, store=store, chunk_size=chunk_size, dtype=dtype,
+                         tol=tol, max_passes=max_passes, random_state=random_state, overwrite=overwrite, gram=gram,
+                         progress=progress)
+    req = make_request(source, options)
     try:
         return _fit_request(req, source, t_start)
     except BaseException:
@@ -180,7 +185,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
     # The plan logged is made from the sizes alone: logging never changes the work done.  It is made
     # only when logged (a notebook that printed dkpca.plan already does not get it twice).
     if logger.isEnabledFor(logging.INFO):
-        logger.info("%s", make_plan(req.X, req.kernel, plan.k, req.block, req.dtype, plan.solver,
+        logger.info("%s", make_plan(req.X, req.kernel, plan.k, req.tile, req.dtype, plan.solver,
                                     plan.reason, plan.gram, req.store.path, tol=req.tol,
                                     max_passes=req.max_passes, measure=False, fraction=req.fraction,
                                     precision=plan.precision))
@@ -202,9 +207,9 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         ckpt = SolverCheckpoint(req.store, {
             "fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(),
             "k": req.n_components if req.fraction is None else {"fraction": req.fraction},
-            "solver": plan.solver.value, "gram": plan.gram.value, "dtype": req.dtype.name, "block": req.block,
+            "solver": plan.solver.value, "gram": plan.gram.value, "dtype": req.dtype.name, "block": req.tile,
             "random_state": req.random_state if isinstance(req.random_state, int) else None,
-        }, chunk_rows=req.block)
+        }, chunk_rows=req.tile)
         if req.overwrite:
             ckpt.clear()
         # the kernel whose blocks the fit evaluates: req.kernel, or its compiled-exp variant (same spec)
@@ -232,8 +237,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
                             requested=req.n_components if req.fraction is None else req.fraction)
         model = KPCAModel(
             eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
-            grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.block,
-            n_features=req.d, report=json_safe(report), temporary=req.temporary,
+            grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.tile,
+            n_features=req.d, fit_report=report, temporary=req.temporary,
         )
         if req.temporary is None:
             # A temporary store is the model's own and dies with it: nobody can load a model from it, so

@@ -1,4 +1,8 @@
-"""``model.report``: what a fit solved, how (its :class:`~dkpca.planning.FitPlan`), how well and how fast."""
+"""``model.report``: what a fit solved, how (its :class:`~dkpca.planning.FitPlan`), how well and how fast.
+
+Assembled here as a :class:`~dkpca.fitreport.FitReport` (the typed value and its stored form live in
+:mod:`dkpca.fitreport`, below the model that loads it).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from .fitreport import FitReport
+from .jsonsafe import json_safe
 from .operator import CenteredKernelOperator
 from .planning import FitPlan
 from .solvers import EigResult, Solver
@@ -14,15 +20,15 @@ __all__ = ["fit_report"]
 
 
 def fit_report(res: EigResult, op: CenteredKernelOperator, plan: FitPlan, *, tol: float, gram: dict[str, Any],
-               timings: dict[str, float], pass_seconds: list, d: int, requested: int | float) -> dict[str, Any]:
-    """The report of a fit that ran ``plan`` (JSON types but for numpy scalars, which ``json_safe`` converts).
+               timings: dict[str, float], pass_seconds: list, d: int, requested: int | float) -> FitReport:
+    """The report of a fit that ran ``plan``.
 
     ``solver_reason`` starts with the precision's sentence: the model's summary (and the CLI) say why K
     is in its dtype.  ``plan``: every decision and its reason (:meth:`FitPlan.to_dict`).
     """
     k = len(res.eigenvalues)
     scale = max(abs(res.eigenvalues[0]), np.finfo(float).tiny) if k else 1.0
-    return {
+    return FitReport(**json_safe({
         "solver": plan.solver.value, "solver_reason": f"dtype={plan.precision.dtype}: {plan.precision.reason}; "
                                                       f"{plan.reason}",
         "passes": res.passes,
@@ -38,4 +44,4 @@ def fit_report(res: EigResult, op: CenteredKernelOperator, plan: FitPlan, *, tol
         "zero_components_dropped": int(res.info.get("zero_eigenvalues_removed", 0)),
         "precision": plan.precision.to_dict(),
         "plan": plan.to_dict(),
-    }
+    }))

@@ -782,3 +782,16 @@ def test_lanczos_stops_at_an_invariant_subspace_found_on_a_pass_it_would_not_che
     res = lanczos_solve(InMemoryKernelOperator(K), 5, tol=1e-13, max_passes=50, rng=np.random.default_rng(0))
     assert res.converged and res.passes == 3 and np.isfinite(res.history[-1])
     np.testing.assert_allclose(res.eigenvalues, scipy.linalg.eigvalsh(centered(K))[::-1][:5], rtol=1e-10)
+
+
+def test_arpack_on_a_zero_centred_kernel_returns_zero_eigenvalues():
+    """K constant (identical points): K~ is exactly 0, so ARPACK's start vector maps to 0 (its error -9).
+
+    Reference: every eigenvalue of the zero matrix is 0, and any orthonormal basis is an eigenbasis.
+    """
+    res = get_solver("arpack")(InMemoryKernelOperator(np.zeros((300, 300))), 2, rng=0)  # K~ v0 exactly 0
+    np.testing.assert_array_equal(res.eigenvalues, 0.0)
+    np.testing.assert_allclose(res.eigenvectors.T @ res.eigenvectors, np.eye(2), atol=1e-15)
+    # all ones: K~ is 0 up to the corrections' rounding (1e-16 of ||K|| = 300 an entry)
+    res = get_solver("arpack")(InMemoryKernelOperator(np.ones((300, 300))), 2, rng=0)
+    assert np.abs(res.eigenvalues).max() <= 1e-12 * 300

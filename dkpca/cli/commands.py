@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import tempfile
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..grammode import GramMode
+from ..jsonsafe import json_safe
 from ..version import __version__
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_plan", "cmd_info", "cmd_verify", "cmd_transform", "cmd_demo", "model_facts",
@@ -57,7 +57,7 @@ def cmd_fit(a: argparse.Namespace) -> int:
             gram=a.gram, progress=_progress(a),
         )
     g = model.report.get("gram", {})
-    if g.get("mode") == GramMode.STORE:
+    if model.gram_mode is GramMode.STORE:
         print(f"Gram blocks: {g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused from the store")
     resumed = (model.report.get("solver_info") or {}).get("resumed_at_pass")
     if resumed:
@@ -85,7 +85,8 @@ def cmd_info(a: argparse.Namespace) -> int:
     from ..storage.outputs import describe, output_facts
 
     if (facts := output_facts(a.store)) is not None:  # a transform output: what made it, and whether complete
-        print(json.dumps(_json_safe(facts), indent=2, allow_nan=False) if a.json else describe(facts))
+        print(json.dumps(json_safe(facts, nonfinite_null=True), indent=2, allow_nan=False) if a.json
+              else describe(facts))
         return 0
     model = load(a.store)
     print(json.dumps(model_facts(model), indent=2, allow_nan=False) if a.json else model.summary())
@@ -112,23 +113,7 @@ def model_facts(model: Any) -> dict[str, Any]:
         "trace": float(model.trace_),
         "report": model.report,
     }
-    return _json_safe(facts)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if value is None or isinstance(value, str):
-        return value
-    return str(value)
+    return json_safe(facts, nonfinite_null=True)
 
 
 def cmd_verify(a: argparse.Namespace) -> int:

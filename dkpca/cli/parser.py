@@ -1,10 +1,11 @@
 """The ``dkpca`` command's parser: subcommands, options, their types; defaults and choices from the API.
 
-The options ``fit`` and ``plan`` share are declared once (:data:`FIT_OPTIONS`)
-and added to both parsers from that declaration, so their ``--help`` cannot
-drift apart; their defaults are the Python API's (:data:`dkpca.request.DEFAULTS`,
-``max_passes=None`` meaning :data:`~dkpca.request.DEFAULT_MAX_PASSES`) and their
-choices the registries (``KERNEL_NAMES``, ``SOLVERS``, ``GRAM_MODES``,
+The options ``fit`` and ``plan`` share (:data:`FIT_OPTIONS`) are generated
+from the fields of :class:`dkpca.request.FitOptions` -- name, default, flags,
+help and choices held there as field metadata -- and added to both parsers,
+so neither ``--help`` can drift from the other or from the Python API
+(``max_passes=None`` meaning :data:`~dkpca.request.DEFAULT_MAX_PASSES`); the
+choices are the registries (``KERNEL_NAMES``, ``SOLVERS``, ``GRAM_MODES``,
 ``DTYPES``).  Only the standard library and those light registries load here:
 ``dkpca --help`` answers without Dask, Zarr or scikit-learn.
 """
@@ -13,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, fields
 from typing import Any, NoReturn
 
-from ..kernels import KERNEL_NAMES
-from ..request import DEFAULT_MAX_PASSES, DEFAULTS, DTYPES, GRAM_MODES
-from ..solvers import SOLVERS
+from ..request import FitOptions
 from ..version import __version__
 from .errors import error_line
 
-__all__ = ["build_parser", "HelpFormatter", "Parser", "Option", "FIT_OPTIONS", "INPUT_HELP", "n_components_arg",
-           "positive_int", "config_arg"]
+__all__ = ["build_parser", "HelpFormatter", "Parser", "Option", "FIT_OPTIONS", "ARG_TYPES", "INPUT_HELP",
+           "n_components_arg", "positive_int", "config_arg"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -107,48 +106,36 @@ def config_arg(check: str, *args: Any) -> Any:
 
 @dataclass(frozen=True)
 class Option:
-    """One option of ``dkpca fit`` and ``dkpca plan``, declared once: its parameter, flags, type and help.
+    """One option of ``dkpca fit`` and ``dkpca plan``: a :class:`~dkpca.request.FitOptions` field's flags and help.
 
-    The default is the Python API's (:data:`dkpca.request.DEFAULTS` under
-    ``name``), never written here.
+    Made from the field (:meth:`of`), never declared here: the default is the
+    field's (the Python API's), and so are the help, the flags and the choices.
     """
 
     name: str
     flags: tuple[str, ...]
     help: str
+    default: Any = None
     type: Callable[[str], Any] | None = None
     choices: tuple[Any, ...] | None = None
     metavar: str | None = None
 
+    @classmethod
+    def of(cls, f: Field) -> Option:
+        meta = f.metadata
+        return cls(f.name, meta["flags"], meta["help"], default=f.default,
+                   type=ARG_TYPES.get(f.name, meta["type"]), choices=meta["choices"], metavar=meta["metavar"])
+
     def add(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(*self.flags, dest=self.name, default=DEFAULTS[self.name], type=self.type,
+        parser.add_argument(*self.flags, dest=self.name, default=self.default, type=self.type,
                             choices=self.choices, metavar=self.metavar, help=self.help)
 
 
-#: the options of ``dkpca fit`` and ``dkpca plan``, both: the parameters of ``dkpca.fit`` and ``dkpca.plan``
-FIT_OPTIONS = (
-    Option("n_components", ("--n-components", "-k"), type=n_components_arg, metavar="K",
-           help="number of components, or a fraction of explained variance in (0, 1), e.g. 0.95"),
-    Option("kernel", ("--kernel",), choices=KERNEL_NAMES, help="kernel function (poly = polynomial)"),
-    Option("gamma", ("--gamma",), type=float, help="kernel width (default: 1/n_features)"),
-    Option("degree", ("--degree",), type=int, help="degree of the poly kernel"),
-    Option("coef0", ("--coef0",), type=float, help="offset of the poly and sigmoid kernels"),
-    Option("solver", ("--solver",), choices=SOLVERS,
-           help="eigensolver; auto: dense for small n, else block Lanczos (randomized when its basis would not fit "
-                "in memory); nystrom (approximate) only on request"),
-    Option("store", ("--store",), help="store path (default: INPUT.dkpca.zarr beside the input)"),
-    Option("chunk_size", ("--chunk-size",), type=int,
-           help="Gram block edge (default: about 4096, balanced; 'dkpca plan --cluster' recommends one for the "
-                "cluster, whose scheduler then takes under 5 %% of a pass)"),
-    Option("dtype", ("--dtype",), choices=DTYPES,
-           help="precision of K; auto: float32 unless a sample of the data says it would lose the eigenvalues"),
-    Option("gram", ("--gram",), choices=GRAM_MODES,
-           help="store K in Zarr, recompute its blocks every pass, hold it in memory, or auto: store unless K does "
-                "not fit on disk or recomputing is measured faster"),
-    Option("tol", ("--tol",), type=float,
-           help="stop when every residual is below tol x the largest eigenvalue"),
-    Option("max_passes", ("--max-passes",), type=int, help=f"most passes over K (default: {DEFAULT_MAX_PASSES})"),
-)
+#: the command line's parsers of a text that is not a plain ``int`` / ``float`` / string
+ARG_TYPES: dict[str, Callable[[str], Any]] = {"n_components": n_components_arg}
+
+#: the options of ``dkpca fit`` and ``dkpca plan``, both: the FitOptions fields that have flags
+FIT_OPTIONS = tuple(Option.of(f) for f in fields(FitOptions) if f.metadata["flags"])
 
 
 def build_parser() -> argparse.ArgumentParser:

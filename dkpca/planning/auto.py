@@ -15,7 +15,8 @@ import numpy as np
 import psutil
 
 from ..execution import n_workers_threads
-from ..solvers import block_width
+from ..solvers import subspace_width
+from ..solvers.fraction import DEFAULT_MAX_PASSES
 from ..solvers.randomized import block_size
 from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
@@ -148,7 +149,7 @@ def in_memory_solver(n: int, k: int, fraction: bool = False) -> tuple[str, str]:
 
 def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None, kernel=None,
            dtype: Any = "auto", block: int | None = None, store: str | None = None, tol: float = 1e-6,
-           max_passes: int = 60, free_bytes: int | None = None, memory_bytes: int | None = None,
+           max_passes: int = DEFAULT_MAX_PASSES, free_bytes: int | None = None, memory_bytes: int | None = None,
            measured: dict[str, float] | None = None, workers: int | None = None, temporary: bool = False,
            fraction: bool = False, stored_dtype: str | None = None) -> Choice:
     """Resolve ``dtype="auto"``, ``solver="auto"`` and ``gram="auto"``; says why.
@@ -285,7 +286,7 @@ def solver_rule(n: int, k: int, solver: str, *, memory: bool, memory_bytes: int 
         return "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
     if k > n // 4 and 16 * n * n <= 0.5 * memory_bytes:
         return "dense", f"n_components={k} > n/4: most of the spectrum is wanted and K~ fits in memory"
-    if 2 * 8 * n * 3 * (krylov := block_width("lanczos", n, k)) <= 0.25 * memory_bytes:
+    if 2 * 8 * n * 3 * (krylov := subspace_width("lanczos", n, k)) <= 0.25 * memory_bytes:
         return "lanczos", (f"n={n} > {DENSE_MAX_N}, k={k}: block Lanczos (fewer passes over K than subspace "
                            f"iteration); its Krylov basis fits in memory")
     return "randomized", (f"n={n}, k={k}: a Krylov basis of 3 x {krylov} columns would not fit in a quarter of "

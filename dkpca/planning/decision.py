@@ -16,13 +16,13 @@ import numpy as np
 
 from ..grammode import GramMode
 from ..request import FitRequest
-from ..solvers import Solver, block_width, nystrom
+from ..solvers import Solver, nystrom, subspace_width
 from ..solvers.fraction import working_k
 from ..storage import GramStore
 from .auto import choose
 from .precision import Precision
 
-__all__ = ["FitPlan", "GramMode", "decide", "start_policy", "StartPolicy", "subspace_width",
+__all__ = ["FitPlan", "GramMode", "decide", "start_policy", "StartPolicy",
            "SERIAL_ALGEBRA_MAX_WIDTH"]
 
 
@@ -57,7 +57,7 @@ def start_policy(solver: Solver, n: int, k: int) -> StartPolicy:
     Where the Nystroem start pays is :func:`~dkpca.solvers.nystrom.start_landmarks`' rule (large n,
     wide blocks).
     """
-    width = block_width(solver, n, k)
+    width = subspace_width(solver, n, k)
     landmarks = nystrom.start_landmarks(n, width)
     serial = width <= SERIAL_ALGEBRA_MAX_WIDTH
     why = (f"{width} columns from the top eigenvectors of a {landmarks}-landmark Nystroem approximation"
@@ -65,11 +65,6 @@ def start_policy(solver: Solver, n: int, k: int) -> StartPolicy:
     blas = (f"one BLAS thread for its algebra ({width} <= {SERIAL_ALGEBRA_MAX_WIDTH} columns)" if serial else
             f"BLAS as configured for its algebra ({width} > {SERIAL_ALGEBRA_MAX_WIDTH} columns: GEMMs)")
     return StartPolicy(width, landmarks, serial, f"{why}; {blas}")
-
-
-def subspace_width(solver: Solver | str, n: int, k: int) -> int:
-    """Columns of the block of vectors a pass multiplies: the solver's block width, k for the dense solver."""
-    return k if solver == Solver.DENSE else block_width(solver, n, k)
 
 
 @dataclass(frozen=True)
@@ -80,10 +75,11 @@ class FitPlan:
     ----------
     solver : Solver
     gram : GramMode
-    block : int
-        The Gram tile edge (square blocks of K; the row chunks of X).
-    subspace : int
-        The width of the block of vectors a pass multiplies (k for the dense solver).
+    tile : int
+        The Gram tile edge (square tiles of K; the row chunks of X); ``"block"`` in :meth:`to_dict`.
+    width : int
+        The subspace width: columns of the block of vectors a pass multiplies (k for the dense solver;
+        :func:`~dkpca.solvers.subspace_width`); ``"subspace"`` in :meth:`to_dict`.
     precision : Precision
         The precision K is held in and why.
     start : StartPolicy or None
@@ -103,8 +99,8 @@ class FitPlan:
 
     solver: Solver
     gram: GramMode
-    block: int
-    subspace: int
+    tile: int
+    width: int
     precision: Precision
     start: StartPolicy | None
     compiled_exp: bool
@@ -126,7 +122,7 @@ class FitPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """The decisions as JSON types (``model.report["plan"]``)."""
-        return {"solver": self.solver.value, "gram": self.gram.value, "block": self.block, "subspace": self.subspace,
+        return {"solver": self.solver.value, "gram": self.gram.value, "block": self.tile, "subspace": self.width,
                 "dtype": self.dtype.name, "start": None if self.start is None else {
                     "width": self.start.width, "landmarks": self.start.landmarks, "serial_blas": self.start.serial},
                 "compiled_exp": self.compiled_exp, "reasons": dict(self.reasons)}
@@ -146,17 +142,16 @@ def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = No
     store = req.store.path if req.store is not None else store_path
     stored = None if req.overwrite or req.store is None else GramStore(req.store).recorded_dtype()
     c = choose(req.n, req.n_components, req.solver, req.gram, X=req.X if measure else None, kernel=req.kernel,
-               dtype=req.dtype, block=req.block, store=store, tol=req.tol, max_passes=req.max_passes,
+               dtype=req.dtype, block=req.tile, store=store, tol=req.tol, max_passes=req.max_passes,
                temporary=req.store is None or req.temporary is not None, fraction=req.fraction is not None,
                stored_dtype=stored)
     solver, gram = Solver.parse(c.solver), GramMode(c.gram)
     # a fraction's first round: all n for the dense solver (one eigh), else the request's working k
     k = working_k(req.n, solver) if req.fraction is not None else req.n_components
     start = start_policy(solver, req.n, k) if solver.iterative and gram is not GramMode.MEMORY else None
-    subspace = subspace_width(solver, req.n, k)
     precision = c.precision
     reasons = {"solver": c.reasons[0], "gram": c.reasons[1], "dtype": precision.reason,
                "start": start.reason if start is not None else "no start block", "exp": c.details.get("exp", "")}
-    return FitPlan(solver=solver, gram=gram, block=req.block, subspace=subspace, precision=precision, start=start,
-                   compiled_exp=c.compiled_exp, n=req.n, k=k, fraction=req.fraction,
+    return FitPlan(solver=solver, gram=gram, tile=req.tile, width=subspace_width(solver, req.n, k),
+                   precision=precision, start=start, compiled_exp=c.compiled_exp, n=req.n, k=k, fraction=req.fraction,
                    reasons=reasons, details=c.details)

@@ -38,9 +38,10 @@ import numpy as np
 
 from ..kernels import Kernel
 from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
-from ..request import check_bandwidth, check_bool, make_request
+from ..request import DEFAULT_MAX_PASSES, DEFAULTS, FitOptions, check_bandwidth, check_bool, make_request
+from ..solvers import subspace_width
 from ..storage import free_bytes, gram_bytes, json_safe
-from .decision import FitPlan, decide, subspace_width
+from .decision import FitPlan, decide
 from .estimate import (
     BUILD_SECONDS,
     FIT_SECONDS,
@@ -220,7 +221,7 @@ class Plan:
 
 
 def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str,
-              store: str, tol: float = 1e-6, max_passes: int = 60, resources: dict | None = None,
+              store: str, tol: float = DEFAULTS["tol"], max_passes: int | None = None, resources: dict | None = None,
               measure: bool = True, fraction: float | None = None, fs_bandwidth: float | None = None,
               rates: EntryRates | None = None, block_reason: str = "", precision: Precision | None = None) -> Plan:
     """Plan for a validated dask array ``X`` (row chunks = ``block``) and resolved kernel.
@@ -253,7 +254,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         warnings.append(f"{_fmt_bytes(per_worker)} per worker is close to or above its memory limit "
                         f"{_fmt_bytes(avail)}; use a smaller chunk_size")
     warnings += [precision.warning()] if precision is not None and precision.lossy else []
-    mp = max_passes or 60
+    mp = max_passes or DEFAULT_MAX_PASSES
     passes, note = (estimate_passes(X, kernel, k, ell, tol, mp, solver) if measure or solver == "dense"
                     else (mp, f"at most max_passes={mp}; not estimated"))
     if rates is None and measure:
@@ -312,19 +313,19 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
 
 def plan(
     source: Any,
-    n_components: int | float = 2,
-    kernel: Any = "rbf",
-    gamma: float | None = None,
-    degree: int = 3,
-    coef0: float = 1.0,
-    kernel_params: dict | None = None,
-    solver: str = "auto",
-    store: str | os.PathLike | None = None,
-    chunk_size: int | None = None,
-    dtype: str = "auto",
-    tol: float = 1e-6,
-    max_passes: int | None = None,
-    gram: str = "auto",
+    n_components: int | float = DEFAULTS["n_components"],
+    kernel: Any = DEFAULTS["kernel"],
+    gamma: float | None = DEFAULTS["gamma"],
+    degree: int = DEFAULTS["degree"],
+    coef0: float = DEFAULTS["coef0"],
+    kernel_params: dict | None = DEFAULTS["kernel_params"],
+    solver: str = DEFAULTS["solver"],
+    store: str | os.PathLike | None = DEFAULTS["store"],
+    chunk_size: int | None = DEFAULTS["chunk_size"],
+    dtype: str = DEFAULTS["dtype"],
+    tol: float = DEFAULTS["tol"],
+    max_passes: int | None = DEFAULTS["max_passes"],
+    gram: str = DEFAULTS["gram"],
     cluster: Any = None,
     measure: bool = True,
     fs_bandwidth: float | str | None = None,
@@ -370,17 +371,19 @@ max_passes, gram
     """
     bandwidth = check_bandwidth("fs_bandwidth", fs_bandwidth)
     cluster_block = check_bool("cluster_block", cluster_block)
-    req = make_request(source, n_components, kernel, gamma, degree, coef0, kernel_params, solver, store, chunk_size,
-                       dtype, tol, max_passes, gram=gram, create_store=False)
+    options = FitOptions(n_components=n_components, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                         kernel_params=kernel_params, solver=solver, store=store, chunk_size=chunk_size, dtype=dtype,
+                         tol=tol, max_passes=max_passes, gram=gram)
+    req = make_request(source, options, create_store=False)
     # fit would create a temporary directory for in-memory input; a plan creates nothing
     path = req.store.path if req.store is not None else os.path.join(tempfile.gettempdir(), "dkpca-<new>",
                                                                        "store.dkpca.zarr")
     fp = decide(req, measure=measure, store_path=path)  # the one decision dkpca.fit makes and runs
     res = cluster_resources(cluster)
-    dtype, ell = fp.dtype, fp.subspace
-    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.block, dtype, ell, path), req.block) \
+    dtype, ell = fp.dtype, fp.width
+    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.tile, dtype, ell, path), req.tile) \
         if measure else None
-    X, block = req.X, req.block
+    X, block = req.X, req.tile
     why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
     if chunk_size is None and cluster_block and res["distributed"]:
         best = choose_block(req.n, d=req.d, ell=ell, itemsize=dtype.itemsize, gram=fp.gram, resources=res,
@@ -389,7 +392,7 @@ max_passes, gram
             X, block = req.X.rechunk((best, req.d)), best
             why = (f"{best}, chosen for this cluster (to keep the scheduler under {100 * SCHEDULING_SHARE:.0f} % "
                    f"of a pass, as far as the workers' memory allows): pass chunk_size={best} (--chunk-size {best}) "
-                   f"to fit, whose default is {req.block}")
+                   f"to fit, whose default is {req.tile}")
     return replace(make_plan(X, req.kernel, fp.k, block, dtype, fp.solver, fp.reason, fp.gram, path, tol=req.tol,
                              max_passes=req.max_passes, resources=res, measure=measure, fraction=req.fraction,
                              fs_bandwidth=bandwidth, rates=rates, block_reason=why, precision=fp.precision),

@@ -4,17 +4,20 @@ Every user-facing parameter is checked here, once, with a message that names
 the parameter and says what to pass -- before any data is read or anything is
 written:
 
-* :mod:`.options` -- the defaults and choices ``fit``, ``plan`` and the CLI
-  share (standard library only: the CLI's ``--help`` reads them);
-* :mod:`.checks` -- the checks of single values, and the estimators' parameter sets;
-* :mod:`.fitrequest` -- :func:`make_request`: the arguments of
-  :func:`dkpca.fit` / :func:`dkpca.plan` as a :class:`FitRequest` (validated
-  parameters, the resolved kernel, the row-chunked input and the store) that
-  the pipeline and the planner consume.
+* :mod:`.options` -- :class:`FitOptions`: the parameters ``fit``, ``plan`` and
+  the CLI share, each one's default, check and CLI help written once (light:
+  the CLI's ``--help`` reads it);
+* :mod:`.checks` -- the checks of single values, and the estimators' parameter
+  sets (light too: :class:`FitOptions` checks with them);
+* :mod:`.bandwidth` -- ``fs_bandwidth``'s check (Dask's size parser);
+* :mod:`.fitrequest` -- :func:`make_request`: a source and its
+  :class:`FitOptions` as a :class:`FitRequest` (validated parameters, the
+  resolved kernel, the row-chunked input and the store) that the pipeline and
+  the planner consume.
 
-The members of :mod:`.checks` and :mod:`.fitrequest` load on first access
-(module ``__getattr__``, PEP 562), so that ``dkpca --help`` reads
-:mod:`.options` without importing Dask or Zarr.
+The members of :mod:`.checks`, :mod:`.bandwidth` and :mod:`.fitrequest` load
+here on first access (module ``__getattr__``, PEP 562), so that ``dkpca --help``
+reads :mod:`.options` (and :mod:`.checks`) without importing Dask or Zarr.
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .options import DEFAULT_MAX_PASSES, DEFAULTS, DTYPES, GRAM_MODES
+from .options import DEFAULT_MAX_PASSES, DEFAULTS, DTYPES, GRAM_MODES, FitOptions
 
 if TYPE_CHECKING:  # what static analysers see; at run time ``__getattr__`` loads the same names
+    from .bandwidth import check_bandwidth
     from .checks import (
         as_generator,
-        check_bandwidth,
         check_bool,
         check_choice,
         check_dtype,
@@ -44,15 +47,16 @@ if TYPE_CHECKING:  # what static analysers see; at run time ``__getattr__`` load
 
 #: submodule -> the names it provides here
 _LAZY = {
-    ".checks": ("as_generator", "check_bandwidth", "check_bool", "check_choice", "check_dtype", "check_int",
+    ".bandwidth": ("check_bandwidth",),
+    ".checks": ("as_generator", "check_bool", "check_choice", "check_dtype", "check_int",
                 "check_kernel_pca_params", "check_n_components", "check_n_components_spec",
                 "check_out_of_core_params", "check_random_state", "check_real", "is_bool"),
     ".fitrequest": ("FitRequest", "TemporaryStore", "default_store_path", "make_request"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = ["DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES", "as_generator", "check_bandwidth", "check_bool",
-           "check_choice", "check_dtype", "check_int", "check_kernel_pca_params", "check_n_components",
+__all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES", "as_generator", "check_bandwidth",
+           "check_bool", "check_choice", "check_dtype", "check_int", "check_kernel_pca_params", "check_n_components",
            "check_n_components_spec", "check_out_of_core_params", "check_random_state", "check_real", "is_bool",
            "FitRequest", "TemporaryStore", "default_store_path", "make_request"]
 

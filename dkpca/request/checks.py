@@ -13,12 +13,11 @@ import os
 from typing import Any
 
 import numpy as np
-from dask.utils import parse_bytes
 
 from ..kernels import KERNEL_NAMES, Kernel
 from ..solvers import Solver
 
-__all__ = ["is_bool", "check_int", "check_real", "check_bandwidth", "check_bool", "check_choice", "check_dtype",
+__all__ = ["is_bool", "check_int", "check_real", "check_bool", "check_choice", "check_dtype",
            "check_random_state", "as_generator", "check_n_components_spec", "check_n_components",
            "check_kernel_pca_params", "check_out_of_core_params"]
 
@@ -52,25 +51,6 @@ def check_real(name: str, value: Any, low: float | None = None, high: float | No
             what = f"a finite number{rng}"
         raise ValueError(f"{name}={value!r} is invalid; it must be {'None or ' if allow_none else ''}{what}.")
     return float(value)
-
-
-def check_bandwidth(name: str, value: Any) -> float | None:
-    """Bytes per second > 0: a number, or a size per second as Dask writes sizes (``"100GB/s"``, ``"2 GiB/s"``)."""
-    if value is None:
-        return None
-    number = None
-    if isinstance(value, str) and value.strip():
-        text = value.strip()
-        try:
-            number = float(parse_bytes(text[:-2] if text.lower().endswith("/s") else text))
-        except (ValueError, TypeError):
-            number = None
-    elif isinstance(value, numbers.Real) and not is_bool(value):
-        number = float(value)
-    if number is None or not np.isfinite(number) or number <= 0:
-        raise ValueError(f"{name}={value!r} is invalid; it must be None or a bandwidth in bytes per second > 0: a "
-                         "number, or a size per second such as '100GB/s' or '2GiB/s'.")
-    return number
 
 
 def check_bool(name: str, value: Any) -> bool:

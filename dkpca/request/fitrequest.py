@@ -1,4 +1,4 @@
-"""A fit's request: :func:`make_request` validates every parameter of ``fit`` / ``plan`` into a :class:`FitRequest`.
+"""A fit's request: :func:`make_request` makes a :class:`FitRequest` of a source and its :class:`FitOptions`.
 
 The validated parameters, the resolved kernel, the row-chunked input (not read
 yet) and the store, for the pipeline and the planner; the default store path
@@ -17,25 +17,16 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ..grammode import GramMode
 from ..io import as_dask, input_path, open_input, split_member
 from ..kernels import Kernel, make_kernel
 from ..linalg import default_block_size
-from ..solvers import SOLVERS, Solver
+from ..solvers import Solver
 from ..solvers.fraction import working_k
 from ..storage import FitStore, is_url, relation
-from .checks import (
-    check_bool,
-    check_choice,
-    check_dtype,
-    check_int,
-    check_n_components,
-    check_random_state,
-    check_real,
-)
-from .options import DEFAULT_MAX_PASSES, DEFAULTS, GRAM_MODES
+from .checks import check_n_components
+from .options import FitOptions
 
-__all__ = ["FitRequest", "make_request", "default_store_path", "TemporaryStore"]
+__all__ = ["FitOptions", "FitRequest", "make_request", "default_store_path", "TemporaryStore"]
 
 
 def default_store_path(source: Any) -> str | None:
@@ -102,7 +93,7 @@ class FitRequest:
     Attributes
     ----------
     X : dask array of shape (n, d)
-        The input, row-chunked to the block edge (not read yet).
+        The input, row-chunked to the tile edge (not read yet).
     kernel : Kernel
         Resolved (``gamma=None`` fixed to 1/d).
     n_components : int
@@ -116,8 +107,8 @@ class FitRequest:
         Gram precision as asked; ``"auto"`` is resolved by
         :func:`dkpca.planning.choose` (``Choice.precision``), and the pipeline
         goes on with the request's resolved copy.
-    block : int
-        Gram block edge.
+    tile : int
+        The Gram tile edge (``chunk_size``: square tiles of K, the row chunks of X).
     tol : float
     max_passes : int
     random_state : int, RandomState, Generator or None
@@ -138,7 +129,7 @@ class FitRequest:
     solver: str
     gram: str
     dtype: np.dtype | str
-    block: int
+    tile: int
     tol: float
     max_passes: int
     random_state: Any
@@ -157,43 +148,19 @@ class FitRequest:
         return int(self.X.shape[1])
 
 
-def make_request(source: Any, n_components: Any = DEFAULTS["n_components"],
-                 kernel: str | Kernel | dict = DEFAULTS["kernel"], gamma: float | None = DEFAULTS["gamma"],
-                 degree: int = DEFAULTS["degree"], coef0: float = DEFAULTS["coef0"],
-                 kernel_params: dict | None = DEFAULTS["kernel_params"], solver: str = DEFAULTS["solver"],
-                 store: str | os.PathLike | None = DEFAULTS["store"], chunk_size: int | None = DEFAULTS["chunk_size"],
-                 dtype: Any = DEFAULTS["dtype"], tol: float = DEFAULTS["tol"],
-                 max_passes: int | None = DEFAULTS["max_passes"], random_state: Any = DEFAULTS["random_state"],
-                 overwrite: bool = DEFAULTS["overwrite"], gram: str = DEFAULTS["gram"],
-                 progress: Any = DEFAULTS["progress"], create_store: bool = True) -> FitRequest:
-    """Validate every parameter of :func:`dkpca.fit` / :func:`dkpca.plan`; read nothing but X's shape.
+def make_request(source: Any, options: FitOptions | None = None, *, create_store: bool = True) -> FitRequest:
+    """The request of :func:`dkpca.fit` / :func:`dkpca.plan` for ``source``: ``options`` (checked when made,
+    default ``FitOptions()``) with what needs the data checked too; reads nothing but X's shape.
 
     ``create_store=False`` (planning) leaves ``store`` None for in-memory
     input without ``store=`` instead of making a temporary directory.
     """
-    solver = check_choice("solver", solver, SOLVERS)
-    gram = check_choice("gram", gram, GRAM_MODES)
-    if solver == Solver.ARPACK and gram in (GramMode.STORE, GramMode.RECOMPUTE):
-        raise ValueError(f"solver='arpack' needs K in memory (each ARPACK step is a product with one vector: out of "
-                         f"core a whole pass over K), not gram={gram!r}; use gram='memory' or 'auto', or "
-                         "solver='lanczos'.")
-    if solver == Solver.NYSTROM and gram in (GramMode.STORE, GramMode.MEMORY):
-        raise ValueError(f"gram={gram!r} does not apply to solver='nystrom', which never forms K; "
-                         "use gram='auto' or 'recompute'.")
-    dt = check_dtype("dtype", dtype, allow_auto=True)
-    tol_f = check_real("tol", tol, 0.0, 1.0, what="a number in [0, 1), e.g. 1e-6")
-    passes = check_int("max_passes", max_passes, 1, allow_none=True)
-    chunk = check_int("chunk_size", chunk_size, 1, allow_none=True)
-    seed = check_random_state(random_state)
-    overwrite = check_bool("overwrite", overwrite)
-    if not callable(progress):  # True/False, or a callback(label, done, total) (dkpca.execution)
-        progress = check_bool("progress", progress)
-    if store is not None and not isinstance(store, (str, os.PathLike)):
-        raise ValueError(f"store={store!r} is invalid; pass a path or URL (or None for the default).")
-    kern = make_kernel(kernel, gamma=gamma, degree=degree, coef0=coef0, kernel_params=kernel_params)
+    o = FitOptions() if options is None else options
+    solver, gram, store = o.solver, o.gram, o.store
+    kern = make_kernel(o.kernel, gamma=o.gamma, degree=o.degree, coef0=o.coef0, kernel_params=o.kernel_params)
     X = as_dask(open_input(source), block_rows=None)
     n, d = X.shape
-    k = check_n_components(n_components, n)
+    k = check_n_components(o.n_components, n)
     fraction = k if isinstance(k, float) else None
     if fraction is not None:
         if solver == Solver.ARPACK:
@@ -206,8 +173,8 @@ def make_request(source: Any, n_components: Any = DEFAULTS["n_components"],
                              "solver.")
         # the first round's k; the pipeline grows it (all n for the dense solver)
         k = working_k(n, solver)
-    block = min(chunk or default_block_size(n), n)
-    X = X.rechunk((block, d))
+    tile = min(o.chunk_size or default_block_size(n), n)
+    X = X.rechunk((tile, d))
     temporary = None
     path = input_path(source)
     if store is not None:
@@ -222,6 +189,7 @@ def make_request(source: Any, n_components: Any = DEFAULTS["n_components"],
         fit_store = temporary.store
     else:
         fit_store = None
-    return FitRequest(X=X, kernel=kern.resolve(d), n_components=k, solver=solver, gram=gram, dtype=dt,
-                      block=block, tol=tol_f, max_passes=passes or DEFAULT_MAX_PASSES, random_state=seed,
-                      store=fit_store, overwrite=overwrite, progress=progress, temporary=temporary, fraction=fraction)
+    return FitRequest(X=X, kernel=kern.resolve(d), n_components=k, solver=solver, gram=gram, dtype=o.dtype,
+                      tile=tile, tol=o.tol, max_passes=o.passes, random_state=o.random_state,
+                      store=fit_store, overwrite=o.overwrite, progress=o.progress, temporary=temporary,
+                      fraction=fraction)

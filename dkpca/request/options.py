@@ -1,21 +1,31 @@
-"""The parameters ``dkpca.fit`` and ``dkpca.plan`` share with the CLI: their defaults and choices, written once.
+"""The parameters ``dkpca.fit`` and ``dkpca.plan`` share with the CLI: :class:`FitOptions`, written once.
 
-Only the standard library and the Gram-mode and solver registries: the command line reads
-this module to build ``dkpca fit --help`` and ``dkpca plan --help``, which
-must answer without loading Dask or Zarr.  :func:`dkpca.request.make_request`
-takes its defaults from :data:`DEFAULTS`; ``tests/test_cli_options.py`` checks
-that ``dkpca.fit``'s and ``dkpca.plan``'s signatures and the CLI agree with it.
+Each parameter is one field of :class:`FitOptions`: its name, default, check
+(``__post_init__``, with the messages of :mod:`.checks`) and, for the options
+the command line has, its flags and help (field metadata), from which
+:data:`dkpca.cli.parser.FIT_OPTIONS` is generated.  Light on purpose: the
+command line reads this module to build ``dkpca fit --help`` and
+``dkpca plan --help``, which must answer without loading Dask or Zarr (numpy,
+the kernel and solver registries only).  ``tests/test_cli_options.py`` and
+``tests/test_fit_options.py`` check that ``dkpca.fit``'s and ``dkpca.plan``'s
+signatures and the CLI agree with it.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
 from ..grammode import GramMode
+from ..kernels import KERNEL_NAMES, Kernel
+from ..solvers import SOLVERS, Solver
 from ..solvers.fraction import DEFAULT_MAX_PASSES
+from .checks import check_bool, check_choice, check_dtype, check_int, check_random_state, check_real
 
-__all__ = ["DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES"]
+__all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES"]
 
 #: ``gram=``: where K lives, the :class:`~dkpca.grammode.GramMode` values (``auto``: resolved by :mod:`dkpca.planning`)
 GRAM_MODES = ("auto", *(mode.value for mode in GramMode))
@@ -23,22 +33,94 @@ GRAM_MODES = ("auto", *(mode.value for mode in GramMode))
 #: ``dtype=``: K's precision (``auto``: resolved from a sample by :mod:`dkpca.planning.precision`)
 DTYPES = ("auto", "float32", "float64")
 
-#: the defaults of ``dkpca.fit``'s and ``dkpca.plan``'s parameters (``max_passes=None``: :data:`DEFAULT_MAX_PASSES`)
-DEFAULTS: MappingProxyType[str, Any] = MappingProxyType({
-    "n_components": 2,
-    "kernel": "rbf",
-    "gamma": None,
-    "degree": 3,
-    "coef0": 1.0,
-    "kernel_params": None,
-    "solver": "auto",
-    "store": None,
-    "chunk_size": None,
-    "dtype": "auto",
-    "gram": "auto",
-    "tol": 1e-6,
-    "max_passes": None,
-    "random_state": None,
-    "overwrite": False,
-    "progress": False,
-})
+
+def option(default: Any, help: str = "", *, flags: tuple[str, ...] = (), type: Callable[[str], Any] | None = None,
+           choices: tuple[Any, ...] | None = None, metavar: str | None = None) -> Any:
+    """A :class:`FitOptions` field; with ``flags``, also an option of ``dkpca fit`` and ``dkpca plan``.
+
+    ``type`` is the command line's parser of the text (``None``: a string);
+    ``n_components``' own (an int or a fraction) is :func:`dkpca.cli.parser.n_components_arg`.
+    """
+    return field(default=default, metadata=MappingProxyType(
+        {"help": help, "flags": flags, "type": type, "choices": choices, "metavar": metavar}))
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The parameters of one fit or plan, checked: every value is valid once the object exists.
+
+    Passed whole (``dkpca.fit`` -> :func:`dkpca.request.make_request` -> the
+    pipeline and the planner); overridden with :func:`dataclasses.replace`,
+    which checks the new values again.  What needs the data (``n_components``
+    against n, the kernel against d, the store against the input's path) is
+    checked by :func:`~dkpca.request.make_request`.  See :func:`dkpca.fit`
+    for each parameter's meaning.
+    """
+
+    n_components: int | float = option(
+        2, "number of components, or a fraction of explained variance in (0, 1), e.g. 0.95",
+        flags=("--n-components", "-k"), metavar="K")
+    kernel: str | Kernel | dict = option("rbf", "kernel function (poly = polynomial)", flags=("--kernel",),
+                                         choices=KERNEL_NAMES)
+    gamma: float | None = option(None, "kernel width (default: 1/n_features)", flags=("--gamma",), type=float)
+    degree: int = option(3, "degree of the poly kernel", flags=("--degree",), type=int)
+    coef0: float = option(1.0, "offset of the poly and sigmoid kernels", flags=("--coef0",), type=float)
+    kernel_params: dict | None = option(None)
+    solver: str = option(
+        "auto", "eigensolver; auto: dense for small n, else block Lanczos (randomized when its basis would not fit "
+                "in memory); nystrom (approximate) only on request", flags=("--solver",), choices=SOLVERS)
+    store: str | os.PathLike | None = option(None, "store path (default: INPUT.dkpca.zarr beside the input)",
+                                             flags=("--store",))
+    chunk_size: int | None = option(
+        None, "Gram block edge (default: about 4096, balanced; 'dkpca plan --cluster' recommends one for the "
+              "cluster, whose scheduler then takes under 5 %% of a pass)", flags=("--chunk-size",), type=int)
+    dtype: Any = option(
+        "auto", "precision of K; auto: float32 unless a sample of the data says it would lose the eigenvalues",
+        flags=("--dtype",), choices=DTYPES)
+    tol: float = option(1e-6, "stop when every residual is below tol x the largest eigenvalue", flags=("--tol",),
+                        type=float)
+    max_passes: int | None = option(None, f"most passes over K (default: {DEFAULT_MAX_PASSES})",
+                                    flags=("--max-passes",), type=int)
+    random_state: Any = option(None)
+    overwrite: bool = option(False)
+    gram: str = option(
+        "auto", "store K in Zarr, recompute its blocks every pass, hold it in memory, or auto: store unless K does "
+                "not fit on disk or recomputing is measured faster", flags=("--gram",), choices=GRAM_MODES)
+    progress: bool | Callable[[str, int, int], None] = option(False)
+
+    def __post_init__(self) -> None:
+        # The order of the checks is the order of their messages when several values are bad.
+        solver = check_choice("solver", self.solver, SOLVERS)
+        gram = check_choice("gram", self.gram, GRAM_MODES)
+        if solver == Solver.ARPACK and gram in (GramMode.STORE, GramMode.RECOMPUTE):
+            raise ValueError(f"solver='arpack' needs K in memory (each ARPACK step is a product with one vector: "
+                             f"out of core a whole pass over K), not gram={gram!r}; use gram='memory' or 'auto', "
+                             "or solver='lanczos'.")
+        if solver == Solver.NYSTROM and gram in (GramMode.STORE, GramMode.MEMORY):
+            raise ValueError(f"gram={gram!r} does not apply to solver='nystrom', which never forms K; "
+                             "use gram='auto' or 'recompute'.")
+        checked = {
+            "dtype": check_dtype("dtype", self.dtype, allow_auto=True),
+            "tol": check_real("tol", self.tol, 0.0, 1.0, what="a number in [0, 1), e.g. 1e-6"),
+            "max_passes": check_int("max_passes", self.max_passes, 1, allow_none=True),
+            "chunk_size": check_int("chunk_size", self.chunk_size, 1, allow_none=True),
+            "random_state": check_random_state(self.random_state),
+            "overwrite": check_bool("overwrite", self.overwrite),
+            # True/False, or a callback(label, done, total) (dkpca.execution)
+            "progress": self.progress if callable(self.progress) else check_bool("progress", self.progress),
+        }
+        if self.store is not None and not isinstance(self.store, (str, os.PathLike)):
+            raise ValueError(f"store={self.store!r} is invalid; pass a path or URL (or None for the default).")
+        for name, value in checked.items():  # frozen: the checked (normalised) values replace those given
+            object.__setattr__(self, name, value)
+
+    @property
+    def passes(self) -> int:
+        """``max_passes``, ``None`` resolved to :data:`DEFAULT_MAX_PASSES`."""
+        return DEFAULT_MAX_PASSES if self.max_passes is None else self.max_passes
+
+
+#: the defaults of ``dkpca.fit``'s and ``dkpca.plan``'s parameters, from :class:`FitOptions`' fields
+#: (``max_passes=None``: :data:`DEFAULT_MAX_PASSES`)
+DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
+    {f.name: f.default for f in fields(FitOptions) if f.default is not MISSING})

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postprocess", "check_eigenvalues",
-           "flip_signs", "get_solver", "block_width", "Solver", "SOLVERS", "SOLVER_NAMES"]
+           "flip_signs", "get_solver", "subspace_width", "block_width", "Solver", "SOLVERS", "SOLVER_NAMES"]
 
 
 class Solver(StrEnum):
@@ -94,16 +94,23 @@ def get_solver(name: str | Solver) -> Callable[..., EigResult]:
     return importlib.import_module(_TABLE[Solver.parse(name)], __name__).solve
 
 
-def block_width(name: str | Solver, n: int, k: int) -> int:
-    """Columns of the block an iterative solver multiplies each pass (its start block's width).
+def subspace_width(name: str | Solver, n: int, k: int) -> int:
+    """The subspace width: columns of the block of vectors a solver multiplies each pass (an iterative
+    solver's start block's width).
 
-    Block Lanczos: ``k + 10`` (``lanczos.default_block``); subspace iteration
-    (randomized, and any other solver asked): ``k + max(10, k)``
-    (``randomized.block_size``).
+    The dense solver: ``k``.  Block Lanczos: ``k + 10`` (``lanczos.default_block``); subspace iteration
+    (randomized, and any other solver asked): ``k + max(10, k)`` (``randomized.block_size``).
+    ("Width", not "block": a block is a tile of K, :func:`dkpca.linalg.block_bounds`.)
     """
+    if name == Solver.DENSE:
+        return k
     if name == Solver.LANCZOS:
         return importlib.import_module(".lanczos", __name__).default_block(n, k)
     return importlib.import_module(".randomized", __name__).block_size(n, k)
+
+
+#: the former name of :func:`subspace_width` (``tests/test_solvers.py`` imports it)
+block_width = subspace_width
 
 
 def __getattr__(name: str) -> Any:

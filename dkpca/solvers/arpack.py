@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 import numpy as np
-from scipy.sparse.linalg import LinearOperator, eigsh
+from scipy.sparse.linalg import ArpackError, LinearOperator, eigsh
 from sklearn.utils import check_random_state
 
 from ..execution import serial_blas
@@ -108,7 +108,15 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
 
     A = LinearOperator((n, n), matvec=lambda v: matmat(v.reshape(-1, 1)).ravel(), matmat=matmat, dtype=dtype)
     with serial_blas() if n <= SERIAL_MAX_N else contextlib.nullcontext():
-        lam, U = eigsh(A, k, which="LA", tol=tol, maxiter=maxiter, v0=v0)
+        try:
+            lam, U = eigsh(A, k, which="LA", tol=tol, maxiter=maxiter, v0=v0)
+        except ArpackError as exc:
+            if not str(exc).startswith("ARPACK error -9:"):  # "starting vector is zero": K~ v0 = 0 (scipy's
+                raise                                           # ArpackError keeps the code only in its text)
+            # K~ annihilates a random vector: it is zero (identical points, a kernel constant on them; the
+            # centring of a constant K is exact). Every eigenvalue is 0 and any orthonormal basis is an
+            # eigenbasis; the spectrum policy then drops them as numerically zero.
+            lam, U = np.zeros(k, dtype=dtype), np.eye(n, k, dtype=dtype)
     lam, U = lam.astype(np.float64), U.astype(np.float64)
     residuals = np.linalg.norm(operator.matmat(U, single=single) - U * lam, axis=0)
     scale = max(abs(float(lam.max())), np.finfo(float).tiny)

@@ -36,8 +36,9 @@ import dask
 import numpy as np
 import zarr
 
+from ..jsonsafe import json_safe
 from .chunks import ChunkWriter
-from .fitstore import FitStore, json_safe, remove_member
+from .fitstore import FitStore, remove_member
 from .integrity import create_array
 
 __all__ = ["SolverCheckpoint", "CheckpointState"]

@@ -100,6 +100,7 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
+from ..jsonsafe import json_safe
 from ..version import __version__
 from .datacopy import DATA, StoredData
 from .integrity import create_array
@@ -118,24 +119,6 @@ READ_ATTEMPTS = 20
 
 MODEL = "model"
 SPARSE_MODEL = "sparse_model"
-
-
-def json_safe(obj: Any) -> Any:
-    """Convert numpy scalars/arrays nested in dicts and lists to JSON types."""
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return json_safe(obj.tolist())
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    return obj
-
 
 
 def remove_member(group: zarr.Group, name: str) -> None:

@@ -31,10 +31,11 @@ from typing import Any
 import numpy as np
 import zarr
 
+from ..jsonsafe import json_safe
 from ..kernels import Kernel, from_dict
 from ..linalg.grid import block_bounds, n_blocks
 from .chunks import ChunkReader, ChunkWriter, remove_partials
-from .fitstore import FitStore, json_safe, remove_member
+from .fitstore import FitStore, remove_member
 from .gramcheck import GROUP, GramChecks, read_done_markers, recorded_digests
 from .integrity import (
     DIGEST,
