@@ -187,11 +187,17 @@ def test_an_old_store_still_checks_its_kernel_by_the_report(store):
         dkpca.load(store)
 
 
-def test_an_old_report_is_checked_as_before(store):
-    # the previous format's checks: gram, timings, solver_info objects, the residual a number; nothing else
+def old_report_with(store, **fields):
+    """The store made old (its previous format), its report's ``fields`` replaced; the model group."""
     make_old(store)
     g = model_attrs(store)
-    g.attrs["report"] = {**g.attrs["report"], "passes": "x"}
+    g.attrs["report"] = {**g.attrs["report"], **fields}
+    return g
+
+
+def test_an_old_report_is_checked_as_before(store):
+    # the previous format's checks: gram, timings, solver_info objects, the residual a number; nothing else
+    g = old_report_with(store, passes="x")
     assert dkpca.load(store).report["passes"] == "x"
     g.attrs["report"] = {**g.attrs["report"], "timings": "x"}
     with pytest.raises(DamagedModelError, match="report.*timings"):
@@ -200,9 +206,7 @@ def test_an_old_report_is_checked_as_before(store):
 
 def test_a_model_resaved_from_an_old_store_stays_old(store):
     # its report was never checked as schema 2: saving it again must not claim it is
-    make_old(store)
-    g = model_attrs(store)
-    g.attrs["report"] = {**g.attrs["report"], "passes": "x"}
+    old_report_with(store, passes="x")
     dkpca.load(store).save()
     attrs = model_attrs(store).attrs
     assert "report_schema" not in attrs and attrs["gram_mode"] == "store"

@@ -20,6 +20,7 @@ import numpy as np
 from ..grammode import GramMode
 from ..jsonsafe import json_safe
 from ..version import __version__
+from .parser import FIT_OPTIONS
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_plan", "cmd_info", "cmd_verify", "cmd_transform", "cmd_demo", "model_facts",
            "make_demo_data", "held_out_centroid_accuracy"]
@@ -35,6 +36,11 @@ def _client(a: argparse.Namespace, memory_per_worker: int | None = None):
         yield client
 
 
+def _fit_options(a: argparse.Namespace) -> dict[str, Any]:
+    """The options ``fit`` and ``plan`` share (:data:`.parser.FIT_OPTIONS`), by keyword."""
+    return {o.name: getattr(a, o.name) for o in FIT_OPTIONS}
+
+
 def _progress(a: argparse.Namespace) -> bool:
     return not getattr(a, "quiet", False) and not getattr(a, "no_progress", False)
 
@@ -45,17 +51,11 @@ def cmd_fit(a: argparse.Namespace) -> int:
 
     need = None
     if a.cluster:  # refused before anything starts when a Gram block task cannot fit in a worker
-        need = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
-                    coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
-                    tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=a.cluster, measure=False,
+        need = plan(a.input, **_fit_options(a), cluster=a.cluster, measure=False,
                     cluster_block=False).memory_per_worker  # fit's own block, not the one plan recommends
     with _client(a, need):
-        model = fit(
-            a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
-            coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
-            tol=a.tol, max_passes=a.max_passes, random_state=a.random_state, overwrite=a.overwrite,
-            gram=a.gram, progress=_progress(a),
-        )
+        model = fit(a.input, **_fit_options(a), random_state=a.random_state, overwrite=a.overwrite,
+                    progress=_progress(a))
     g = model.report.get("gram", {})
     if model.gram_mode is GramMode.STORE:
         print(f"Gram blocks: {g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused from the store")
@@ -72,10 +72,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     # a running scheduler is asked for its workers; a cluster is sized from its configuration, not started
     with _client(a) if (a.scheduler or a.scheduler_file) else contextlib.nullcontext() as client:
-        p = plan(a.input, n_components=a.n_components, kernel=a.kernel, gamma=a.gamma, degree=a.degree,
-                 coef0=a.coef0, solver=a.solver, store=a.store, chunk_size=a.chunk_size, dtype=a.dtype,
-                 tol=a.tol, max_passes=a.max_passes, gram=a.gram, cluster=client or a.cluster,
-                 measure=not a.no_measure, fs_bandwidth=a.fs_bandwidth)
+        p = plan(a.input, **_fit_options(a), cluster=client or a.cluster, measure=not a.no_measure,
+                 fs_bandwidth=a.fs_bandwidth)
     print(p)
     return 0
 

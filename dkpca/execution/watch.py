@@ -123,13 +123,12 @@ class Watch:
                 since.clear()  # a lost scheduler has cancelled the futures itself
                 continue
             try:
-                processing = self.client.processing()
+                if any(self.client.processing().values()):
+                    since.clear()
+                    continue
                 running = [w for w, info in self.client.scheduler_info()["workers"].items()
-                           if info.get("status") == "running"] if not any(processing.values()) else processing
+                           if info.get("status") == "running"]
             except Exception:  # noqa: BLE001 - the scheduler is going away: the client's status says so next
-                continue
-            if any(processing.values()):
-                since.clear()
                 continue
             key = "dkpca.cluster.stall-timeout" if running else "dkpca.cluster.timeout"
             since.pop("dkpca.cluster.timeout" if running else "dkpca.cluster.stall-timeout", None)

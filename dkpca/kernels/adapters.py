@@ -78,8 +78,8 @@ class CallableKernel(Kernel):
 
     def _diag(self, X: np.ndarray) -> np.ndarray:
         values = [self.func(x, x, **self.params) for x in X]
-        for v in values[:1]:
-            self.check_value(v)
+        if values:
+            self.check_value(values[0])
         return np.array(values, dtype=np.float64)
 
     def diag(self, X: Any, dtype: Any = np.float64) -> np.ndarray:

@@ -23,7 +23,7 @@ from ..storage import free_bytes as storage_free_bytes
 from .compiledexp import COMPILED_EXP_MIN_ENTRIES, use_compiled_exp
 from .estimate import EntryRates, estimate
 from .measure import estimate_passes, lanczos_passes, measure_blocks
-from .precision import Precision, choose_precision
+from .precision import Precision, choose_precision, requested_dtype
 
 __all__ = ["Choice", "choose", "use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "DENSE_MAX_N", "DENSE_K_SHARE",
            "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES", "LANCZOS_MIN_K", "memory_gram_fits", "in_memory_solver",
@@ -232,7 +232,7 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     -------
     Choice
     """
-    requested = dtype if isinstance(dtype, str) and dtype == "auto" else np.dtype(dtype).name
+    requested = requested_dtype(dtype)
     kw = dict(X=X, kernel=kernel, block=block, store=store, tol=tol, max_passes=max_passes, free_bytes=free_bytes,
               memory_bytes=memory_bytes, measured=measured, workers=workers, temporary=temporary, fraction=fraction)
     first = _choose_modes(n, k, solver, gram, dtype="float64" if requested == "float64" else "float32", **kw)

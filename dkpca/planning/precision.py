@@ -46,7 +46,7 @@ from ..request.options import DTYPES  # the values ``dtype`` takes: ``auto`` dec
 from ..solvers.spectrum import zero_threshold
 
 __all__ = ["Precision", "PrecisionWarning", "choose_precision", "memory_precision", "measure_precision", "sample_rows",
-           "DTYPES",
+           "requested_dtype", "DTYPES",
            "PRECISION_SAMPLE", "SAMPLE_CHUNKS", "TARGET_ERROR", "PRECISION_MARGIN"]
 
 
@@ -249,6 +249,11 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     return Precision("float32", predicted_error=predicted, reason=f"{loss}, above {limit:g}", **common)
 
 
+def requested_dtype(dtype: Any) -> str:
+    """``dtype`` as :func:`choose_precision` takes it: ``"auto"`` or a dtype's name (``"float32"``, ``"float64"``)."""
+    return dtype if isinstance(dtype, str) and dtype == "auto" else np.dtype(dtype).name
+
+
 def memory_precision(X: Any, kernel: Kernel | None, dtype: Any, k: int, single_products: bool) -> Precision | None:
     """K's precision for the estimator's in-memory fit; None: X's own, unmeasured (float64 X, ``dtype=None``).
 
@@ -259,7 +264,7 @@ def memory_precision(X: Any, kernel: Kernel | None, dtype: Any, k: int, single_p
     """
     if dtype is None and X.dtype != np.float32:
         return None
-    requested = "auto" if dtype is None or (isinstance(dtype, str) and dtype == "auto") else np.dtype(dtype).name
+    requested = "auto" if dtype is None else requested_dtype(dtype)
     sampled = kernel is not None and not sp.issparse(X) and requested != "float64"
     precision = choose_precision(requested, kernel=kernel if sampled else None, k=int(k),
                                  single_products=single_products, sample=sample_rows(X) if sampled else None)

@@ -73,8 +73,8 @@ class StoredData:
             attrs = dict(root[DATA].attrs)
             if attrs.get("fingerprint") == fingerprint and attrs.get("complete"):
                 try:
-                    self.check_data()  # nothing reads data/X once K is built: damage is found here or never
-                    return self.training_data()
+                    # nothing reads data/X once K is built: damage is found here or never
+                    return self._lazy(self.check_data())
                 except CorruptChunkError:
                     if not overwrite:  # the error names the chunk and the fix: overwrite, below
                         raise
@@ -138,17 +138,25 @@ class StoredData:
                                     f"data's attributes are damaged or were edited; {RECOPY}") from None
         return VerifiedArray(arr, digests)
 
-    def check_data(self) -> None:
-        """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it."""
+    def check_data(self) -> VerifiedArray:
+        """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it.
+
+        Returns the copy as :meth:`training_array` does, every chunk now known present.
+        """
         data = self.training_array()
         check_chunks(data.array)
         for c in chunk_coords(data.array):
             data[chunk_region(data.array, c)]
+        return data
 
     def training_data(self) -> da.Array:
         """The stored training data, lazily; every chunk checked present now and verified when read."""
         data = self.training_array()
         check_chunks(data.array)
+        return self._lazy(data)
+
+    def _lazy(self, data: VerifiedArray) -> da.Array:
+        """``data`` (checked present) as a dask array, every chunk verified when read."""
         # named by store and content, so graphs reading the same data share their keys
         digest = dict(self.open()[DATA].attrs).get("fingerprint", {}).get("checksum", uuid.uuid4().hex)
         return da.from_array(data, chunks=data.array.chunks, asarray=True, lock=False,

@@ -36,7 +36,7 @@ import numpy as np
 import psutil
 import zarr
 
-from .integrity import DIGEST, digest, has_checksum, read_verified, read_whole
+from .integrity import DIGEST, digest, encode_digests, has_checksum, read_verified, read_whole
 
 __all__ = ["DamagedModelError", "RECORD", "record", "read_group", "read_recorded", "read_unrecorded", "check_pointer",
            "digests_key"]
@@ -80,7 +80,7 @@ def check_pointer(store: str, kind: str, name: Any) -> str | None:
 
 def _entry(arr: zarr.Array, data: np.ndarray) -> dict[str, Any]:
     return {"shape": list(arr.shape), "chunks": list(arr.chunks), "dtype": arr.dtype.str,
-            "digest": f"{digest(np.ascontiguousarray(data, dtype=arr.dtype)):016x}"}
+            "digest": encode_digests([digest(np.ascontiguousarray(data, dtype=arr.dtype))])[0]}
 
 
 def record(written: dict[str, tuple[zarr.Array, np.ndarray]]) -> dict[str, Any]:

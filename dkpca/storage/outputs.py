@@ -45,7 +45,15 @@ import zarr
 
 from ..execution import compute
 from ..version import __version__
-from .integrity import CorruptChunkError, checksum_codecs, read_verified, writable, write_config
+from .integrity import (
+    CorruptChunkError,
+    checksum_codecs,
+    chunk_region,
+    present_chunks,
+    read_verified,
+    writable,
+    write_config,
+)
 from .paths import exists, is_url, url_fs
 from .verify import Finding
 
@@ -217,9 +225,8 @@ class TransformOutput:
 
 def _verified(arr: zarr.Array, coords: tuple[int, ...]) -> bool:
     """Whether chunk ``coords`` of ``arr`` reads back through its checksum."""
-    region = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(coords, arr.chunks, arr.shape, strict=True))
     try:
-        read_verified(arr, region)
+        read_verified(arr, chunk_region(arr, coords))
     except Exception:
         return False
     return True
@@ -298,7 +305,7 @@ def is_output(node: Any) -> bool:
 def check_readable(node: Any, shown: str) -> None:
     """Refuse to read an incomplete transform output (``ValueError``); anything else passes."""
     if is_output(node) and not node.attrs[KEY].get("complete"):
-        raise ValueError(f"input {shown!r} is an incomplete dkpca transform output ({node.nchunks_initialized} of "
+        raise ValueError(f"input {shown!r} is an incomplete dkpca transform output ({len(present_chunks(node))} of "
                          f"{node.nchunks} chunks written: the transform was interrupted); {_RERUN}.")
 
 
