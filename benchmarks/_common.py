@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import platform
@@ -23,18 +22,25 @@ def clustered(n: int, d: int, seed: int = 0, n_clusters: int = 20) -> np.ndarray
     return (centers[rng.integers(0, n_clusters, n)] + rng.standard_normal((n, d))).astype(np.float32)
 
 
-def load_usps(data_dir: Path, split: str = "train", n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+#: help of every benchmark's ``--data-dir`` (its default, None, downloads into dkpca's data cache once)
+DATA_DIR_HELP = ("offline copy of the data laid out as usps/, mnist/ (default: download once into dkpca's data "
+                 "cache, $DKPCA_DATA or ~/.cache/dkpca; see dkpca.datasets)")
+
+
+def load_usps(data_dir: Path | str | None, split: str = "train",
+              n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """USPS digits as distributed (Hastie et al.): pixels in [-1, 1] (n, 256) float64, and labels (n,).
 
     ``split`` is ``"train"`` (7291 digits) or ``"test"`` (2007); ``n`` keeps the first n rows.
+    ``data_dir``: an offline copy, or None for dkpca's data cache (``dkpca.datasets``).
     """
-    path = Path(data_dir) / "usps" / f"zip.{split}.gz"
-    if not path.exists():
-        raise SystemExit(f"{path} not found; pass --data-dir pointing at the shared data directory")
-    with gzip.open(path, "rt") as f:
-        A = np.loadtxt(f, dtype=np.float64)
-    A = A[:n]
-    return np.ascontiguousarray(A[:, 1:]), A[:, 0].astype(int)
+    from dkpca.datasets import load_usps as usps
+
+    try:
+        X, y = usps(split, data_dir)
+    except (OSError, ValueError) as exc:  # no network, a missing or altered file: the message says what to do
+        raise SystemExit(str(exc)) from None
+    return np.ascontiguousarray(X[:n]), y[:n]
 
 
 def write_inputs(X: np.ndarray, workdir: Path, name: str) -> tuple[Path, Path]:

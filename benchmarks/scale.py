@@ -3,7 +3,7 @@ matrix-free, time vs number of workers, and a projection to a 100-node cluster
 (from rates measured in the run, dkpca's measured scheduler cost per task and an
 assumed filesystem bandwidth, through the planning functions ``dkpca plan`` uses).
 
-    python benchmarks/scale.py mnist [--data-dir ../shared/data]
+    python benchmarks/scale.py mnist [--data-dir DIR]
     python benchmarks/scale.py synthetic [--sizes 50000 100000 200000] [--gram auto|store|recompute]
     python benchmarks/scale.py workers [--n 20000] [--fs-bandwidth 100GB/s] [--nodes 100 --cores 32]
 
@@ -15,13 +15,12 @@ benchmarks/RESULTS.md (appended per sub-command).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import HERE, WARM_WHY, clustered, machine, run_child, warm_bytes, write_inputs
+from _common import DATA_DIR_HELP, WARM_WHY, clustered, machine, run_child, warm_bytes, write_inputs
 from _results import update_section
 from dask.utils import parse_bytes
 
@@ -30,14 +29,15 @@ SYNTHETIC_SIZES = [50000, 100000, 200000]
 WORKERS_N = 20000
 
 
-def load_mnist(data_dir: Path) -> np.ndarray:
-    path = data_dir / "mnist" / "train-images-idx3-ubyte.gz"
-    if not path.exists():
-        raise SystemExit(f"{path} not found; pass --data-dir pointing at the shared data directory")
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    n = int.from_bytes(raw[4:8], "big")
-    return (np.frombuffer(raw, dtype=np.uint8, offset=16).reshape(n, 784) / 255.0).astype(np.float32)
+def load_mnist(data_dir: str | None) -> np.ndarray:
+    """MNIST train, pixels scaled to [0, 1] float32 (``data_dir``: an offline copy, else dkpca's data cache)."""
+    from dkpca.datasets import load_mnist as mnist
+
+    try:
+        X = mnist("train", data_dir)[0]
+    except (OSError, ValueError) as exc:  # no network, a missing or altered file: the message says what to do
+        raise SystemExit(str(exc)) from None
+    return (X / 255.0).astype(np.float32)
 
 
 def _row(label, n, d, r, k):
@@ -102,7 +102,7 @@ def synthetic_projection(rows, project_n: float) -> str:
 
 
 def cmd_mnist(a) -> list[dict]:
-    X = load_mnist(Path(a.data_dir))
+    X = load_mnist(a.data_dir)
     work = Path(a.workdir)
     _, zpath = write_inputs(X, work, "mnist_train")
     extra = {"tol": a.tol}
@@ -248,7 +248,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("mnist")
-    m.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data"))
+    m.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     m.add_argument("--k", type=int, default=16)
     m.add_argument("--tol", type=float, default=1e-5)
     s = sub.add_parser("synthetic")

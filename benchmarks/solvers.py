@@ -1,6 +1,6 @@
 """Solvers benchmark: passes and time to a residual, Nystroem error, stored vs recomputed passes.
 
-    python benchmarks/solvers.py [all] [--data-dir ../shared/data]   # convergence + modes (~3 min, 2 cores)
+    python benchmarks/solvers.py [all] [--data-dir DIR]   # convergence + modes (~3 min, 2 cores)
     python benchmarks/solvers.py convergence [--n-usps 7291] [--n-slow 6000]
     python benchmarks/solvers.py modes [--n 8192] [--dims 4 32 256 1024]
     python benchmarks/solvers.py largest --n 150000 [--d 50]        # one matrix-free lanczos fit, own process
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import _results
 import numpy as np
-from _common import HERE, clustered, load_usps, machine, run_child, write_inputs
+from _common import DATA_DIR_HELP, HERE, clustered, load_usps, machine, run_child, write_inputs
 
 _results.PATH = HERE / "RESULTS_solvers.md"
 _results.HEADER = ("# dkpca solver benchmarks\n\nEach section is rewritten by the benchmark named in its title "
@@ -76,7 +76,7 @@ def convergence(a) -> str:
 
     rng = np.random.default_rng(0)
     sets = [
-        (f"USPS train ({a.n_usps} x 256, rbf γ=1/256)", load_usps(Path(a.data_dir), "train", a.n_usps)[0],
+        (f"USPS train ({a.n_usps} x 256, rbf γ=1/256)", load_usps(a.data_dir, "train", a.n_usps)[0],
          RBF(1 / 256)),
         (f"synthetic slow decay ({a.n_slow} x 40 Gaussian, rbf γ=0.5/40)", rng.standard_normal((a.n_slow, 40)),
          RBF(0.5 / 40)),
@@ -196,7 +196,7 @@ def largest(a) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", nargs="?", default="all", choices=["all", "convergence", "modes", "largest"])
-    p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data"))
+    p.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     p.add_argument("--n-usps", type=int, default=7291)
     p.add_argument("--n-slow", type=int, default=6000)
     p.add_argument("--k", type=int, default=10)

@@ -4,7 +4,7 @@ Synthetic clustered data (benchmarks/_common.clustered, d = 10), rbf kernel.
 Candidates are fitted in blocks of ``--block-size`` (each block's G = K_{:,B}^T
 K_{:,B} reduced over row blocks of X on dask), survivors pooled, discarded
 candidates re-checked against all n rows.  The largest arrays are
-(row block x candidate block) kernel blocks and block_size^2 matrices.
+(row block x candidate set) kernel blocks and candidate_set_size^2 matrices.
 
 Reports wall time, peak RSS (psutil sampling every 50 ms, and getrusage's
 ru_maxrss), and the number of representing kernels.  The peak is compared with
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     X = clustered(args.n, args.d).astype(np.float64)
     base = psutil.Process().memory_info().rss
-    est = SparseKernelPCA(gamma=args.gamma, noise_variance=args.noise_variance, block_size=args.block_size,
+    est = SparseKernelPCA(gamma=args.gamma, noise_variance=args.noise_variance, candidate_set_size=args.block_size,
                           update=args.update, random_state=0)
     with PeakRSS() as mem:
         t0 = time.perf_counter()

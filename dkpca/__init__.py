@@ -16,6 +16,7 @@ Dask and Zarr are imported only by the code that uses them.
 from __future__ import annotations
 
 import importlib
+import logging
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -24,18 +25,28 @@ from .version import __version__
 if TYPE_CHECKING:  # what static analysers and IDEs see; at run time ``__getattr__`` loads the same names
     from . import cluster, kernels
     from .estimator import KernelPCA
+    from .io.formats import RowIndexWarning
     from .model import KPCAModel, load
     from .pipeline import fit
     from .planning import plan
+    from .planning.precision import KernelScaleWarning
     from .sparse import SparseKernelPCA, fit_sparse
 
 __all__ = ["fit", "load", "plan", "cluster", "KPCAModel", "KernelPCA", "SparseKernelPCA", "fit_sparse", "kernels",
-           "__version__"]
+           "KernelScaleWarning", "RowIndexWarning", "__version__"]
+
+# A library's logger (the ``dkpca`` logger and its children, e.g. the fit's plan line and stages at INFO): its
+# records go nowhere until the application configures logging -- ``logging.basicConfig(level=logging.INFO)`` --
+# and the ``dkpca`` command shows them on stderr.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: public name -> the module defining it (``None``: the name is a subpackage)
 _HOME = MappingProxyType({
     "fit": ".pipeline", "load": ".model", "plan": ".planning", "KPCAModel": ".model", "KernelPCA": ".estimator",
     "SparseKernelPCA": ".sparse", "fit_sparse": ".sparse", "cluster": None, "kernels": None,
+    # warnings of silent pitfalls: K numerically the identity or constant (gamma far from the data's scale), and
+    # a CSV's unnamed row index column
+    "KernelScaleWarning": ".planning.precision", "RowIndexWarning": ".io.formats",
 })
 
 

@@ -126,7 +126,7 @@ def memory_kernel_matrix(kernel: Kernel, X: np.ndarray, dtype: Any = np.float64)
 def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str | Solver, *, tol: float,
                         max_passes: int | None, random_state: Any, remove_zero: bool, maxiter: int | None = None,
                         X: np.ndarray | None = None, kernel: Kernel | None = None, kernel_name: str = "",
-                        ) -> tuple[EigResult, Centering]:
+                        start: np.ndarray | None = None) -> tuple[EigResult, Centering]:
     """The in-memory path: a kernel matrix held in memory -> operator -> solver -> spectrum policy.
 
     The same solvers and the same :func:`~dkpca.solvers.postprocess` as
@@ -140,21 +140,26 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str | Solver, *, 
     ``lanczos`` and ``randomized`` start as :func:`dkpca.planning.start_policy`
     says (a Nystroem block for wide blocks and large n), as in :func:`dkpca.fit`.
     A K that is not finite is refused (:func:`in_memory_operator`; ``kernel_name``
-    names it where ``kernel`` is None).  Returns the post-processed result and K's centring.
+    names it where ``kernel`` is None).  A warm ``start`` (``partial_fit``'s extended eigenvectors) replaces
+    the policy's: ARPACK's ``v0`` of shape (n,), or an iterative solver's orthonormal start block of
+    shape (n, width); the dense solver and fractions ignore it.  Returns the post-processed result and K's centring.
     """
     solver = Solver.parse(solver)  # the estimator's eigen_solver, a string: typed at this boundary
     op = in_memory_operator(K, kernel if kernel is not None else (kernel_name or "given"))
     fraction = k if isinstance(k, float) else None
     if solver is Solver.ARPACK:  # with an int k (fractions are refused by check_kernel_pca_params)
-        res = get_solver(solver)(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter)
+        v0 = start if start is not None and start.ndim == 1 else None
+        res = get_solver(solver)(op, k, tol=tol, max_passes=None, rng=random_state, maxiter=maxiter, v0=v0)
     else:
-        opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if solver is Solver.DENSE else
+        opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if not solver.spec.iterative else
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))
         # dense X only: the landmarks' kernel slices need rows of X (sparse X starts at random)
-        if solver.iterative and fraction is None and isinstance(X, np.ndarray) and kernel is not None:
+        if solver.spec.takes_start and fraction is None and start is not None and start.ndim == 2:
+            opts["start"] = start
+        elif solver.spec.takes_start and fraction is None and isinstance(X, np.ndarray) and kernel is not None:
             opts["start"] = initial_block(start_policy(solver, X.shape[0], k), X, kernel, opts["rng"])
         res = solve(solver, op, k, fraction, **opts)
-        if solver is not Solver.DENSE and not res.converged:
+        if solver.spec.iterative and not res.converged:
             warnings.warn(f"solver={solver.value!r} stopped after {res.passes} passes above tol={tol:g}; raise "
                           "max_iter, or use eigen_solver='dense' or 'arpack'.", ConvergenceWarning, stacklevel=3)
     res = keep_fraction_warned(postprocess(res, remove_zero=remove_zero or fraction is not None, precision=K.dtype,

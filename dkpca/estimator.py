@@ -26,7 +26,6 @@ Pre-images (:meth:`KernelPCA.inverse_transform`) are in :mod:`dkpca.preimage`.
 
 from __future__ import annotations
 
-import numbers
 import os
 import pickle
 from functools import partial
@@ -37,25 +36,22 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.exceptions import NotFittedError
-from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import preimage
-from .eigensolve import memory_kernel_matrix, solve_kernel_matrix
+from .eigensolve import solve_kernel_matrix
+from .incremental import PartialFit
+from .inverse import InverseTransform
 from .io import as_dask, open_input
-from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
 from .linalg import center_precomputed
-from .pipeline import fit as pipeline_fit
+from .pipeline import fit_with
 from .planning import in_memory_solver, memory_precision
 from .projection import kernel_diag, project
 from .request import (
-    as_generator,
-    check_choice,
     check_kernel_pca_params,
     check_n_components_spec,
     check_out_of_core_params,
 )
+from .sklearnparams import SklearnParams
 from .solvers import Solver
 from .solvers.spectrum import check_magnitude_ranking
 
@@ -63,26 +59,13 @@ __all__ = ["KernelPCA"]
 
 EIGEN_SOLVERS = ("auto", "dense", "arpack", "randomized", "lanczos")
 
-#: up to this many training points the ridge pre-image map is the exact n x n
-#: solve (scikit-learn's); above, it is fitted on this many landmarks
-RIDGE_EXACT_MAX_N = 4096
-
-#: relative residual iterative solvers aim for when ``tol=0`` ("as accurate as
-#: the arithmetic allows", scikit-learn's meaning for ARPACK).  A residual r
-#: bounds eigenvalue errors by ~r^2/gap, so 1e-10 gives eigenvalues to working
-#: precision; out of core K is float32 by default and 1e-6 is the useful limit.
-TOL_IN_MEMORY = 1e-10
-TOL_OUT_OF_CORE = 1e-6
-#: passes allowed to an in-memory iterative solver when neither max_iter nor
-#: iterated_power says otherwise (a pass is one GEMM with K in memory)
-MAX_PASSES_IN_MEMORY = 500
-
 
 def _is_out_of_core(X: Any) -> bool:
     return isinstance(X, (str, os.PathLike, da.Array, zarr.Array))
 
 
-class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+                BaseEstimator):
     """Kernel principal component analysis, a drop-in for scikit-learn's, in memory or out of core.
 
     Parameters, defaults and fitted attributes are those of
@@ -268,64 +251,6 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.dtype = dtype
         self.n_landmarks = n_landmarks
 
-    # -- validation -----------------------------------------------------------------
-    def _is_precomputed(self) -> bool:
-        return isinstance(self.kernel, str) and self.kernel == "precomputed"
-
-    def _is_callable_kernel(self) -> bool:
-        return callable(self.kernel) and not isinstance(self.kernel, Kernel)
-
-    def _make_kernel(self, n_features: int) -> Kernel | None:
-        """The resolved dkpca kernel; None for callables and precomputed kernels."""
-        if self._is_precomputed() or self._is_callable_kernel():
-            return None
-        degree = self.degree
-        if isinstance(degree, numbers.Real) and float(degree).is_integer():
-            degree = int(degree)  # scikit-learn accepts degree=3.0
-        kern = make_kernel(self.kernel, gamma=self.gamma_, degree=degree, coef0=self.coef0,
-                           kernel_params=self.kernel_params)
-        return kern.resolve(n_features)
-
-    def _evaluator(self) -> Kernel:
-        """The kernel that evaluates blocks in memory: the resolved one, or an adapter."""
-        if self.kernel_ is None:
-            return CallableKernel(self.kernel, dict(self.kernel_params or {}), self.n_jobs)
-        return SparseInputKernel(self.kernel_, self.n_jobs)
-
-    def _training_kernel(self, X: Any) -> np.ndarray:
-        """The training kernel matrix ``K(X, X)``, exactly symmetric.
-
-        A named kernel on dense input is built block by block on this
-        process's threads; callable kernels and sparse input go through
-        their adapter (scikit-learn's ``pairwise_kernels``).
-        """
-        if self.kernel_ is not None and not sp.issparse(X):
-            return memory_kernel_matrix(self.kernel_, X, self._compute_dtype)
-        dtype = np.float64 if self.kernel_ is None else self._compute_dtype
-        return self._evaluator().block(X, None, dtype)
-
-    def _ridge_kernel(self, A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
-        """The kernel between score vectors for the ridge pre-image map (scikit-learn's choice)."""
-        return self._evaluator().block(A, B, np.float64)
-
-    def _iteration_limits(self, in_memory: bool) -> tuple[float, int | None]:
-        """``(tol, max_passes)`` of the iterative dkpca solvers from scikit-learn's parameters."""
-        tol = float(self.tol) if self.tol > 0 else (TOL_IN_MEMORY if in_memory else TOL_OUT_OF_CORE)
-        if self.max_iter is not None:
-            passes = int(self.max_iter)
-        elif self.eigen_solver == Solver.RANDOMIZED and self.iterated_power != "auto":
-            passes = int(self.iterated_power) + 1
-        else:
-            passes = MAX_PASSES_IN_MEMORY if in_memory else None
-        return tol, passes
-
-    def _reset(self) -> None:
-        # A refit must not leave attributes of the previous fit behind (e.g.
-        # model_ after switching to in-memory data).
-        for name in list(vars(self)):
-            if name.endswith("_") and not name.startswith("__"):
-                delattr(self, name)
-
     # -- fit --------------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None) -> KernelPCA:
         """Fit the model from data in X.
@@ -374,7 +299,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         # memory and product time of a float64 K -- but float32 input gets a
         # float64 K where a sample says float32 would lose the eigenvalues
         # (dtype="auto", dkpca.planning.precision).
-        self.precision_ = memory_precision(X, self.kernel_, self.dtype, k, single_products=solver == Solver.ARPACK)
+        self.precision_ = memory_precision(X, self.kernel_, self.dtype, k,
+                                           single_products=Solver.parse(solver).spec.float32_products)
         self._compute_dtype = np.dtype(self.precision_.dtype) if self.precision_ is not None else X.dtype
         K = (np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
              if self._is_precomputed() else self._training_kernel(X))
@@ -408,14 +334,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(shape)}.")
         n, d = (int(s) for s in shape)
         self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
-        tol, passes = self._iteration_limits(in_memory=False)
-        spec = check_n_components_spec(self.n_components)
-        k = spec if isinstance(spec, float) else min(spec, n)
-        model = pipeline_fit(
-            X, n_components=k, kernel=self._make_kernel(d), solver=self.eigen_solver,
-            store=self.store, chunk_size=self.chunk_size, dtype=self.dtype or "auto", tol=tol,
-            max_passes=passes, random_state=self.random_state,
-        )
+        model = fit_with(X, self._fit_options(n, d))
         self.model_ = model
         facts = model.fit_report  # typed: the fit's own report, never a dict read back
         self.precision_ = facts.precision
@@ -434,17 +353,6 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self._kdiag_centered = model.centering.centered_diag(diag)
         if self.fit_inverse_transform:
             self._fit_ridge(self.X_fit_)
-
-    def _fit_ridge(self, X: Any) -> None:
-        Z = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
-        n = Z.shape[0]
-        m = self.n_landmarks if self.n_landmarks is not None else (None if n <= RIDGE_EXACT_MAX_N
-                                                                     else RIDGE_EXACT_MAX_N)
-        landmarks, dual = preimage.fit_ridge(Z, X, self._ridge_kernel, float(self.alpha), n_landmarks=m,
-                                             random_state=as_generator(self.random_state))
-        self.X_transformed_fit_ = Z
-        self.inverse_landmarks_ = landmarks
-        self.dual_coef_ = dual
 
     def fit_transform(self, X: Any, y: Any = None, **params: Any) -> Any:
         """Fit the model from data in X and transform X.
@@ -465,6 +373,54 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         if isinstance(X, da.Array):
             return da.from_array(Z, chunks=(X.chunks[0], Z.shape[1]))
         return Z
+
+    def partial_fit(self, X: Any, y: Any = None) -> KernelPCA:
+        """Grow the fit by a batch of rows, as ``IncrementalPCA.partial_fit``: the result equals ``fit`` on them all.
+
+        The first call fits X (as :meth:`fit`); each later call adds X's rows
+        and solves the kernel matrix of every row seen so far to ``fit``'s
+        tolerance, so eigenvalues, eigenvectors (up to rounding, with
+        ``fit``'s signs) and :meth:`transform` are those of ``fit`` on the
+        concatenation.  In memory the kernel matrix of the rows seen is kept
+        between calls: a batch of m rows after n evaluates only ``K(X_new,
+        X_old)`` and ``K(X_new, X_new)`` (n m + m^2 entries), and the
+        iterative solvers start from the previous eigenvectors extended to the
+        new rows (Nystroem: ``k~(x)^T U / lambda``) plus random oversampling
+        columns (:mod:`dkpca.incremental`).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), dask array or Zarr path
+            New rows, with the first batch's features (checked as ``transform``
+            checks them; converted to the first batch's dtype).  With
+            ``kernel="precomputed"``: the batch's rows of the grown kernel
+            matrix, ``K(X_batch, [X_seen, X_batch])`` of shape (n_samples,
+            n_seen + n_samples), whose last n_samples columns must be
+            symmetric up to rounding (the first call: the square ``K(X_batch,
+            X_batch)``), or the whole grown kernel matrix (square).
+        y : Ignored
+
+        Returns
+        -------
+        self : KernelPCA
+            ``n_samples_seen_`` counts the rows fitted so far.
+
+        Notes
+        -----
+        Memory grows with the square of the rows seen: K of n rows is n^2
+        entries in the fit's precision (8 n^2 bytes in float64, 4 n^2 in
+        float32: 3.2 GB at n = 20,000 in float64), and while a batch is added
+        the old K and the grown one are both held; ``X_fit_`` (the rows seen)
+        is kept too.  After ``fit`` or unpickling, the next call rebuilds K of
+        the fitted rows once.  K's precision is the first call's
+        (``precision_``): float32 input agrees with ``fit`` to float32's ~1e-6.
+        With ``store=`` (or dask, Zarr or file batches, which need it) each
+        call is :func:`dkpca.fit` on the store's data copy followed by the
+        batch, out of core: the store is updated, nothing n x n is held in
+        memory.
+        """
+        check_kernel_pca_params(self.get_params(deep=False), EIGEN_SOLVERS)
+        return self._grow(X, out_of_core=_is_out_of_core(X))
 
     # -- transform ----------------------------------------------------------------------
     def transform(self, X: Any) -> Any:
@@ -505,61 +461,6 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                       evaluator=None if self._is_precomputed() else self._evaluator(),
                       kernel_dtype=np.float64 if self.kernel_ is None else self._compute_dtype)
         return out.astype(dtype, copy=False)
-
-    # -- pre-images ---------------------------------------------------------------------
-    def inverse_transform(self, X: Any, method: str | None = None, *, n_neighbors: int = 10, tol: float = 1e-6,
-                          max_iter: int = 100) -> np.ndarray:
-        """Map component scores back to input space (approximate pre-images).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_components)
-            Scores, e.g. from :meth:`transform`.
-        method : {"ridge", "kwok-tsang", "fixed-point"}, default=None
-            ``None``: ``"ridge"`` if ``fit_inverse_transform=True`` (scikit-learn's
-            behaviour), else ``NotFittedError`` as in scikit-learn.  ``"ridge"``:
-            the kernel ridge map learned at fit (Bakir et al. 2004), any kernel.
-            ``"kwok-tsang"``: closed form from feature-space distances to the
-            ``n_neighbors`` nearest training points (Kwok & Tsang 2003), rbf or
-            linear kernel.  ``"fixed-point"``: Mika et al. (1999) iteration, rbf
-            kernel, started from Kwok-Tsang.  See :mod:`dkpca.preimage`.
-        n_neighbors : int, default=10
-            Neighbours used by ``"kwok-tsang"`` (and the fixed point's start).
-        tol : float, default=1e-6
-            ``"fixed-point"``: stop a point when its relative step is below tol.
-        max_iter : int, default=100
-            ``"fixed-point"``: passes over the training data at most.
-
-        Returns
-        -------
-        X_original : ndarray of shape (n_samples, n_features)
-
-        Raises
-        ------
-        NotFittedError
-            Not fitted, or ``method="ridge"`` without ``fit_inverse_transform=True``.
-        ValueError
-            Unknown method, or a kernel the method does not apply to.
-        """
-        check_is_fitted(self)
-        if method is None:
-            if not self.fit_inverse_transform:
-                raise NotFittedError(
-                    "The fit_inverse_transform parameter was not set to True when instantiating and hence the "
-                    "inverse transform is not available. Refit with fit_inverse_transform=True, or pass "
-                    "method='kwok-tsang' or 'fixed-point', which need no extra fitting."
-                )
-            method = "ridge"
-        check_choice("method", method, preimage.METHODS)
-        if method == "ridge" and not hasattr(self, "dual_coef_"):
-            raise NotFittedError(
-                "method='ridge' uses the pre-image map learned at fit; refit with fit_inverse_transform=True.")
-        ridge = (self.X_transformed_fit_[self.inverse_landmarks_], self.dual_coef_) if method == "ridge" else None
-        return preimage.inverse(
-            method, check_array(X, dtype=np.float64), X_fit=self.X_fit_,
-            kernel=self.kernel_ if self.kernel_ is not None else self.kernel, ridge_kernel=self._ridge_kernel,
-            eigenvalues=self.eigenvalues_, eigenvectors=self.eigenvectors_, centering=self._centering,
-            kdiag_centered=self._kdiag_centered, ridge=ridge, n_neighbors=n_neighbors, tol=tol, max_iter=max_iter)
 
     # -- scikit-learn plumbing -------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

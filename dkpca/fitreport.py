@@ -5,18 +5,25 @@ Made once by :func:`dkpca.report.fit_report` from the fit's plan and result; the
 (:data:`REPORT_SCHEMA`, the model attribute ``report_schema``).  :func:`read_report` is the one check of a
 report read back: a stored report is JSON that may have been edited like any other.  Nothing reads a report
 back to decide behaviour: what a load decides by is a typed model attribute of its own (``gram_mode``).
+
+Its nested objects are typed too (:class:`GramReport`, :class:`Timings`, :class:`SolverInfo`,
+:class:`PlanRecord`): a :class:`Record` holds the keys it declares as fields, checked, and keeps any other
+key as it was read, in its place, so a report read back is written again byte for byte (``report_schema``
+stays 2: the stored form did not change).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, ClassVar, Self
 
 from .grammode import GramMode
 from .jsonsafe import json_safe
 
-__all__ = ["NO_GRAM", "REPORT_SCHEMA", "FitReport", "read_gram_mode", "read_report", "stored_gram_mode"]
+__all__ = ["NO_GRAM", "REPORT_SCHEMA", "FitReport", "GramReport", "PlanRecord", "Record", "SolverInfo",
+           "StartRecord", "Timings", "read_gram_mode", "read_report", "stored_gram_mode"]
 
 #: the version of the report's fields and JSON types; reports written before it have none (see read_report)
 REPORT_SCHEMA = 2
@@ -35,17 +42,198 @@ FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "auto": _OBJECT, "converged": ((bool,), "true or false"), "tol": _NUMBER, "residuals": _LIST,
     "max_relative_residual": _NUMBER, "history": _LIST, "pass_seconds": _LIST, "solver_info": _OBJECT,
     "gram": _OBJECT, "timings": _OBJECT, "n_samples": _INT, "n_features": _INT,
-    "n_components_requested": _NUMBER, "zero_components_dropped": _INT, "precision": _OBJECT, "plan": _OBJECT}
+    "n_components_requested": _NUMBER, "zero_components_dropped": _INT, "precision": _OBJECT, "plan": _OBJECT,
+    "update": _OBJECT}
 #: the fields reports without a schema (dkpca before schema 2) were checked for, and are still
 LEGACY_FIELDS = ("gram", "timings", "solver_info", "max_relative_residual")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """A JSON object of the report as a typed value: its declared keys as fields, any other key kept as read.
+
+    ``keys``: the object's keys in their stored order (a declared key absent from it is absent, not null);
+    ``extra``: the values of the keys a subclass does not declare (a solver's own figures).  Subclasses
+    declare ``TYPES``: key -> (JSON types, words) or a nested :class:`Record` class.
+    """
+
+    keys: tuple[str, ...] = field(default=(), repr=False)
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    TYPES: ClassVar[Mapping[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        if not self.keys:  # made in code: the declared fields given (not None), then the extra keys
+            keys = [k for k in self.TYPES if getattr(self, k) is not None]
+            object.__setattr__(self, "keys", (*keys, *self.extra))
+        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a fitted estimator is pickled with its model's report; a mapping proxy cannot be pickled
+        return {**self.__dict__, "extra": dict(self.extra)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, MappingProxyType(value) if key == "extra" else value)
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str) -> Self:
+        """``obj`` (a JSON object at ``where`` in the report) as this record, every declared key's type checked.
+
+        Raises
+        ------
+        ValueError
+            A declared key of the wrong JSON type, named with its path (``gram.mode``).
+        """
+        values: dict[str, Any] = {}
+        for key, kind in cls.TYPES.items():
+            if key not in obj:
+                continue
+            v, name = obj[key], f"{where}.{key}"
+            if isinstance(kind, type) and issubclass(kind, Record):
+                if v is not None and not isinstance(v, dict):
+                    raise ValueError(f"has {name} {v!r}, not a JSON object")
+                v = None if v is None else kind.from_dict(v, name)
+            else:
+                _check_value(v, name, *kind)
+            values[key] = v
+        return cls(keys=tuple(obj), extra={k: v for k, v in obj.items() if k not in cls.TYPES}, **values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object, its keys in their order (nested records as objects)."""
+        out = {}
+        for key in self.keys:
+            v = getattr(self, key) if key in self.TYPES else self.extra[key]
+            out[key] = v.to_dict() if isinstance(v, Record) else v
+        return out
+
+
+_BOOL = ((bool,), "true or false")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GramReport(Record):
+    """``report["gram"]``: where K lived and how it was built (``mode`` :data:`NO_GRAM`: no K built).
+
+    ``block`` is the Gram tile edge (the stored name of ``FitPlan.tile``).
+    """
+
+    mode: str | None = None
+    dtype: str | None = None
+    block: int | None = None
+    compiled_exp: bool | None = None
+    blocks: int | None = None
+    reused_blocks: int | None = None
+    computed_blocks: int | None = None
+    build_seconds: float | None = None
+    entries_per_second: float | None = None
+    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        "mode": _TEXT, "dtype": _TEXT, "block": _INT, "compiled_exp": _BOOL, "blocks": _INT,
+        "reused_blocks": _INT, "computed_blocks": _INT, "build_seconds": _NUMBER, "entries_per_second": _NUMBER})
+
+    @property
+    def tile(self) -> int | None:
+        """The Gram tile edge."""
+        return self.block
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timings(Record):
+    """``report["timings"]``: seconds per stage (a stage that did not run is absent)."""
+
+    validate: float | None = None
+    copy_data: float | None = None
+    gram: float | None = None
+    solve: float | None = None
+    total: float | None = None
+    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType(
+        {"validate": _NUMBER, "copy_data": _NUMBER, "gram": _NUMBER, "solve": _NUMBER, "total": _NUMBER})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SolverInfo(Record):
+    """``report["solver_info"]``: the solver's own figures; those not declared here stay in ``extra``.
+
+    ``block_size`` is the stored name of the subspace width (:attr:`width`).
+    """
+
+    block_size: int | None = None
+    basis_size: int | None = None
+    max_basis: int | None = None
+    restarts: int | None = None
+    shift: float | None = None
+    lowest_ritz: float | None = None
+    resumed_at_pass: int | None = None
+    n_landmarks: int | None = None
+    rank: int | None = None
+    trace_error: float | None = None
+    relative_trace_error: float | None = None
+    zero_eigenvalues_removed: int | None = None
+    fraction: dict[str, Any] | None = None
+    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        "block_size": _INT, "basis_size": _INT, "max_basis": _INT, "restarts": _INT, "shift": _NUMBER,
+        "lowest_ritz": _NUMBER, "resumed_at_pass": _INT, "n_landmarks": _INT, "rank": _INT,
+        "trace_error": _NUMBER, "relative_trace_error": _NUMBER, "zero_eigenvalues_removed": _INT,
+        "fraction": _OBJECT})
+
+    @property
+    def width(self) -> int | None:
+        """The subspace width the iterative solver ended with."""
+        return self.block_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartRecord(Record):
+    """``report["plan"]["start"]``: the start block's width, Nystroem landmarks (null: random), BLAS threads."""
+
+    width: int | None = None
+    landmarks: int | None = None
+    serial_blas: bool | None = None
+    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType(
+        {"width": _INT, "landmarks": _INT, "serial_blas": _BOOL})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRecord(Record):
+    """``report["plan"]``: the fit's decisions (:meth:`dkpca.planning.FitPlan.to_dict`).
+
+    Stored names: ``block`` is the Gram tile edge (:attr:`tile`), ``subspace`` the subspace width (:attr:`width`).
+    """
+
+    solver: str | None = None
+    gram: str | None = None
+    block: int | None = None
+    subspace: int | None = None
+    dtype: str | None = None
+    start: StartRecord | None = None
+    compiled_exp: bool | None = None
+    reasons: dict[str, str] | None = None
+    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        "solver": _TEXT, "gram": _TEXT, "block": _INT, "subspace": _INT, "dtype": _TEXT, "start": StartRecord,
+        "compiled_exp": _BOOL, "reasons": _OBJECT})
+
+    @property
+    def tile(self) -> int | None:
+        """The Gram tile edge."""
+        return self.block
+
+    @property
+    def width(self) -> int | None:
+        """The subspace width."""
+        return self.subspace
+
+
+#: the report's typed nested objects
+RECORDS: Mapping[str, type[Record]] = MappingProxyType(
+    {"solver_info": SolverInfo, "gram": GramReport, "timings": Timings, "plan": PlanRecord})
 
 
 @dataclass(frozen=True)
 class FitReport:
     """What a fit solved, how and how fast; every field as JSON types (``None``: not measured).
 
-    ``auto``, ``gram``, ``solver_info``, ``timings``, ``precision`` and ``plan`` are JSON objects whose keys
-    vary with the solver and Gram mode (``plan``: :meth:`FitPlan.to_dict`, every decision and its reason).
+    ``gram``, ``solver_info``, ``timings`` and ``plan`` are typed records (:class:`GramReport`,
+    :class:`SolverInfo`, :class:`Timings`, :class:`PlanRecord`); ``auto`` and ``precision`` are JSON
+    objects (the planner's figures, :meth:`Precision.to_dict <dkpca.planning.precision.Precision.to_dict>`).
     """
 
     solver: str | None
@@ -60,29 +248,32 @@ class FitReport:
     max_relative_residual: float | None
     history: list[float] | None
     pass_seconds: list[float] | None
-    solver_info: dict[str, Any] | None
-    gram: dict[str, Any] | None
-    timings: dict[str, float] | None
+    solver_info: SolverInfo | None
+    gram: GramReport | None
+    timings: Timings | None
     n_samples: int | None
     n_features: int | None
     n_components_requested: int | float | None
     zero_components_dropped: int | None
     precision: dict[str, Any] | None
-    plan: dict[str, Any] | None
+    plan: PlanRecord | None
+    #: a fit that updated the store's fit of fewer rows (dkpca.growth.update_report); absent otherwise
+    update: dict[str, Any] | None = None
 
     @property
     def gram_mode(self) -> GramMode | None:
         """Where the fit's K lived; None where it built none (Nystroem)."""
-        mode = (self.gram or {}).get("mode")
+        mode = None if self.gram is None else self.gram.mode
         return None if mode in (None, NO_GRAM) else GramMode(mode)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as stored and as ``model.report`` (JSON types; NaN kept, as zarr writes it)."""
-        return json_safe({f.name: getattr(self, f.name) for f in fields(self)})
+        return json_safe({f.name: _plain(getattr(self, f.name)) for f in fields(self)
+                          if f.name != "update" or self.update is not None})
 
     @classmethod
     def from_dict(cls, report: dict[str, Any]) -> FitReport:
-        """A schema-2 report read back, every field's type checked.
+        """A schema-2 report (a fit's JSON-safe fields, or one read back), every field's type checked.
 
         Raises
         ------
@@ -94,13 +285,24 @@ class FitReport:
         mode = (report.get("gram") or {}).get("mode")
         if mode is not None and mode != NO_GRAM and (not isinstance(mode, str) or mode not in set(GramMode)):
             raise ValueError(f"has gram mode {mode!r}, not one of {[*(m.value for m in GramMode), NO_GRAM]}")
-        return cls(**{key: report.get(key) for key in FIELD_TYPES})
+        values = {key: report.get(key) for key in FIELD_TYPES}
+        for key, record in RECORDS.items():
+            if values[key] is not None:
+                values[key] = record.from_dict(values[key], key)
+        return cls(**values)
+
+
+def _plain(value: Any) -> Any:
+    return value.to_dict() if isinstance(value, Record) else value
 
 
 def _check(report: dict[str, Any], key: str, kinds: tuple[type, ...], what: str) -> None:
-    v = report.get(key)
+    _check_value(report.get(key), key, kinds, what)
+
+
+def _check_value(v: Any, name: str, kinds: tuple[type, ...], what: str) -> None:
     if v is not None and ((isinstance(v, bool) and bool not in kinds) or not isinstance(v, kinds)):
-        raise ValueError(f"has {key} {v!r}, not {what}")
+        raise ValueError(f"has {name} {v!r}, not {what}")
 
 
 def read_report(report: Any, schema: Any, bad: Callable[[str, str], Exception]) -> FitReport | None:

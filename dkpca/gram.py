@@ -94,6 +94,7 @@ def build_gram(
     progress: bool = False,
     needed_bytes: int | None = None,
     lease: Lease | None = None,
+    partial: bool = False,
 ) -> GramInfo:
     """Build (or reuse, or finish) the Gram matrix of ``X`` in ``store``.
 
@@ -124,6 +125,10 @@ def build_gram(
     lease : Lease, optional
         The fit's hold on the store (``FitStore.lock()``): a block task whose
         fit no longer holds the store writes nothing (``LeaseLostError``).
+    partial : bool
+        Fuse ``probe`` also when only some blocks are computed: the product
+        is then over the computed blocks alone (an update's extension sums,
+        :mod:`dkpca.growth`: every block pairing a new row with an old one is computed).
 
     Raises
     ------
@@ -152,7 +157,8 @@ def build_gram(
         # using a core: twice as many threads as cores keep the cores busy.
         threads = 2 * (os.cpu_count() or 1) if direct else None
         bounds = block_bounds(n, block)
-        fuse = probe is not None and len(todo) == total
+        # partial: only where every row block gets a sum (a rerun may have left some without computed blocks)
+        fuse = probe is not None and (len(todo) == total or partial and len({R for p in todo for R in p}) == nb)
         graph = TaskGraph("dkpca-gram", rows[:1])  # the row blocks share one graph (to_delayed)
         pieces = [graph.data(probe[a:b]) for a, b in bounds] if fuse else [None] * nb
         tasks = []
@@ -163,7 +169,7 @@ def build_gram(
                                         key=f"dkpca-gram-{I}-{J}-{fingerprint.checksum[:8]}"))
         label = f"Gram matrix: {len(todo)} of {total} blocks to compute"
         if fuse:
-            # every block task feeds some row block's sum, so this builds all of K
+            # every block task feeds some row block's sum, so this builds all of K (partial: the computed part)
             sums = scatter_sum([touched_rows([p]) for p in todo], tasks, nb, graph=graph)
             probe_product = np.concatenate(
                 compute(*graph.outputs(sums), label=label, threads=threads, progress=progress), axis=0)

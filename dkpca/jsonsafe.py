@@ -1,4 +1,5 @@
-"""The one conversion of dkpca's values to JSON types (store attributes, ``dkpca info --json``, the plan).
+"""The one conversion of dkpca's values to JSON types (store attributes, ``dkpca info --json``, the plan),
+and of stored strings to printable text (``printable``: control characters escaped).
 
 Its own module, importing only numpy, so that the CLI's ``info`` (and ``--help``) loads neither Zarr nor
 Dask to print JSON, and the store, the planner and the CLI convert alike.
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["json_safe"]
+__all__ = ["json_safe", "printable"]
 
 
 def json_safe(obj: Any, *, nonfinite_null: bool = False) -> Any:
@@ -47,3 +48,8 @@ def json_safe(obj: Any, *, nonfinite_null: bool = False) -> Any:
         return str(obj)
     raise TypeError(f"{type(obj).__name__} object {obj!r} has no JSON form; convert it to a number, string, "
                     "list or dict first.")
+
+
+def printable(value: Any) -> str:
+    """``str(value)`` with control characters escaped: stored strings never drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))

@@ -31,9 +31,11 @@ from .execution import compute
 from .fitreport import REPORT_SCHEMA, FitReport, read_gram_mode, read_report, stored_gram_mode
 from .grammode import GramMode
 from .io import as_dask, open_input
+from .jsonsafe import printable
 from .kernels import Kernel, from_dict
-from .linalg import Centering, ProjectionWeights, block_bounds, kernel_product, rows_per_block
+from .linalg import Centering, ProjectionWeights, kernel_product, rows_per_block
 from .plot import plot_embedding, plot_spectrum
+from .projection import project_blocks
 from .request import TemporaryStore
 from .storage import DamagedModelError, FitStore, GramStore
 from .version import __version__
@@ -41,22 +43,15 @@ from .version import __version__
 __all__ = ["KPCAModel", "load"]
 
 
-def _printable(value: Any) -> str:
-    """``str(value)`` with control characters escaped: stored strings never drive the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
-
-
 def _project_block(Xb: np.ndarray, store: FitStore, block: int, n: int, kernel: Kernel, weights: ProjectionWeights,
                    centering: Centering, temporary: Any = None, block_info: dict | None = None) -> np.ndarray:
-    """Rows ``[z(x) | mean(k(x)) | k(x, x)]`` for a block of new points.
+    """Rows ``[z(x) | mean(k(x)) | k(x, x)]`` for a block of new points, by the one projection loop.
 
-    The projection weights (``W``, ``r^T W``, ``1^T W``) are precomputed so
-    the centring costs O(k) per point.  A non-finite row is an error naming
-    it: a kernel block with one NaN row would make every score of the block NaN.
-    A user's dask chunk may be of any height: it is projected a few rows at
-    a time, so a task never holds more than one kernel block of the budget
-    :func:`~dkpca.linalg.rows_per_block` sizes.  ``temporary`` is unused here: being in the graph, it keeps a
-    temporary store alive as long as the lazy result that reads it.
+    :func:`~dkpca.projection.project_blocks` projects a user's dask chunk of any height a few rows at a time
+    (one kernel block of the budget :func:`~dkpca.linalg.rows_per_block` sizes per task), against the
+    store's data copy.  A non-finite row is an error naming it: a kernel block with one NaN row would make
+    every score of the block NaN.  ``temporary`` is unused here: being in the graph, it keeps a temporary
+    store alive as long as the lazy result that reads it.
     """
     Xb = np.ascontiguousarray(Xb, dtype=np.float64)
     bad = ~np.isfinite(Xb).all(axis=1)
@@ -64,14 +59,14 @@ def _project_block(Xb: np.ndarray, store: FitStore, block: int, n: int, kernel: 
         offset = block_info[0]["array-location"][0][0] if block_info else 0
         raise ValueError(f"X contains NaN or infinity (first in row {offset + int(np.argmax(bad))}); remove or "
                          "impute non-finite values before transform.")
-    training = store.training_array()
-    out = []
-    for s0, s1 in block_bounds(len(Xb), rows_per_block(block)):
-        KW, ksum = kernel_product(kernel, Xb[s0:s1], training, weights.W, rows=block)
-        mean_k = ksum / n
-        Z = centering.center_scores(KW, mean_k, weights)
-        out.append(np.column_stack([Z, mean_k, kernel.diag(Xb[s0:s1])]))
-    return np.concatenate(out) if out else np.empty((0, weights.W.shape[1] + 2))
+    training = store.training_array(n)  # the model's own rows (an update may have grown the copy since)
+
+    def products(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        KW, ksum = kernel_product(kernel, rows, training, weights.W, rows=block)
+        return KW, ksum / n
+
+    Z, mean_k = project_blocks(Xb, weights, centering, products, rows_per_block(block))
+    return np.column_stack([Z, mean_k, kernel.diag(Xb) if len(Xb) else np.empty(0)])
 
 
 @dataclass
@@ -156,7 +151,7 @@ class KPCAModel:
     @property
     def X_fit(self) -> da.Array:
         """The training data as stored (lazy)."""
-        return self._open_store().training_data()
+        return self._open_store().training_data(self.n_samples)
 
     # -- lifetime of a temporary store --------------------------------------
     def _open_store(self) -> FitStore:
@@ -277,13 +272,13 @@ class KPCAModel:
         """
         store = FitStore.at(path)
 
-        def beside(attrs: dict) -> tuple[dict | None, tuple[int, ...]]:
+        def beside(attrs: dict) -> tuple[dict | None, Any]:
             # a model fitted from the stored K must name the kernel K was built with (checked below)
             stored_K = stored_gram_mode(attrs) == GramMode.STORE
-            return (GramStore(store).recorded_kernel() if stored_K else None), tuple(store.training_array().shape)
+            return (GramStore(store).recorded_kernel() if stored_K else None), store.data_extent()
 
         # read with the model: a refit switching it meanwhile makes all of it be read again
-        arrays, a, (built, shape) = store.read_model_with(beside)
+        arrays, a, (built, extent) = store.read_model_with(beside)
 
         def bad(field: str, why: str) -> DamagedModelError:
             return DamagedModelError(store.path, f"model field {field!r}", why)
@@ -316,8 +311,8 @@ class KPCAModel:
             raise bad("kernel", f"is not a valid kernel spec ({exc})") from None
         if built is not None and built != kernel.to_dict():
             raise bad("kernel", f"is {kernel.to_dict()} but the store's Gram matrix was built with {built}")
-        if shape != (U.shape[0], a["n_features"]):
-            raise bad("n_features", f"does not match the stored training data of shape {shape}")
+        if not extent.covers(U.shape[0], a["n_features"]):  # its own rows: all, or the first before an update
+            raise bad("n_features", f"does not match the stored training data of shape {(extent.rows, extent.d)}")
         return cls(eigenvalues_=lam, eigenvectors_=U, row_means_=r, grand_mean_=float(a["grand_mean"]),
                    trace_=float(a["trace"]), kernel=kernel, store=store.path, block=a["block"],
                    n_features=a["n_features"], report=report, fit_report=typed,
@@ -326,14 +321,14 @@ class KPCAModel:
     # -- display ----------------------------------------------------------
     def summary(self) -> str:
         """Plain-text spectrum, explained variance and solver report."""
-        r = {key: _printable(v) for key, v in self.report.items() if not isinstance(v, (dict, list))}
-        resid = self._residual()
+        r = {key: printable(v) for key, v in self.report.items() if not isinstance(v, (dict, list))}
+        resid, gram = self._residual(), {k: printable(v) for k, v in (self.report.get("gram") or {}).items()}
         lines = [
             f"dkpca model: n={self.n_samples}, d={self.n_features}, k={self.n_components}",
             f"  kernel: {self.kernel.to_dict()}",
-            f"  store:  {_printable(self.store)}",
-            f"  solver: {r.get('solver')} ({r.get('solver_reason', '')}); passes={r.get('passes')}, "
-            f"converged={r.get('converged')}, max rel. residual={resid:.2e}",
+            f"  store:  {printable(self.store)}",
+            f"  solver: {r.get('solver')} (gram={gram.get('mode')}, dtype={gram.get('dtype')}; why: dkpca info); "
+            f"passes={r.get('passes')}, converged={r.get('converged')}, max rel. residual={resid:.2e}",
             "   k   eigenvalue      explained   cumulative",
         ]
         cum = np.cumsum(self.explained_variance_ratio_)
@@ -341,7 +336,7 @@ class KPCAModel:
             lines.append(f"  {i + 1:2d}  {lam:14.6g}  {ev:9.4%}  {cum[i]:9.4%}")
         t = {key: v for key, v in (self.report.get("timings") or {}).items() if isinstance(v, (int, float))}
         if t:
-            lines.append("  time: " + ", ".join(f"{_printable(k)} {v:.2f}s" for k, v in t.items()))
+            lines.append("  time: " + ", ".join(f"{printable(k)} {v:.2f}s" for k, v in t.items()))
         return "\n".join(lines)
 
     def _residual(self) -> float:

@@ -32,21 +32,23 @@ from .eigensolve import (
     solve_kernel_matrix,
 )
 from .execution import compute, serial_blas
+from .fitlog import log_done, log_gram, log_plan, log_solved, log_stage
 from .gram import build_gram
+from .growth import Update, find_update, grow_store, update_report
 from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
 from .linalg import Centering
 from .model import KPCAModel
 from .operator import CenteredKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
-from .planning import FitPlan, GramMode, PrecisionWarning, decide, make_plan
+from .planning import FitPlan, GramMode, PrecisionWarning, decide
 from .report import fit_report
 from .request import DEFAULTS, FitOptions, FitRequest, as_generator, make_request
-from .solvers import ConvergenceWarning, EigResult, Solver, postprocess
-from .solvers.randomized import block_size
+from .solvers import ConvergenceWarning, EigResult, postprocess
+from .solvers.randomized import iteration_width
 from .storage import CorruptChunkError, GramStore, Lease, SolverCheckpoint, absolute, fit_footprint
 
 # solve_kernel_matrix, in_memory_operator, memory_kernel_matrix: the estimator's in-memory path (dkpca.eigensolve)
-__all__ = ["fit", "solve_kernel_matrix", "in_memory_operator", "memory_kernel_matrix"]
+__all__ = ["fit", "fit_with", "solve_kernel_matrix", "in_memory_operator", "memory_kernel_matrix"]
 
 logger = logging.getLogger("dkpca")
 
@@ -141,8 +143,10 @@ def fit(
     progress : bool or callable, default=False
         True: progress on stderr (a bar on a terminal or in Jupyter, a line
         per tenth of the work in a log); a callable receives
-        ``(label, done, total)`` as tasks finish.  Each solver pass is
-        reported through the ``dkpca`` logger at INFO level whatever this is.
+        ``(label, done, total)`` as tasks finish.  Whatever this is, the plan
+        line, the stages (:mod:`dkpca.fitlog`) and each solver pass go to the
+        ``dkpca`` logger at INFO, shown once logging is configured
+        (``logging.basicConfig(level=logging.INFO)``).
 
     Returns
     -------
@@ -167,28 +171,29 @@ def fit(
                          kernel_params=kernel_params, solver=solver, store=store, chunk_size=chunk_size, dtype=dtype,
                          tol=tol, max_passes=max_passes, random_state=random_state, overwrite=overwrite, gram=gram,
                          progress=progress)
+    return fit_with(source, options, t_start=t_start)
+
+
+def fit_with(source: Any, options: FitOptions, *, t_start: float | None = None) -> KPCAModel:
+    """:func:`fit` with its parameters as one checked :class:`~dkpca.request.FitOptions` (the estimator's call)."""
+    t_start = time.perf_counter() if t_start is None else t_start
     req = make_request(source, options)
     try:
-        return _fit_request(req, source, t_start)
+        # grown data into a store holding the fit of its first rows: an update (dkpca.growth)
+        req, update = find_update(req, options.chunk_size, None if options.dtype == "auto" else options.dtype)
+        return _fit_request(req, source, t_start, update)
     except BaseException:
         if req.temporary is not None:  # a failed fit leaves no temporary store behind
             req.temporary.remove()
         raise
 
 
-def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
-    """:func:`fit` from its validated request; the model owns ``req.temporary`` (if any)."""
+def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | None = None) -> KPCAModel:
+    """:func:`fit` from its validated request; the model owns ``req.temporary`` (if any); ``update``: grown data."""
     plan = decide(req)  # the decisions dkpca.plan names; from here on they are executed, never re-made
     req = replace(req, dtype=plan.dtype)  # dtype="auto" resolved: the rest of the fit holds K in that precision
     if plan.precision.lossy:
-        warnings.warn(plan.precision.warning(), PrecisionWarning, stacklevel=3)
-    # The plan logged is made from the sizes alone: logging never changes the work done.  It is made
-    # only when logged (a notebook that printed dkpca.plan already does not get it twice).
-    if logger.isEnabledFor(logging.INFO):
-        logger.info("%s", make_plan(req.X, req.kernel, plan.k, req.tile, req.dtype, plan.solver,
-                                    plan.reason, plan.gram, req.store.path, tol=req.tol,
-                                    max_passes=req.max_passes, measure=False, fraction=req.fraction,
-                                    precision=plan.precision))
+        warnings.warn(plan.precision.warning(), PrecisionWarning, stacklevel=4)
     timings: dict[str, float] = {}
     rng = as_generator(req.random_state)
     t = time.perf_counter()
@@ -199,9 +204,13 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         t = time.perf_counter()
         path = input_path(source)
         source = absolute(path) if path is not None else None
-        Xs = req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,
-                                  lease=lease)
+        Xs = (grow_store(req, update, fp, lease, plan.gram is GramMode.STORE, source) if update is not None else
+              req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,
+                                   lease=lease))
         timings["copy_data"] = time.perf_counter() - t
+        # the plan's one line (fitlog), once the input is known good: an input error is the only thing said
+        log_plan(req, plan)
+        log_stage("training data in the store", timings["copy_data"])
         t = time.perf_counter()
         # Iterative solvers save their state every pass (resume after a kill).
         ckpt = SolverCheckpoint(req.store, {
@@ -214,7 +223,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
             ckpt.clear()
         # the kernel whose blocks the fit evaluates: req.kernel, or its compiled-exp variant (same spec)
         evaluator = req.kernel.compiled() if plan.compiled_exp else req.kernel
-        op, gram_report, res = _build_and_solve(req, plan, evaluator, Xs, fp, rng, ckpt, timings, lease)
+        op, gram_report, res = _build_and_solve(req, plan, evaluator, Xs, fp, rng, ckpt, timings, lease, update)
         t = time.perf_counter()
         centering = res.info.pop("centering", None)
         if centering is not None:  # nystrom: statistics of the approximation it solved
@@ -224,6 +233,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         res = keep_fraction_warned(postprocess(res, remove_zero=True, precision=op.dtype,
                                                scale=op.centering.cancelled), op, req.fraction, req.max_passes)
         timings["solve"] += time.perf_counter() - t  # the policy's time counts as solving
+        log_solved(plan.solver, res.passes, res.converged, len(res.eigenvalues), timings["solve"])
         if not res.converged:
             warnings.warn(
                 f"{plan.solver.value} solver stopped after {res.passes} passes with relative residual "
@@ -234,7 +244,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
         timings["total"] = time.perf_counter() - t_start
         report = fit_report(res, op, plan, tol=req.tol, gram=gram_report, timings=timings,
                             pass_seconds=pass_seconds, d=req.d,
-                            requested=req.n_components if req.fraction is None else req.fraction)
+                            requested=req.n_components if req.fraction is None else req.fraction,
+                            update=None if update is None else update_report(update, gram_report, res.passes))
         model = KPCAModel(
             eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
             grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.tile,
@@ -244,6 +255,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float) -> KPCAModel:
             # A temporary store is the model's own and dies with it: nobody can load a model from it, so
             # it is written there only by an explicit model.save() (0.05-0.07 s of a 0.3 s fit at n=2,000).
             model.save()
+        log_done(req.store.path, req.temporary is None, timings["total"])
         ckpt.clear()
     return model
 
@@ -254,7 +266,8 @@ GRAM_REPAIRS = 2
 
 def _build_and_solve(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.Array, fp: Fingerprint,
                      rng: np.random.Generator, ckpt: SolverCheckpoint, timings: dict[str, float],
-                     lease: Lease) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
+                     lease: Lease, update: Update | None = None,
+                     ) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
     """Operator, Gram report and solver result (``timings``: "gram", "solve"); damaged Gram chunks are rebuilt.
 
     Every read of K is verified (:class:`~dkpca.storage.CorruptChunkError`
@@ -266,10 +279,11 @@ def _build_and_solve(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.A
     for attempt in range(GRAM_REPAIRS + 1):
         t = time.perf_counter()
         try:
-            op, gram_report, solver_opts = _make_operator(req, plan, evaluator, Xs, fp, rng, lease)
-            if "start" in solver_opts:
+            op, gram_report, solver_opts = _make_operator(req, plan, evaluator, Xs, fp, rng, lease, update)
+            if plan.spec.checkpoints and plan.start is not None:  # K out of core: a pass is worth resuming
                 solver_opts["checkpoint"] = ckpt
             timings["gram"] = time.perf_counter() - t
+            log_gram(gram_report, timings["gram"])
             t = time.perf_counter()
             # the plan's BLAS policy for the solver's algebra between passes (its start block's width)
             serial = plan.start is not None and plan.start.serial
@@ -289,13 +303,14 @@ def _build_and_solve(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.A
 
 
 def _make_operator(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.Array, fp: Fingerprint,
-                   rng: np.random.Generator, lease: Lease,
+                   rng: np.random.Generator, lease: Lease, update: Update | None = None,
                    ) -> tuple[CenteredKernelOperator, dict[str, Any], dict[str, Any]]:
     """The centred operator ``plan`` names: (operator, Gram report, solver options).
 
     Builds (or reuses) the Gram store for ``GramMode.STORE``; for the iterative
     solvers draws the plan's start block and fuses its first product into the
-    build (each block multiplies it while in cache: one read of K saved).
+    build (each block multiplies it while in cache: one read of K saved).  An ``update`` with the old
+    model starts from its eigenvectors extended to the new rows, their kernel sums fused into the build.
     """
     n, block, dt = Xs.shape[0], Xs.chunks[0][0], req.dtype
     gram_report: dict[str, Any] = {"mode": plan.gram.value, "dtype": dt.name, "block": block,
@@ -309,24 +324,29 @@ def _make_operator(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.Arr
         op = in_memory_operator(memory_kernel_matrix(req.kernel, np.asarray(compute(Xs)[0]), dt), req.kernel)
         gram_report["build_seconds"] = time.perf_counter() - t
         return op, gram_report, solver_opts
+    warm = update is not None and update.model is not None and plan.start is not None
     if plan.start is not None:
-        probe = initial_block(plan.start, Xs, req.kernel, rng)
+        probe = None if warm else initial_block(plan.start, Xs, req.kernel, rng)
         solver_opts["start"] = probe
-    if plan.solver is Solver.NYSTROM:
+    if warm and plan.gram is not GramMode.STORE:
+        solver_opts["start"] = update.start_block(None, Xs, plan.start, req.kernel, rng)
+    if not plan.spec.forms_kernel:
         # Only n x m kernel slices are evaluated (in the solver); the
         # centering statistics are those of the approximation.
         gram_report["mode"] = "none"
         return MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, statistics=False), gram_report, solver_opts
     if plan.gram is not GramMode.STORE:
         return MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, probe=probe), gram_report, solver_opts
-    # Lanczos keeps every product in its Krylov relation: float64 only.
-    single = probe is not None and dt == np.float32 and plan.solver is Solver.RANDOMIZED
-    need = fit_footprint(n, req.d, block, dt, block_size(n, req.n_components), Xs.dtype.itemsize)
+    # Only a solver whose early passes may be float32 (not Lanczos: every product stays in its Krylov relation).
+    single = probe is not None and dt == np.float32 and plan.spec.float32_early_passes
+    need = fit_footprint(n, req.d, block, dt, iteration_width(n, req.n_components), Xs.dtype.itemsize)
     info = build_gram(req.store, Xs, evaluator, fp, dtype=dt, overwrite=req.overwrite,
-                      probe=probe.astype(np.float32) if single else probe, progress=req.progress, needed_bytes=need,
-                      lease=lease)
+                      probe=update.probe() if warm else probe.astype(np.float32) if single else probe,
+                      progress=req.progress, needed_bytes=need, lease=lease, partial=warm)
     op = StoredKernelOperator(info)
-    if info.probe_product is not None:
+    if warm:  # the build's product is the extension's sums over the blocks it computed, not K times a start
+        solver_opts["start"] = update.start_block(info, Xs, plan.start, req.kernel, rng)
+    elif info.probe_product is not None:
         op.prime(probe, info.probe_product)
     nblocks = info.reused_blocks + info.computed_blocks
     gram_report.update({

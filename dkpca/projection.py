@@ -1,13 +1,17 @@
-"""The in-memory estimator's projections: new rows on the components, a bounded kernel block at a time.
+"""Projections of new rows on the components: the one loop, a bounded kernel block at a time.
 
-:class:`dkpca.KernelPCA` fitted in memory holds ``X_fit`` and its centring;
-these functions compute ``z(x)`` for numpy, sparse or dask rows from them
-(the out-of-core estimator and ``dkpca.fit``'s model project through
-:meth:`dkpca.model.KPCAModel.transform`, which reads the store's data copy).
+:func:`project_blocks` is the loop every projection runs: rows of new
+points a block at a time, each block's kernel products with the projection
+weights (whatever computes them), centred by
+:meth:`~dkpca.linalg.Centering.center_scores`.  ``dkpca.fit``'s model
+(:meth:`dkpca.model.KPCAModel.transform`, products over the store's data
+copy) and :class:`dkpca.KernelPCA` fitted in memory (:func:`project`,
+products with ``X_fit`` held in memory) both call it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -17,9 +21,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from .kernels import Kernel
-from .linalg import Centering, ProjectionWeights, rows_per_block
+from .linalg import Centering, ProjectionWeights, block_bounds, rows_per_block
 
-__all__ = ["kernel_diag", "project_rows", "project"]
+__all__ = ["kernel_diag", "project_blocks", "project_rows", "project"]
+
+#: ``products(rows) -> (K(rows, X_fit) @ W, row means of K(rows, X_fit))`` for a block of new rows
+Products = Callable[[Any], tuple[np.ndarray, np.ndarray]]
 
 
 def kernel_diag(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
@@ -27,24 +34,39 @@ def kernel_diag(Xb: np.ndarray, kernel: Kernel) -> np.ndarray:
     return kernel.diag(Xb, np.float64)
 
 
+def project_blocks(X: Any, weights: ProjectionWeights, centering: Centering, products: Products,
+                   step: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(Z, mean_k)``: the centred scores of the rows of X and their kernel rows' means, ``step`` rows at a time.
+
+    The one projection loop.  ``products`` holds at most one kernel block of
+    ``step`` rows (the caller sizes it with :func:`~dkpca.linalg.rows_per_block`);
+    the centring costs O(k) per row from the precomputed ``weights``.
+    """
+    m = X.shape[0]
+    Z = np.empty((m, weights.W.shape[1]), dtype=np.float64)
+    mean_k = np.empty(m, dtype=np.float64)
+    for s0, s1 in block_bounds(m, step):
+        KW, mean_k[s0:s1] = products(X[s0:s1])
+        Z[s0:s1] = centering.center_scores(KW, mean_k[s0:s1], weights)
+    return Z, mean_k
+
+
 def project_rows(X: Any, X_fit: Any, weights: ProjectionWeights, centering: Centering, evaluator: Kernel | None,
                  kernel_dtype: Any) -> np.ndarray:
-    """In-memory projections of the rows of X, a kernel block of bounded size at a time.
+    """In-memory projections of the rows of X (:func:`project_blocks` with kernel blocks against ``X_fit``).
 
     ``evaluator=None``: X already holds the kernel rows ``K(X, X_fit)``
     (``kernel="precomputed"``).  Used as is for numpy input and blockwise
     (``map_blocks``) for dask input.
     """
-    out = np.empty((X.shape[0], weights.W.shape[1]), dtype=np.float64)
-    step = rows_per_block(weights.W.shape[0])
-    for s in range(0, X.shape[0], step):
-        Xb = X[s:s + step]
+    def products(Xb: Any) -> tuple[np.ndarray, np.ndarray]:
         if evaluator is None:
             Kx = np.asarray(Xb.toarray() if sp.issparse(Xb) else Xb, dtype=np.float64)
         else:
             Kx = evaluator.block(Xb, X_fit, kernel_dtype)
-        out[s:s + step] = centering.center_scores(Kx @ weights.W, Kx.mean(axis=1), weights)
-    return out
+        return Kx @ weights.W, Kx.mean(axis=1)
+
+    return project_blocks(X, weights, centering, products, rows_per_block(weights.W.shape[0]))[0]
 
 
 def project(X: Any, X_fit: Any, weights: ProjectionWeights, centering: Centering, evaluator: Kernel | None,

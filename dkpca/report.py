@@ -14,13 +14,14 @@ from .fitreport import FitReport
 from .jsonsafe import json_safe
 from .operator import CenteredKernelOperator
 from .planning import FitPlan
-from .solvers import EigResult, Solver
+from .solvers import EigResult
 
 __all__ = ["fit_report"]
 
 
 def fit_report(res: EigResult, op: CenteredKernelOperator, plan: FitPlan, *, tol: float, gram: dict[str, Any],
-               timings: dict[str, float], pass_seconds: list, d: int, requested: int | float) -> FitReport:
+               timings: dict[str, float], pass_seconds: list, d: int, requested: int | float,
+               update: dict[str, Any] | None = None) -> FitReport:
     """The report of a fit that ran ``plan``.
 
     ``solver_reason`` starts with the precision's sentence: the model's summary (and the CLI) say why K
@@ -28,11 +29,11 @@ def fit_report(res: EigResult, op: CenteredKernelOperator, plan: FitPlan, *, tol
     """
     k = len(res.eigenvalues)
     scale = max(abs(res.eigenvalues[0]), np.finfo(float).tiny) if k else 1.0
-    return FitReport(**json_safe({
+    return FitReport.from_dict(json_safe({  # the nested objects typed (GramReport, SolverInfo, ...)
         "solver": plan.solver.value, "solver_reason": f"dtype={plan.precision.dtype}: {plan.precision.reason}; "
                                                       f"{plan.reason}",
         "passes": res.passes,
-        "passes_over_K": (op.passes if plan.solver is Solver.NYSTROM
+        "passes_over_K": (op.passes if not plan.spec.forms_kernel  # an approximation's passes are over X
                           else res.passes - op.fused_passes + op.setup_passes),
         "fused_passes": op.fused_passes, "auto": plan.details,
         "converged": bool(res.converged), "tol": tol,
@@ -44,4 +45,5 @@ def fit_report(res: EigResult, op: CenteredKernelOperator, plan: FitPlan, *, tol
         "zero_components_dropped": int(res.info.get("zero_eigenvalues_removed", 0)),
         "precision": plan.precision.to_dict(),
         "plan": plan.to_dict(),
+        "update": update,
     }))

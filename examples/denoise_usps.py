@@ -19,30 +19,32 @@ writes ``compare_sklearn.md``.
 
 Usage::
 
-    python examples/denoise_usps.py [DATA_DIR] [--out examples/output] [--compare]
+    python examples/denoise_usps.py [--data-dir DIR] [--out examples/output] [--compare]
 
-``DATA_DIR`` holds ``usps/zip.train.gz`` and ``usps/zip.test.gz`` (default
-``../shared/data``).
+The USPS digits are downloaded once from their public source into dkpca's
+data cache (``dkpca.datasets``: ``$DKPCA_DATA``, else ``~/.cache/dkpca``) and
+checked by SHA-256; ``--data-dir DIR`` uses an offline copy instead, a
+directory holding ``usps/zip.train.gz`` and ``usps/zip.test.gz``.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import time
 
 import numpy as np
 
+from dkpca import datasets
 
-def load_usps(data_dir: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+
+def load_usps(data_dir: str | None, split: str) -> tuple[np.ndarray, np.ndarray]:
     """USPS digits: pixels in [0, 1] (n, 256) and labels (n,)."""
-    path = os.path.join(data_dir, "usps", f"zip.{split}.gz")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found; pass the data directory holding usps/zip.{split}.gz.")
-    with gzip.open(path, "rt") as f:
-        raw = np.loadtxt(f)
-    return (raw[:, 1:] + 1.0) / 2.0, raw[:, 0].astype(int)
+    try:
+        X, y = datasets.load_usps(split, data_dir)
+    except (OSError, ValueError) as exc:  # no network, a missing or altered file: the message says what to do
+        raise SystemExit(f"denoise_usps.py: {exc}") from None
+    return (X + 1.0) / 2.0, y
 
 
 def plot_rows(rows: dict[str, np.ndarray], path: str) -> None:
@@ -175,8 +177,9 @@ def compare(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("data_dir", nargs="?", default=os.path.join(here, "..", "..", "shared", "data"),
-                   help="directory holding usps/zip.train.gz and usps/zip.test.gz (default ../shared/data)")
+    p.add_argument("--data-dir", default=None,
+                   help="offline copy holding usps/zip.train.gz and usps/zip.test.gz (default: download once into "
+                        "dkpca's data cache, $DKPCA_DATA or ~/.cache/dkpca)")
     p.add_argument("--out", default=os.path.join(here, "output"), help="output directory (default examples/output)")
     p.add_argument("--n-train", type=int, default=3000)
     p.add_argument("--n-test", type=int, default=500)

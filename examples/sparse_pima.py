@@ -16,7 +16,11 @@ is listed for reference.
 
 Usage::
 
-    python examples/sparse_pima.py --out /tmp/pima [--data ../shared/data] [--update em]
+    python examples/sparse_pima.py --out /tmp/pima [--data-dir DIR] [--update em]
+
+The Pima data (R's MASS) is downloaded once into dkpca's data cache
+(``dkpca.datasets``) and checked by SHA-256; ``--data-dir DIR`` uses an offline
+copy holding ``pima/Pima.tr.csv`` and ``pima/Pima.te.csv`` instead.
 
 ``--update em`` fits the weights by EM (eq. 13) instead of the fast update
 (eq. 14), for sigma^2 chosen with the fast update (much slower).
@@ -25,7 +29,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import tempfile
 
@@ -40,6 +43,7 @@ from sklearn.preprocessing import StandardScaler  # noqa: E402
 from sklearn.svm import LinearSVC  # noqa: E402
 
 import dkpca  # noqa: E402
+from dkpca.datasets import load_pima  # noqa: E402
 from dkpca.kernels import RBF  # noqa: E402
 from dkpca.sparse import SparseKernelPCA, choose_noise_variance  # noqa: E402
 
@@ -50,17 +54,6 @@ Q = range(1, 26)
 TOL = 1e-6
 
 
-def read(path: str) -> tuple[np.ndarray, np.ndarray]:
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found; pass --data pointing at the directory holding pima/.")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    cols = ["npreg", "glu", "bp", "skin", "bmi", "ped", "age"]
-    X = np.array([[float(r[c]) for c in cols] for r in rows])
-    y = np.array([r["type"] == "Yes" for r in rows], dtype=int)
-    return X, y
-
-
 def misclassified(Ztr, ytr, Zte, yte) -> int:
     clf = make_pipeline(StandardScaler(), LinearSVC(C=1.0, max_iter=100000))
     clf.fit(Ztr, ytr)
@@ -69,15 +62,18 @@ def misclassified(Ztr, ytr, Zte, yte) -> int:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--data", default=os.path.join(here, "..", "..", "shared", "data"),
-                    help="directory holding pima/Pima.tr.csv and pima/Pima.te.csv (default ../shared/data)")
+    ap.add_argument("--data-dir", default=None,
+                    help="offline copy holding pima/Pima.tr.csv and pima/Pima.te.csv (default: download once into "
+                         "dkpca's data cache, $DKPCA_DATA or ~/.cache/dkpca)")
     ap.add_argument("--out", required=True, help="directory for the PNG and the markdown table")
     ap.add_argument("--update", choices=("fast", "em"), default="fast", help="weight update: eq. 14 or eq. 13")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    Xtr, ytr = read(os.path.join(args.data, "pima", "Pima.tr.csv"))
-    Xte, yte = read(os.path.join(args.data, "pima", "Pima.te.csv"))
+    try:
+        Xtr, ytr = load_pima("tr", args.data_dir)
+        Xte, yte = load_pima("te", args.data_dir)
+    except (OSError, ValueError) as exc:  # no network, a missing or altered file: the message says what to do
+        raise SystemExit(f"sparse_pima.py: {exc}") from None
     mu, sd = Xtr.mean(0), Xtr.std(0)
     Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
     kernel = RBF(1.0 / WIDTH**2)

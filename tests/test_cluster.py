@@ -181,7 +181,7 @@ def test_bad_file_is_a_clear_error(tmp_path, text, message):
     with pytest.raises(dc.ClusterConfigError, match=message):
         spec = dc.cluster_spec(path)
         for key in ("timeout", "workers", "scale"):
-            spec.dkpca(key, 1)
+            spec.dkpca(key)
 
 
 def test_missing_file_names_the_choices():

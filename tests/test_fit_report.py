@@ -222,3 +222,49 @@ def test_a_fit_that_built_no_k_records_no_gram_mode_and_loads(tmp_path):
     loaded = dkpca.load(path)
     assert loaded.gram_mode is None and model_attrs(path).attrs["gram_mode"] is None
     np.testing.assert_array_equal(loaded.eigenvalues_, model.eigenvalues_)
+
+
+# -- the report's nested objects, typed ---------------------------------------------------------------------
+
+def _stored_report(store) -> str:
+    """The model's stored report and schema as the JSON text zarr writes (a save makes a new model group)."""
+    attrs = model_attrs(store).attrs
+    return json.dumps({"report": attrs["report"], "report_schema": attrs["report_schema"]}, indent=2)
+
+
+def test_the_nested_report_objects_are_typed_and_round_trip(store):
+    # reference: the report dict stored by the fit (its JSON text, keys in their order)
+    from dkpca.fitreport import FitReport, GramReport, PlanRecord, SolverInfo, Timings
+
+    stored = model_attrs(store).attrs["report"]
+    report = dkpca.load(store).fit_report
+    assert isinstance(report.gram, GramReport) and report.gram.mode == "store" and report.gram.tile == 100
+    assert isinstance(report.timings, Timings) and report.timings.total >= report.timings.solve > 0
+    assert isinstance(report.solver_info, SolverInfo)
+    assert isinstance(report.plan, PlanRecord) and report.plan.solver == "dense" and report.plan.tile == 100
+    assert report.plan.width == 3 and report.plan.start is None
+    assert json.dumps(report.to_dict()) == json.dumps(stored)  # same keys, order and values
+    assert FitReport.from_dict(report.to_dict()) == report
+
+
+def test_keys_the_report_does_not_declare_are_kept_in_place_and_a_resave_writes_the_same_report(store):
+    g = model_attrs(store)
+    report = g.attrs["report"]
+    g.attrs["report"] = {**report, "gram": {"future": [1, 2], **report["gram"]}, "timings": {**report["timings"],
+                                                                                               "later": 0.5}}
+    before = _stored_report(store)
+    model = dkpca.load(store)
+    assert model.fit_report.gram.extra == {"future": [1, 2]} and model.fit_report.timings.extra == {"later": 0.5}
+    model.save()
+    assert _stored_report(store) == before
+
+
+@pytest.mark.parametrize("key, value, name", [("gram", {"mode": "store", "block": "x"}, "gram.block"),
+                                              ("timings", {"solve": "x"}, "timings.solve"),
+                                              ("plan", {"start": 3}, "plan.start"),
+                                              ("plan", {"start": {"width": 1.5}}, "plan.start.width")])
+def test_a_nested_field_of_the_wrong_type_is_refused_by_its_path(store, key, value, name):
+    g = model_attrs(store)
+    g.attrs["report"] = {**g.attrs["report"], key: value}
+    with pytest.raises(DamagedModelError, match=f"report.*{name}"):
+        dkpca.load(store)

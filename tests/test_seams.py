@@ -155,6 +155,7 @@ def test_info_prints_stored_strings_escaped(fitted, capsys):
     model = next(name for name in g.group_keys() if name.startswith("model"))
     report = dict(g[model].attrs["report"])
     report["solver_reason"] = "evil \x1b]0;pwned\x07 title"
+    report["plan"] = {**report["plan"], "reasons": {**report["plan"]["reasons"], "solver": "evil \x1b]0;pwned\x07"}}
     g[model].attrs["report"] = report
     assert main(["info", store]) == 0
     out = capsys.readouterr().out

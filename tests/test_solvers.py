@@ -209,7 +209,7 @@ def test_lanczos_is_one_block_product_per_pass(problems):
         return orig(V, single)
 
     op.matmat = spy
-    res = lanczos_solve(op, K_COMP, tol=1e-8, max_passes=50, rng=0, block=16)
+    res = lanczos_solve(op, K_COMP, tol=1e-8, max_passes=50, rng=0, width=16)
     assert len(widths) == res.passes and all(w == (N, 16) for w in widths)
     assert res.info["block_size"] == 16 and res.info["basis_size"] == 16 * res.passes
 
@@ -269,7 +269,7 @@ def test_lanczos_basis_stays_orthonormal_past_convergence():
             self.passes += 1
             return K @ V
 
-    res = lanczos_solve(Operator(), K_COMP, tol=0.0, max_passes=30, rng=0, block=8)
+    res = lanczos_solve(Operator(), K_COMP, tol=0.0, max_passes=30, rng=0, width=8)
     np.testing.assert_allclose(res.eigenvalues, lam[:K_COMP], rtol=0, atol=1e-12)
     np.testing.assert_allclose(res.eigenvectors.T @ res.eigenvectors, np.eye(K_COMP), atol=1e-12)
 
@@ -330,8 +330,8 @@ def test_lanczos_finds_invariant_subspace_of_low_rank_kernel():
 
 def test_lanczos_bad_options(problems):
     op = _operator(problems["fast"], "matrix-free")
-    with pytest.raises(ValueError, match="block=3"):
-        lanczos_solve(op, 6, block=3)
+    with pytest.raises(ValueError, match="width=3"):
+        lanczos_solve(op, 6, width=3)
     with pytest.raises(ValueError, match="max_basis"):
         lanczos_solve(op, 6, max_basis=10)
     with pytest.raises(ValueError, match="start must have shape"):
@@ -578,7 +578,8 @@ _CHEAP_DISK = {"kernel_block": 0.5, "write_block": 0.02, "read_block": 0.02, "pr
     (dict(n=19_000, k=5), "lanczos", "store", "block Lanczos"),
     (dict(n=2000, k=5, solver="arpack"), "arpack", "memory", "only with K in memory"),
     (dict(n=10_000, k=3000), "dense", "store", "most of the spectrum"),
-    (dict(n=50_000, k=10, measured=_CHEAP_DISK), "randomized", "store", "measured pass"),
+    # measured: both solvers weighed (issue 40), block Lanczos's ~9 passes beat subspace iteration's 20
+    (dict(n=50_000, k=10, measured=_CHEAP_DISK), "lanczos", "store", "measured pass"),
     (dict(n=50_000, k=10, measured=_CHEAP_KERNEL), "lanczos", "recompute", "measured pass"),
     (dict(n=50_000, k=10, free_bytes=10**9), "lanczos", "recompute", "free at the store"),
     (dict(n=50_000, k=10, memory_bytes=10**8, measured=_CHEAP_DISK), "randomized", "store", "would not fit"),

@@ -193,7 +193,7 @@ def test_blocked_matches_exact():
     exact = SparseKernelPCA(gamma=GAMMA, noise_variance=SIGMA2).fit(X)
     assert exact.fit_report_["mode"] == "exact"
     for seed in (0, 1):
-        blocked = SparseKernelPCA(gamma=GAMMA, noise_variance=SIGMA2, block_size=80, random_state=seed).fit(X)
+        blocked = SparseKernelPCA(gamma=GAMMA, noise_variance=SIGMA2, candidate_set_size=80, random_state=seed).fit(X)
         rep = blocked.fit_report_
         assert rep["mode"] == "blocked" and rep["rounds"][0]["blocks"] == 4
         # the add-back check found no discarded kernel worth re-adding
@@ -207,7 +207,7 @@ def test_blocked_adds_back_discarded_kernels():
     """Tiny blocks prune badly; the add-back pass must restore a stable optimum."""
     X, _ = toy(3, per_cluster=40)
     exact = SparseKernelPCA(gamma=GAMMA, noise_variance=SIGMA2).fit(X)
-    blocked = SparseKernelPCA(gamma=GAMMA, noise_variance=SIGMA2, block_size=30, random_state=0).fit(X)
+    blocked = SparseKernelPCA(gamma=GAMMA, noise_variance=SIGMA2, candidate_set_size=30, random_state=0).fit(X)
     assert blocked.fit_report_["add_back"][-1]["added"] == 0
     np.testing.assert_allclose(blocked.log_likelihood_[-1], exact.log_likelihood_[-1], rtol=1e-4)
 
@@ -388,7 +388,7 @@ def test_linear_kernel_blocked_path():
     X = rng.standard_normal((120, 3)) @ np.diag([3.0, 1.0, 0.2])
     kw = {"kernel": Linear(), "noise_variance": 2.0, "center": True}
     exact = SparseKernelPCA(**kw).fit(X)
-    blocked = SparseKernelPCA(block_size=50, random_state=0, **kw).fit(X)
+    blocked = SparseKernelPCA(candidate_set_size=50, random_state=0, **kw).fit(X)
     np.testing.assert_allclose(blocked.log_likelihood_[-1], exact.log_likelihood_[-1], rtol=1e-6)
 
 

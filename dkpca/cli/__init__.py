@@ -2,9 +2,11 @@
 
 Errors caused by the user's input exit with status 2 and one line on stderr
 (``dkpca: error: ...``), never a traceback.  Log messages of the ``dkpca``
-logger (the plan, the dashboard link) go to stderr at INFO level unless
-``--quiet``, which leaves only errors; progress (a bar on a terminal, a line
-per tenth of the work in a log) goes to stderr too; results go to stdout.
+logger (a fit's one plan line, its stages and passes, the dashboard link) go
+to stderr at INFO level; ``-v`` adds DEBUG (each decision's reason),
+``--log-level LEVEL`` sets it, ``--quiet`` leaves only errors.  Progress (a
+bar on a terminal, a line per tenth of the work in a log) goes to stderr too;
+results go to stdout (``fit --json``, ``info --json``: one JSON object).
 
 ``dkpca --help`` must answer at once, so this package imports only the
 standard library, numpy and the registries (kernels, solvers, and
@@ -24,6 +26,7 @@ in a fresh interpreter.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -40,18 +43,24 @@ __all__ = ["main", "build_parser", "COMMANDS", "explain", "model_facts", "make_d
            "held_out_centroid_accuracy"]
 
 
-def _setup_logging(quiet: bool) -> logging.Handler | None:
-    """dkpca's INFO messages (plan, dashboard link, passes) on stderr for the CLI; only errors when quiet.
+def log_level(a: argparse.Namespace) -> int:
+    """The ``dkpca`` logger's level a command runs at: ``--log-level``, else INFO less 10 a ``-v``; ERROR if quiet."""
+    if getattr(a, "quiet", False):
+        return logging.ERROR
+    if getattr(a, "log_level", None):
+        return logging.getLevelName(a.log_level)
+    return max(logging.DEBUG, logging.INFO - 10 * (getattr(a, "verbose", None) or 0))
+
+
+def _setup_logging(level: int) -> logging.Handler | None:
+    """dkpca's messages at ``level`` and above on stderr (INFO: plan line, stages, passes, dashboard link).
 
     Returns the handler added, which :func:`main` removes when the command
     ends: a handler left behind would hold this call's ``sys.stderr``, which a
     caller of ``main`` (a test's capture, a notebook) may have closed since.
     """
     log = logging.getLogger("dkpca")
-    if quiet:
-        log.setLevel(logging.ERROR)
-        return None
-    log.setLevel(logging.INFO)
+    log.setLevel(level)
     if any(getattr(h, "_dkpca_cli", False) for h in log.handlers):
         return None  # main() called from within a command (nested): its caller's handler speaks
     h = logging.StreamHandler(sys.stderr)
@@ -101,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     log, dist = logging.getLogger("dkpca"), logging.getLogger("distributed")
     old_level, old_dist = log.level, dist.level
     quiet = getattr(a, "quiet", False)
-    handler = _setup_logging(quiet)
+    handler = _setup_logging(log_level(a))
     if quiet:  # e.g. distributed's "port in use" notices
         dist.setLevel(logging.ERROR)
     try:

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from ..grammode import GramMode
-from ..jsonsafe import json_safe
+from ..jsonsafe import json_safe, printable
 from ..version import __version__
 from .parser import FIT_OPTIONS
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_plan", "cmd_info", "cmd_verify", "cmd_transform", "cmd_demo", "model_facts",
-           "make_demo_data", "held_out_centroid_accuracy"]
+           "make_demo_data", "held_out_centroid_accuracy", "why_lines"]
 
 
 @contextlib.contextmanager
@@ -56,9 +56,14 @@ def cmd_fit(a: argparse.Namespace) -> int:
     with _client(a, need):
         model = fit(a.input, **_fit_options(a), random_state=a.random_state, overwrite=a.overwrite,
                     progress=_progress(a))
+    if a.json:  # stdout is the JSON object only (the log and progress are on stderr)
+        print(json.dumps(model_facts(model), indent=2, allow_nan=False))
+        return 0
     g = model.report.get("gram", {})
     if model.gram_mode is GramMode.STORE:
         print(f"Gram blocks: {g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused from the store")
+    for line in update_lines(model.report):
+        print(line)
     resumed = (model.report.get("solver_info") or {}).get("resumed_at_pass")
     if resumed:
         print(f"Solver: resumed at pass {resumed} from the checkpoint in the store "
@@ -88,7 +93,28 @@ def cmd_info(a: argparse.Namespace) -> int:
         return 0
     model = load(a.store)
     print(json.dumps(model_facts(model), indent=2, allow_nan=False) if a.json else model.summary())
+    for line in [] if a.json else update_lines(model.report) + why_lines(model.report):
+        print(line)
     return 0
+
+
+def update_lines(report: dict[str, Any]) -> list[str]:
+    """One line saying the fit was an update of the store's fit (``report["update"]``), or none."""
+    u = report.get("update")
+    if not isinstance(u, dict):
+        return []
+    blocks = (f"{u.get('blocks_computed')} Gram blocks computed, {u.get('blocks_reused')} reused; "
+              if u.get("blocks_computed") is not None else "")
+    return [f"Update: {u.get('rows_before')} -> {u.get('rows_after')} rows ({u.get('rows_added')} added): {blocks}"
+            f"{u.get('passes')} passes; warm start: {printable(u.get('warm_start'))}"]
+
+
+def why_lines(report: dict[str, Any]) -> list[str]:
+    """The reason for each decision of the fit, one line each (the summary's ``solver:`` line names them only)."""
+    reasons = (report.get("plan") or {}).get("reasons") or {}
+    if not isinstance(reasons, dict) or not reasons:  # a report from before FitPlan: its one reason sentence
+        reasons = {"solver": report.get("solver_reason")} if report.get("solver_reason") else {}
+    return [f"  why {printable(key)}: {printable(' '.join(str(text).split()))}" for key, text in reasons.items()]
 
 
 def model_facts(model: Any) -> dict[str, Any]:
@@ -199,32 +225,63 @@ def held_out_centroid_accuracy(Z: np.ndarray, labels: np.ndarray) -> float:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
+    """The Quick-start job: sample data, a local cluster, a fit.  It leaves nothing behind unless ``--dir``.
+
+    Without ``--dir`` everything (data, K -- 369 MB at the default size --, the
+    model, the workers' scratch space) lives in one temporary directory removed
+    at the end, even after an error or Ctrl-C, and the demo says so and how much
+    it was.  With ``--dir`` the data, the store and the embedding plot stay
+    there and the demo says how large they are; the workers' scratch space is
+    still temporary.
+    """
+    with tempfile.TemporaryDirectory(prefix="dkpca-demo-", ignore_cleanup_errors=True) as scratch:
+        workdir = os.path.abspath(a.dir) if a.dir else scratch
+        os.makedirs(workdir, exist_ok=True)
+        model = _demo_fit(a, workdir, scratch)
+        size = _tree_bytes(workdir)
+        if a.dir:
+            print(f"kept in {workdir}: {_megabytes(size)} (sample data, Gram matrix, model); inspect it with: "
+                  f"dkpca info {model.store}")
+        else:
+            print(f"removed {workdir} ({_megabytes(size)}: sample data, Gram matrix, model); to keep them and an "
+                  "embedding plot, run: dkpca demo --dir DIR")
+    return 0
+
+
+def _demo_fit(a: argparse.Namespace, workdir: str, scratch: str) -> Any:
+    """Write the sample data into ``workdir``, fit it on a local cluster whose workers use ``scratch``; report."""
     import zarr
 
     from ..cluster import connected
     from ..pipeline import fit
-    from ..plot import new_figure, save_figure
     from ..storage import checksum_codecs
 
-    workdir = a.dir or tempfile.mkdtemp(prefix="dkpca-demo-")
-    os.makedirs(workdir, exist_ok=True)
     data = os.path.join(workdir, "shells.zarr")
     X, shell = make_demo_data(a.n_samples, return_labels=True)
     zarr.create_array(data, data=X, chunks=(4096, X.shape[1]), overwrite=True, compressors=checksum_codecs())
     print(f"sample data: {X.shape[0]} x {X.shape[1]} (three noisy shells) written to {data}")
     local = {"n_workers": a.workers} if a.workers else {}
-    # the cluster's one log line names the workers and the dashboard
-    with connected({"dkpca": {"cluster": {"backend": "local", "local": local}}}):
+    # the scheduler's and workers' scratch space (dask-scratch-space: lock files, spilled data) goes with the
+    # demo's temporary directory, not into the system's; the cluster's one log line names the dashboard
+    with connected({"dkpca": {"cluster": {"backend": "local", "local": local}}, "temporary-directory": scratch}):
         t = time.perf_counter()
         model = fit(data, n_components=a.n_components, kernel="rbf", gamma=0.5, overwrite=True,
                     random_state=0, progress=_progress(a))
         elapsed = time.perf_counter() - t
     print(model.summary())
-    print(f"fit took {elapsed:.2f}s; model and Gram matrix stored in {model.store}")
+    print(f"fit took {elapsed:.2f}s")
     q = min(2, model.n_components)
     kpca, raw = held_out_centroid_accuracy(model.embedding_[:, :q], shell), held_out_centroid_accuracy(X, shell)
     print(f"shells told apart: nearest-centroid accuracy {kpca:.1%} in kernel PCA components 1-{q} vs {raw:.1%} in "
           "the raw 10-D input (chance 33%; centroids fitted on half the points, scored on the other half)")
+    if a.dir:  # a plot is only worth writing where it is kept
+        _demo_plot(model, shell, workdir)
+    return model
+
+
+def _demo_plot(model: Any, shell: np.ndarray, workdir: str) -> None:
+    from ..plot import new_figure, save_figure
+
     try:
         fig = new_figure((6.4, 5.0))
     except ImportError:
@@ -232,8 +289,17 @@ def cmd_demo(a: argparse.Namespace) -> int:
     else:
         model.plot_embedding(c=shell, label="shell radius", ax=fig.add_subplot())
         print(f"embedding plot: {save_figure(fig, os.path.join(workdir, 'shells_embedding.png'))}")
-    print(f"inspect it later with: dkpca info {model.store}")
-    return 0
+
+
+def _tree_bytes(path: str) -> int:
+    """Bytes of the files under ``path`` (what the demo leaves, or removed)."""
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files
+               if not os.path.islink(os.path.join(root, f)))
+
+
+def _megabytes(n: int) -> str:
+    """As ``du -sh`` counts: MiB (KiB below one)."""
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
 #: subcommand -> what it does

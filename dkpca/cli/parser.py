@@ -22,7 +22,7 @@ from ..version import __version__
 from .errors import error_line
 
 __all__ = ["build_parser", "HelpFormatter", "Parser", "Option", "FIT_OPTIONS", "ARG_TYPES", "INPUT_HELP",
-           "n_components_arg", "positive_int", "config_arg"]
+           "n_components_arg", "positive_int", "config_arg", "log_args", "LOG_LEVELS"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -191,16 +191,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="write sample data to Zarr and fit it on a local Dask cluster",
                        description="Write three noisy shells in 10-D to Zarr, start a local Dask cluster, fit an "
-                                   "rbf kernel PCA and print the spectrum.")
-    d.add_argument("--dir", default=None, help="where to write the sample data (default: a new temporary directory)")
+                                   "rbf kernel PCA and print the spectrum. Without --dir nothing is left behind.")
+    d.add_argument("--dir", default=None,
+                   help="keep the sample data, its store and an embedding plot here (default: a temporary directory, "
+                        "removed when the demo ends)")
     d.add_argument("--n-samples", type=positive_int, default=12000, help="number of sample points")
     d.add_argument("--n-components", type=positive_int, default=8, help="number of components")
     d.add_argument("--workers", type=positive_int, default=None,
                    help="local worker processes (default: one per core)")
-    for p in (f, pl, i, t, d):
-        p.add_argument("--quiet", "-q", action="store_true",
-                       help="only errors: no progress, plan, dashboard link or warnings")
+    f.add_argument("--json", action="store_true",
+                   help="print the fitted model's summary as one JSON object on stdout (as 'dkpca info --json')")
+    for p in (f, pl, i, t, v, d):
+        log_args(p)
     return parser
+
+
+#: the levels ``--log-level`` takes (the logging module's names)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_args(p: argparse.ArgumentParser) -> None:
+    """How much goes to stderr: ``--quiet``, ``--verbose`` (repeatable) or ``--log-level``; one of them."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quiet", "-q", action="store_true",
+                   help="only errors: no progress, plan, dashboard link or warnings")
+    g.add_argument("--verbose", "-v", action="count", default=None,
+                   help="more on stderr: -v adds the reason for each decision of a fit (DEBUG) (default: none)")
+    g.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=None, metavar="LEVEL",
+                   help="level of the dkpca logger's messages on stderr: " + ", ".join(LOG_LEVELS)
+                        + " (default: INFO: the plan line, stages, passes, the dashboard link)")
 
 
 def cluster_args(p: argparse.ArgumentParser, starts: bool = True) -> None:

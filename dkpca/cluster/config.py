@@ -18,6 +18,8 @@ dkpca's own keys, all optional, live under ``dkpca.cluster``::
     adapt:    keyword arguments of cluster.adapt(), instead of scale
     workers:  workers to wait for before work starts (default 1)
     timeout:  how long to wait for them (default 10 minutes)
+
+Their defaults are in ``dkpca/dkpca.yaml`` (:mod:`dkpca.config`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from typing import Any
 import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
+
+from ..config import setting
 
 __all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec",
            "duration_seconds", "is_loopback", "is_scheduler_address", "k8s_quantity", "scheduler_address",
@@ -54,8 +58,6 @@ _CLASSES = {
 _SECTIONS = {"slurm": "jobqueue.slurm", "pbs": "jobqueue.pbs", "kubernetes": "kubernetes", "gateway": "gateway",
              "scheduler": "scheduler-address"}
 
-#: how long dkpca waits for workers unless told otherwise (a batch queue can be slow)
-DEFAULT_TIMEOUT = "600s"
 
 
 class ClusterConfigError(ValueError):
@@ -113,9 +115,10 @@ class ClusterSpec:
         with self.applied():
             return dask.config.get(key, default)
 
-    def dkpca(self, key: str, default: Any = None) -> Any:
-        """A ``dkpca.cluster.<key>`` value, checked to have the right shape."""
-        value = self.get(f"dkpca.cluster.{key}", default)
+    def dkpca(self, key: str) -> Any:
+        """A ``dkpca.cluster.<key>`` value (the file's, else the user's, else ``dkpca.yaml``'s), checked."""
+        with self.applied():
+            value = setting(f"dkpca.cluster.{key}")
         where = f"{self.source}: dkpca.cluster.{key}"
         if key in ("local", "scale", "adapt"):
             if value is None:

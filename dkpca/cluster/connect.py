@@ -32,8 +32,8 @@ from distributed import Client, LocalCluster
 from distributed.core import Status
 from distributed.deploy.spec import ProcessInterface
 
+from ..config import setting
 from .config import (
-    DEFAULT_TIMEOUT,
     ClusterConfigError,
     ClusterError,
     ClusterSpec,
@@ -47,6 +47,7 @@ from .config import (
 )
 from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
 from .security import TLSOnlyNanny, batch_security, run_security, tls_only_worker_args
+from .spawning import quiet_interrupts, starting_workers
 
 __all__ = ["connect", "close", "connected", "is_scheduler_address"]
 
@@ -96,10 +97,10 @@ def _wait_for_workers(client: Client, spec: ClusterSpec | None, timeout: float |
 
 
 def _await_workers(client: Client, spec: ClusterSpec | None, timeout: float | None, what: str) -> None:
-    n = spec.dkpca("workers", 1) if spec is not None else 1
+    n = spec.dkpca("workers") if spec is not None else 1  # a running scheduler: one worker to start with
     if timeout is None:
-        timeout = spec.dkpca("timeout", DEFAULT_TIMEOUT) if spec is not None else duration_seconds(
-            dask.config.get("dkpca.cluster.timeout", DEFAULT_TIMEOUT), "Dask setting dkpca.cluster.timeout")
+        timeout = spec.dkpca("timeout") if spec is not None else duration_seconds(
+            setting("dkpca.cluster.timeout"), "Dask setting dkpca.cluster.timeout")
     try:
         client.wait_for_workers(n, timeout=timeout)
     except TimeoutError:
@@ -145,7 +146,7 @@ def _start_local(spec: ClusterSpec) -> Any:
     kw["security"] = run_security()
     if kw["processes"]:  # (threads in this process: no worker ports at all)
         kw.setdefault("worker_class", TLSOnlyNanny)  # workers listen on their TLS port only
-    with dask.config.set(local_housekeeping()):
+    with dask.config.set(local_housekeeping()), starting_workers() if kw["processes"] else contextlib.nullcontext():
         return LocalCluster(**kw)
 
 
@@ -251,6 +252,8 @@ def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | No
             direct = True if spec.backend == "local" else None
             client = Client(cluster, set_as_default=True, direct_to_workers=direct)
         _wait_for_workers(client, spec, timeout, what)
+        if spec.backend == "local":  # its workers write to this terminal: a Ctrl-C leaves only dkpca's line
+            quiet_interrupts(client)
     except BaseException:
         cluster.close()
         raise

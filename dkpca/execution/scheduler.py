@@ -12,6 +12,7 @@ from typing import Any
 import dask
 from distributed import default_client
 
+from ..config import setting
 from .watch import SchedulerLostError, asking, scheduler_address
 
 __all__ = ["active_client", "config_switch", "local_thread_count", "n_workers_threads"]
@@ -40,7 +41,7 @@ def config_switch(key: str) -> bool | None:
     case), as a YAML file or a ``DASK_DKPCA__...`` environment variable gives
     them; anything else is refused, naming the key, rather than read as ``auto``.
     """
-    value = dask.config.get(key, "auto")
+    value = setting(key)  # its default (auto) is in dkpca/dkpca.yaml
     if isinstance(value, bool):
         return value
     word = str(value).strip().lower()

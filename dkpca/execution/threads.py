@@ -21,9 +21,10 @@ from dask.local import MultiprocessingPoolExecutor
 from dask.threaded import ContextAwareThreadPoolExecutor
 from threadpoolctl import ThreadpoolController
 
+from ..linalg import RowBlocks
 from .scheduler import local_thread_count
 
-__all__ = ["Joined", "kept_pool", "local_threads", "serial_blas"]
+__all__ = ["Joined", "kept_pool", "local_threads", "serial_blas", "row_blocks"]
 
 
 def serial_blas() -> contextlib.AbstractContextManager:
@@ -41,6 +42,19 @@ def serial_blas() -> contextlib.AbstractContextManager:
     up to ``dkpca.planning.decision.SERIAL_ALGEBRA_MAX_WIDTH`` columns.
     """
     return _blas_controller().limit(limits=1, user_api="blas")
+
+
+def row_blocks() -> RowBlocks:
+    """A solver's tall-skinny algebra split by rows over this process's kept pool, where BLAS is on one thread.
+
+    Under :func:`serial_blas` (narrow blocks) that algebra ran on one core
+    while the others idled between passes; its row blocks run on all of them,
+    each a single-threaded GEMM.  Where BLAS has threads of its own (wide
+    blocks) it splits the GEMMs itself, and this is one call each.
+    """
+    threads = local_thread_count()
+    blas = max((lib["num_threads"] for lib in _blas_controller().select(user_api="blas").info()), default=1)
+    return RowBlocks(kept_pool(threads).map if threads > 1 and blas == 1 else None, threads)
 
 
 @functools.cache

@@ -19,20 +19,19 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import dask
 from dask.utils import parse_timedelta
 from distributed.utils import CancelledError
 
-__all__ = ["LostComputationError", "SchedulerLostError", "StalledComputationError", "Watch", "asking", "gone",
-           "scheduler_address", "STALL_TIMEOUT", "NO_WORKER_TIMEOUT"]
+from ..config import setting
 
-#: how long results may be due while the cluster's workers run nothing before the computation is
-#: called lost (Dask setting ``dkpca.cluster.stall-timeout``): the scheduler hands a ready task to an
-#: idle worker at once, so a long idle spell means nothing will run it
-STALL_TIMEOUT = "30s"
-#: how long results may be due with no running worker at all (Dask setting ``dkpca.cluster.timeout``,
-#: the wait for workers; its default is ``cluster.config.DEFAULT_TIMEOUT``): batch workers may queue
-NO_WORKER_TIMEOUT = "600s"
+__all__ = ["LostComputationError", "SchedulerLostError", "StalledComputationError", "Watch", "asking", "gone",
+           "scheduler_address"]
+
+#: how long results may be due before the computation is called lost (defaults in ``dkpca/dkpca.yaml``):
+#: while the cluster's workers run nothing, ``dkpca.cluster.stall-timeout`` (30 s: the scheduler hands a
+#: ready task to an idle worker at once, so a long idle spell means nothing will run it); with no running
+#: worker at all, ``dkpca.cluster.timeout``, the wait for workers (10 minutes: batch workers may queue)
+_LIMITS = ("dkpca.cluster.stall-timeout", "dkpca.cluster.timeout")
 #: seconds between two looks at the scheduler while results are due
 _PROBE = 2.0
 
@@ -114,8 +113,7 @@ class Watch:
         self._thread.join(timeout=1.0)  # at worst inside one scheduler call; it then cancels nothing
 
     def _run(self) -> None:
-        limits = {key: parse_timedelta(dask.config.get(key, default)) for key, default in
-                  (("dkpca.cluster.stall-timeout", STALL_TIMEOUT), ("dkpca.cluster.timeout", NO_WORKER_TIMEOUT))}
+        limits = {key: parse_timedelta(setting(key)) for key in _LIMITS}
         since: dict[str, float] = {}
         while not self._stop.wait(_PROBE):
             due = [f for f in self.futures if f.status in ("pending", "lost")]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from ..linalg import default_block_size
 from ..storage import absolute, is_url
 from ..storage.outputs import check_readable
 
-__all__ = ["READABLE", "open_path", "split_member", "input_path"]
+__all__ = ["READABLE", "RowIndexWarning", "open_path", "split_member", "input_path"]
 
 #: what dkpca reads, for messages about inputs it cannot read
 READABLE = ("Zarr (a directory or URL), NumPy .npy, HDF5 'file.h5:/dataset', netCDF and other xarray-readable "
@@ -260,6 +261,30 @@ def _open_xarray(path: str, member: str | None, source: str) -> Any:
     return var.chunk({var.dims[0]: default_block_size(var.shape[0]), var.dims[1]: -1}).data
 
 
+class RowIndexWarning(UserWarning):
+    """A CSV's first column is an unnamed row index (pandas' ``to_csv`` writes one): it would be fitted as a feature."""
+
+
+def _check_row_index(df: Any, source: str) -> None:
+    """Warn (:class:`RowIndexWarning`) when the first column has no name and counts 0, 1, 2, ... (its first block).
+
+    ``DataFrame.to_csv(path)`` writes the index as a first column headed by
+    nothing, which readers name ``Unnamed: 0``; fitted, it becomes a feature
+    that grows with the row number and outweighs the data.  Only the first
+    block of rows is read (an unnamed first column is rare; the values are
+    the evidence).
+    """
+    name = str(df.columns[0])
+    if name.strip() and name != "Unnamed: 0":
+        return
+    values = np.asarray(df.get_partition(0)[df.columns[0]].compute(scheduler="sync"), dtype=np.float64)
+    if values.size > 1 and np.array_equal(values, np.arange(values.size)):
+        warnings.warn(f"input {source!r}: the first column has no name and counts 0, 1, 2, ...: a row index (as "
+                      "pandas' DataFrame.to_csv writes one), which would be fitted as a feature. Write the file with "
+                      "to_csv(path, index=False), or drop the column: pandas.read_csv(path, index_col=0) and fit "
+                      "its values.", RowIndexWarning, stacklevel=2)
+
+
 def _has_header(path: str) -> bool:
     """Whether a CSV's first line names its columns (a line of numbers is data)."""
     with fsspec.open(path, "rt") as f:
@@ -293,6 +318,8 @@ def _open_table(path: str, member: str | None, source: str) -> Any:
         # dtypes were inferred from the first rows; a later float in an int column must not fail the read
         numbers = {c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)}
         df = dd.read_csv(path, header=header, dtype=numbers)
+        if header == 0:
+            _check_row_index(df, source)
     plain = all(isinstance(t, np.dtype) for t in df.dtypes)
     common = np.result_type(*df.dtypes) if plain else np.dtype(np.float64)  # nullable types: NA -> NaN
     # lengths=True counts the rows of each partition (one read): the row chunks must be known

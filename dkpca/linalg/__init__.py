@@ -39,6 +39,7 @@ from .products import (
     touched_rows,
     tree_sum,
 )
+from .rowblocks import RowBlocks
 from .taskgraph import TaskGraph
 from .workspace import retire, scratch
 
@@ -48,4 +49,4 @@ __all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", 
            "n_blocks", "pair_weights", "pass_cost", "pass_tasks", "product_strip_rows", "rows_per_block", "task_memory",
            "upper_pairs", "add", "add_outputs", "block_products", "as_dense", "dense_rows", "kernel_product",
            "scatter_sum", "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire",
-           "kernel_matrix", "matrix_product", "TaskGraph", "cholesky_qr"]
+           "kernel_matrix", "matrix_product", "TaskGraph", "cholesky_qr", "RowBlocks"]

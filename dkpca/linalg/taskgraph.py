@@ -51,7 +51,8 @@ class TaskGraph:
     """
 
     def __init__(self, name: str, inputs: Sequence[Any] = ()) -> None:
-        self.name = f"{name}-{uuid.uuid4().hex}"
+        self.prefix, self.token = name, uuid.uuid4().hex
+        self.name = f"{name}-{self.token}"
         inputs = list(inputs)
         self._graph = HighLevelGraph.merge(*(c.__dask_graph__() for c in inputs)) if inputs else None
         self._input_layers = set(self._graph.layers) if self._graph is not None else set()
@@ -95,14 +96,16 @@ class TaskGraph:
     # -- internals ----------------------------------------------------------
     def _key(self, label: str) -> tuple[str, int]:
         self._count += 1
-        return (f"{label}-{self.name}", self._count)
+        # the graph's name first: the dashboard groups tasks by the key's words before the hex token
+        # ("dkpca-pass-group_products") and cuts long names, so dkpca's stage stays readable
+        return (f"{self.prefix}-{label}-{self.token}", self._count)
 
     def _add(self, label: str, key: Any, node: GraphNode) -> None:
         # One layer per function and annotations: layers must form a DAG
         # (culling walks them in order), and a function's tasks only ever
         # depend on earlier functions' or on their own (tree sums).
         annotations = dask.get_annotations()
-        layer = f"{label}-{self.name}-{_annotation_label(annotations)}"
+        layer = f"{self.prefix}-{label}-{self.token}-{_annotation_label(annotations)}"
         if layer not in self._layers:
             self._layers[layer], self._annotations[layer], self._deps[layer] = {}, dict(annotations), set()
         self._layers[layer][key] = node

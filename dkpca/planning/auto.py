@@ -17,12 +17,13 @@ import psutil
 from ..execution import n_workers_threads
 from ..solvers import subspace_width
 from ..solvers.fraction import DEFAULT_MAX_PASSES
-from ..solvers.randomized import block_size
+from ..solvers.randomized import iteration_width
 from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
 from .compiledexp import COMPILED_EXP_MIN_ENTRIES, use_compiled_exp
-from .estimate import EntryRates, estimate
+from .estimate import EntryRates
 from .measure import estimate_passes, lanczos_passes, measure_blocks
+from .modes import cheapest
 from .precision import Precision, choose_precision, requested_dtype
 
 __all__ = ["Choice", "choose", "use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "DENSE_MAX_N", "DENSE_K_SHARE",
@@ -41,7 +42,8 @@ DENSE_MAX_N = 200
 #: start (``nystrom.START_MIN_N``), most of them in single precision.  Solve
 #: time, Lanczos vs randomized, one script each: n = 10,000: 0.85-0.89 s
 #: (4 passes) vs 0.94-0.95 s (6); 20,000: 3.2-3.3 s vs 2.3-2.7 s (5);
-#: 40,000: 12.2 s vs 9.5 s.
+#: 40,000: 12.2 s vs 9.5 s.  Only where K is not measured (up to ``SMALL_GRAM_BYTES``); a larger one weighs
+#: both solvers (:mod:`dkpca.planning.modes`; issue 40: at 40,000 stored Lanczos 7.0 s, randomized 10.0 s).
 SINGLE_PASSES_MIN_N = 20_000
 
 #: share of the spectrum (k / n) from which the dense eigh beats the
@@ -173,10 +175,14 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
           fewer passes than subspace iteration for the same accuracy -- else
           ``randomized`` (O(n l) memory).  ``auto`` never picks the
           approximate ``nystrom``: ask for it;
-        * but ``randomized`` instead of ``lanczos`` where K is stored in
+        * where K is large enough to measure (below), ``lanczos`` and
+          ``randomized`` are both weighed: expected passes x cost per pass
+          (subspace iteration's early passes in single precision), the
+          faster wins (:func:`~dkpca.planning.modes.cheapest`);
+        * else ``randomized`` instead of ``lanczos`` where K is stored in
           float32 and n reaches ``SINGLE_PASSES_MIN_N``: from the Nystroem
-          start its early passes run in single precision (half a float64
-          pass), which Lanczos's products cannot.
+          start its early passes run in single precision, which Lanczos's
+          products cannot.
     gram
         * ``nystrom`` never reads K: ``recompute`` (no Gram store);
         * ``temporary`` (in-memory input without ``store=``: the store would
@@ -191,12 +197,15 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
           repeated fits agree bit for bit -- the two modes differ by rounding);
         * else the measured cost of one kernel block, one block write, one
           block read and one block product on this machine (``dkpca.plan``'s
-          measurement of the first rows of X) gives the time of a stored fit
+          measurement of the first rows of X), times the threads, against
+          what the store's filesystem takes from all of them at once (its
+          write and read bandwidth, measured) gives the time of a stored fit
           (build + (P - 1) passes: the first product is fused into the build)
           and of a matrix-free one (P passes, the first fused with the
-          centering pass); the cheaper wins.  P is estimated from the spectrum
-          of a 1000-point subsample (``dkpca.plan``) for subspace iteration
-          and converted for block Lanczos (:func:`lanczos_passes`).
+          centering pass); the cheaper wins (with ``solver="auto"``, of
+          both solvers: :mod:`dkpca.planning.modes`).  P is estimated from the
+          spectrum of a 1000-point subsample (``dkpca.plan``) for subspace
+          iteration and converted for block Lanczos (:func:`lanczos_passes`).
 
     Parameters
     ----------
@@ -265,10 +274,16 @@ def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: A
     name, solver_why = solver_rule(n, k, solver, memory=memory, memory_bytes=memory_bytes, fraction=fraction)
     if memory_bytes is not None:
         details["memory_bytes"] = memory_bytes
-    mode, why = gram_rule(n, k, name, gram, memory=memory, k_memory=k_memory, X=X, kernel=kernel, dtype=dtype,
-                          block=block, store=store, tol=tol, max_passes=max_passes, free_bytes=free_bytes,
-                          measured=measured, workers=workers, details=details)
-    if solver == "auto":
+    # solver="auto": where measured rates decide, both iterative solvers are weighed (the Krylov basis fits)
+    weighed = ("lanczos", "randomized") if solver == "auto" and name == "lanczos" else (name,)
+    mode, why, picked = gram_rule(n, k, name, gram, memory=memory, k_memory=k_memory, X=X, kernel=kernel,
+                                  dtype=dtype, block=block, store=store, tol=tol, max_passes=max_passes,
+                                  free_bytes=free_bytes, measured=measured, workers=workers, details=details,
+                                  solvers=weighed)
+    why_measured = details.pop("modes_reason", None)
+    if why_measured and len(weighed) > 1:  # both solvers measured: the faster, the reason its figures
+        name, solver_why = picked, f"measured: {why_measured}"
+    elif solver == "auto":
         name, solver_why = single_precision_rule(n, name, mode, dtype, solver_why)
     compiled, details["exp"] = use_compiled_exp(n, name, mode, details.get("expected_passes"), workers)
     return Choice(name, mode, f"solver={name}: {solver_why}; gram={mode}: {why}", details, compiled,
@@ -306,19 +321,21 @@ def single_precision_rule(n: int, name: str, mode: str, dtype: Any, why: str) ->
 
 def gram_rule(n: int, k: int, name: str, gram: str, *, memory: bool, k_memory: int, X, kernel, dtype: Any,
               block: int | None, store: str | None, tol: float, max_passes: int, free_bytes: int | None,
-              measured: dict[str, float] | None, workers: int | None,
-              details: dict[str, Any]) -> tuple[str, str]:
-    """``(mode, reason)``: the Gram mode asked for, else (``auto``) the rules of :func:`choose` for ``name``."""
-    if gram != "auto":
+              measured: dict[str, float] | None, workers: int | None, details: dict[str, Any],
+              solvers: tuple[str, ...] = ()) -> tuple[str, str, str]:
+    """``(mode, reason, solver)``: the Gram mode asked for, else (``auto``) the rules of :func:`choose` for ``name``;
+    ``solvers`` are weighed where measured rates decide (``solver``: the one picked, else ``name``)."""
+    weigh = len(solvers) > 1 and gram in ("auto", "store", "recompute")
+    if gram != "auto" and not weigh:
         return gram, ("ARPACK takes one pass per one-vector product: only with K in memory"
-                      if name == "arpack" else "requested")
+                      if name == "arpack" else "requested"), name
     if name == "nystrom":
-        return "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K"
+        return "recompute", "the Nystroem solver evaluates only n x m kernel slices and never reads K", name
     if memory:
         return "memory", (f"the input is in memory and its store temporary (nothing to reuse or resume), and "
                           f"K ({k_memory / 1e6:.0f} MB in {np.dtype(dtype).name}) fits in memory: evaluated once, "
-                          "no store")
-    ell = block_size(n, k)
+                          "no store"), name
+    ell = iteration_width(n, k)
     blk = min(block or n, n)
     d = int(X.shape[1]) if X is not None else 0
     need = fit_footprint(n, d, blk, dtype, ell, np.dtype(X.dtype).itemsize if X is not None else 8)
@@ -327,41 +344,53 @@ def gram_rule(n: int, k: int, name: str, gram: str, *, memory: bool, k_memory: i
     if free_bytes is None and store is not None:
         free_bytes = storage_free_bytes(str(store))
     details["free_bytes"] = free_bytes
-    if free_bytes is not None and need > 0.9 * free_bytes:
-        return "recompute", (f"a stored fit needs {need / 1e9:.2f} GB on disk but only {free_bytes / 1e9:.2f} GB "
-                             "is free at the store: kernel blocks are re-evaluated every pass")
-    if name == "dense":
-        return "store", "the dense solver reads K once; storing it lets a refit reuse it"
-    if k_bytes <= SMALL_GRAM_BYTES:
+    grams = [gram] if gram != "auto" else ["store", "recompute"]
+    if gram == "auto" and free_bytes is not None and need > 0.9 * free_bytes:
+        grams = ["recompute"]
+        why = (f"a stored fit needs {need / 1e9:.2f} GB on disk but only {free_bytes / 1e9:.2f} GB "
+               "is free at the store: kernel blocks are re-evaluated every pass")
+        if not weigh:
+            return "recompute", why, name
+    elif name == "dense" or k_bytes <= SMALL_GRAM_BYTES:
+        if gram != "auto":
+            return gram, "requested", name
+        if name == "dense":
+            return "store", "the dense solver reads K once; storing it lets a refit reuse it", name
         return "store", (f"K is small ({k_bytes / 1e6:.0f} MB <= {SMALL_GRAM_BYTES / 1e6:.0f} MB): stored once, "
-                         "read from the page cache, reusable by a refit")
-    return compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers, details)
+                         "read from the page cache, reusable by a refit"), name
+    else:
+        why = ""
+    mode, fig, picked = compare_modes(n, k, solvers or (name,), grams, ell, blk, dtype, X, kernel, store, tol,
+                                      max_passes, measured, workers, details)
+    return mode, (why or fig) if gram == "auto" else "requested", picked
 
 
-def compare_modes(n, k, name, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers, details):
-    """(mode, reason) from measured per-block costs and the estimated passes."""
+def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers,
+                  details) -> tuple[str, str, str]:
+    """``(mode, reason, solver)``: the fastest of ``solvers`` x ``grams`` from measured rates and expected passes."""
     if measured is None:
         if X is None or kernel is None:
-            return "store", "no data to measure a pass on; storing K (the default)"
+            return grams[0], "no data to measure a pass on; storing K (the default)", solvers[0]
         measured = dict(measure_blocks(X, kernel, blk, np.dtype(dtype), ell, store))
         measured["passes"], _ = estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")
     if workers is None:
         workers = max(1, n_workers_threads())
     p = int(measured.get("passes", max_passes))
-    if name == "lanczos":
-        p = lanczos_passes(p, tol, max_passes)
-    # The plan's own cost model (planning.estimate); the scheduler's time is left out (task_seconds=0):
-    # both modes run graphs of the same shape, so it does not decide between them.
-    kw = dict(itemsize=np.dtype(dtype).itemsize, concurrency=workers, rates=EntryRates.measured(measured, blk),
-              task_seconds=0.0)
-    build_cost, store_pass = estimate(n, blk, gram="store", **kw)
-    build, pass_store = build_cost.seconds, store_pass.seconds
-    pass_recompute = estimate(n, blk, gram="recompute", **kw)[1].seconds
-    t_store = build + max(0, p - 1) * pass_store
-    t_recompute = p * pass_recompute
-    details.update({"measured": {key: float(v) for key, v in measured.items()}, "expected_passes": p,
-                    "workers": workers, "seconds_per_pass": {"store": pass_store, "recompute": pass_recompute},
-                    "build_seconds": build, "estimated_seconds": {"store": t_store, "recompute": t_recompute}})
-    fig = (f"measured pass {pass_store:.3g} s stored (after a {build:.3g} s build) vs {pass_recompute:.3g} s "
-           f"recomputed; ~{p} passes: {t_store:.3g} s vs {t_recompute:.3g} s")
-    return ("store", fig) if t_store <= t_recompute else ("recompute", fig)
+    passes = {"randomized": p, "lanczos": lanczos_passes(p, tol, max_passes)}
+    rates = EntryRates.measured(measured, blk)
+    best, costs = cheapest(n, blk, solvers=list(solvers), grams=list(grams), passes=passes, tol=tol,
+                           itemsize=np.dtype(dtype).itemsize, concurrency=workers, rates=rates)
+    mine = {c.gram: c for c in costs if c.solver == best.solver}
+    details.update({"measured": {key: float(v) for key, v in measured.items()}, "expected_passes": best.passes,
+                    "workers": workers, "bound": best.bound,
+                    "seconds_per_pass": {g: c.sweep.seconds for g, c in mine.items()},
+                    "build_seconds": mine["store"].build.seconds if "store" in mine else None,
+                    "estimated_seconds": {g: c.seconds for g, c in mine.items()},
+                    "modes": {c.label: c.seconds for c in costs}})
+    details["modes_reason"] = (f"{best.solver} ~{best.passes} passes, {best.seconds:.3g} s estimated, is the fastest "
+                               "of " + ", ".join(f"{c.label} {c.seconds:.3g} s ({c.passes} passes)" for c in costs))
+    fig = (f"measured pass {best.sweep.seconds:.3g} s {best.gram}d"
+           + (f" (after a {best.build.seconds:.3g} s build)" if best.build is not None else "")
+           + f", bound by the {best.bound}, {workers} threads; ~{best.passes} passes: "
+           + ", ".join(f"{g} {c.seconds:.3g} s" for g, c in mine.items()))
+    return best.gram, fig, best.solver

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..grammode import GramMode
 from ..request import FitRequest
-from ..solvers import Solver, nystrom, subspace_width
+from ..solvers import Solver, SolverSpec, nystrom, subspace_width
 from ..solvers.fraction import working_k
 from ..storage import GramStore
 from .auto import choose
@@ -74,6 +74,7 @@ class FitPlan:
     Attributes
     ----------
     solver : Solver
+        Its capabilities: :attr:`spec`.
     gram : GramMode
     tile : int
         The Gram tile edge (square tiles of K; the row chunks of X); ``"block"`` in :meth:`to_dict`.
@@ -109,6 +110,11 @@ class FitPlan:
     fraction: float | None
     reasons: dict[str, str] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> SolverSpec:
+        """The solver's declared capabilities (:class:`~dkpca.solvers.SolverSpec`): what the fit reads."""
+        return self.solver.spec
 
     @property
     def dtype(self) -> np.dtype:
@@ -148,7 +154,7 @@ def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = No
     solver, gram = Solver.parse(c.solver), GramMode(c.gram)
     # a fraction's first round: all n for the dense solver (one eigh), else the request's working k
     k = working_k(req.n, solver) if req.fraction is not None else req.n_components
-    start = start_policy(solver, req.n, k) if solver.iterative and gram is not GramMode.MEMORY else None
+    start = start_policy(solver, req.n, k) if solver.spec.takes_start and gram is not GramMode.MEMORY else None
     precision = c.precision
     reasons = {"solver": c.reasons[0], "gram": c.reasons[1], "dtype": precision.reason,
                "start": start.reason if start is not None else "no start block", "exp": c.details.get("exp", "")}

@@ -94,10 +94,14 @@ WORKER_MEMORY_FRACTION = 0.8
 
 @dataclass(frozen=True)
 class EntryRates:
-    """One thread's seconds per block entry for each step of a fit, and where they come from.
+    """One thread's seconds per block entry for each step of a fit, the filesystem's rates, and their source.
 
     ``source`` is ``"measured"`` (with ``edge``, the block edge timed) or
-    ``"documented"`` (the module's constants).
+    ``"documented"`` (the module's constants).  ``single``: a single-precision
+    product's (None: half of ``product``, what its GEMM costs).
+    ``write_bandwidth``/``read_bandwidth``: bytes/s the store's filesystem
+    takes from all the tasks at once (:func:`~dkpca.planning.measure.disk_bandwidth`;
+    None: it keeps up), which bound a build and a pass whatever the cores.
     """
 
     kernel: float
@@ -106,13 +110,18 @@ class EntryRates:
     product: float
     source: str
     edge: int = 0
+    single: float | None = None
+    write_bandwidth: float | None = None
+    read_bandwidth: float | None = None
 
     @classmethod
     def measured(cls, m: dict[str, float], block: int) -> EntryRates:
         """From :func:`dkpca.planning.measure_blocks`'s seconds per ``block x block`` block."""
         e = float(block) * block
+        single = m.get("product_single_block")
         return cls(m["kernel_block"] / e, m["write_block"] / e, m["read_block"] / e, m["product_block"] / e,
-                   "measured", int(m.get("edge", block)))
+                   "measured", int(m.get("edge", block)), None if single is None else single / e,
+                   m.get("write_bandwidth"), m.get("read_bandwidth"))
 
     @classmethod
     def documented(cls, kernel: Kernel, d: int) -> EntryRates:
@@ -123,12 +132,21 @@ class EntryRates:
     def per_block(self, block: int) -> dict[str, float]:
         """Seconds per ``block x block`` block, as :func:`~dkpca.planning.measure_blocks` reports them."""
         e = float(block) * block
-        return {"edge": self.edge or block, "kernel_block": self.kernel * e, "write_block": self.write * e,
-                "read_block": self.read * e, "product_block": self.product * e}
+        out = {"edge": self.edge or block, "kernel_block": self.kernel * e, "write_block": self.write * e,
+               "read_block": self.read * e, "product_block": self.product * e,
+               "product_single_block": self.single_product * e}
+        out.update({key: v for key, v in (("write_bandwidth", self.write_bandwidth),
+                                          ("read_bandwidth", self.read_bandwidth)) if v is not None})
+        return out
 
-    def pass_entry(self, gram: str) -> float:
+    @property
+    def single_product(self) -> float:
+        return self.product / 2 if self.single is None else self.single
+
+    def pass_entry(self, gram: str, single: bool = False) -> float:
         """Per entry of a pass: read and multiply a stored block, or evaluate and multiply it."""
-        return self.read + self.product if gram == "store" else self.kernel + self.product
+        product = self.single_product if single else self.product
+        return self.read + product if gram == "store" else self.kernel + product
 
     @property
     def build_entry(self) -> float:
@@ -137,18 +155,23 @@ class EntryRates:
 
 def estimate(n: int, block: int, *, gram: str, itemsize: int, concurrency: int, rates: EntryRates,
              fs_bandwidth: float | None = None, task_seconds: float = SCHEDULER_SECONDS_PER_TASK,
-             distributed: bool = True) -> tuple[PassCost | None, PassCost]:
+             distributed: bool = True, single: bool = False) -> tuple[PassCost | None, PassCost]:
     """``(build, pass)`` at ``block``: the build is None when K is not stored (``gram="recompute"``).
 
     ``distributed``: a pass's blocks run as one task per worker thread
     (``concurrency`` of them); the build always runs one task per block.
+    The build's bytes go at ``fs_bandwidth`` (an assumed aggregate, e.g. a
+    cluster's filesystem) where one is given, else at the measured
+    ``rates.write_bandwidth`` (this machine's), a pass's at it or
+    ``rates.read_bandwidth``.  ``single``: a single-precision pass.
     """
     stored = gram == "store"
-    kw = dict(concurrency=concurrency, task_seconds=task_seconds, bandwidth=fs_bandwidth,
-              bytes_per_entry=itemsize if stored else 0.0)
-    build = pass_cost(n, block, entry_seconds=rates.build_entry, **kw) if stored else None
-    return build, pass_cost(n, block, entry_seconds=rates.pass_entry(gram), shares=concurrency if distributed else None,
-                            **kw)
+    kw = dict(concurrency=concurrency, task_seconds=task_seconds, bytes_per_entry=itemsize if stored else 0.0)
+    build = pass_cost(n, block, entry_seconds=rates.build_entry,
+                      bandwidth=fs_bandwidth or rates.write_bandwidth, **kw) if stored else None
+    return build, pass_cost(n, block, entry_seconds=rates.pass_entry(gram, single),
+                            shares=concurrency if distributed else None,
+                            bandwidth=fs_bandwidth or rates.read_bandwidth, **kw)
 
 
 def choose_block(n: int, *, d: int, ell: int, itemsize: int, gram: str, resources: dict[str, Any],

@@ -2,7 +2,10 @@
 
 * :func:`measure_blocks` times one kernel block of the real data (first rows
   of X), one block write and read through the Gram build's and the
-  operator's own chunk I/O on the store's filesystem, and one block product;
+  operator's own chunk I/O on the store's filesystem, and one block product
+  (in float64 accumulation and in single precision); and what the store's
+  filesystem takes from all the threads at once (:func:`disk_bandwidth`): a
+  build's writes and a pass's reads are bound by it, whatever the cores;
 * :func:`estimate_passes` estimates the passes over K from the spectrum of a
   small random subsample: subspace iteration's residuals shrink roughly like
   ``(lambda_{l+1} / lambda_k)^p`` per pass ``p`` (Halko et al. 2011, sec. 9);
@@ -14,21 +17,25 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import scipy.linalg
 
-from ..execution import compute
+from ..execution import compute, n_workers_threads, serial_blas
 from ..kernels import Kernel
 from ..linalg import Centering, block_products
 from ..storage import ChunkReader, ChunkWriter, probe_array
 
-__all__ = ["measure_blocks", "estimate_passes", "lanczos_passes", "dense_solve_seconds", "MAX_MEASURE_EDGE",
-           "SPECTRUM_SAMPLE", "DENSE_SAMPLE"]
+__all__ = ["measure_blocks", "disk_bandwidth", "rates_line", "estimate_passes", "lanczos_passes", "dense_solve_seconds",
+           "MAX_MEASURE_EDGE", "BANDWIDTH_EDGE", "SPECTRUM_SAMPLE", "DENSE_SAMPLE"]
 
 #: blocks larger than this are measured at this edge and scaled (entries ~ edge^2)
 MAX_MEASURE_EDGE = 4096
+#: edge of the chunk each thread writes and reads at once to measure the filesystem's aggregate rate
+#: (:func:`disk_bandwidth`): 16 MB in float32, 0.26 GB from 16 threads
+BANDWIDTH_EDGE = 2048
 #: subsample size for the spectrum estimate (an m x m dense eigh: ~0.2 s)
 SPECTRUM_SAMPLE = 1000
 #: edge of the symmetric matrix whose eigh is timed to estimate the dense solver (out of cache, ~0.1 s)
@@ -46,16 +53,29 @@ def _best_time(f: Any, repeat: int = 2) -> float:
 
 def measure_blocks(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int,
                    store: str | None) -> dict[str, float]:
-    """Seconds per ``block x block`` block, one thread: kernel, write, read, product (and the measured edge)."""
+    """Seconds per ``block x block`` block, one thread: kernel, write, read, product (float64 accumulation and
+    single precision), and the measured edge; with :func:`disk_bandwidth`'s aggregate write and read rates
+    (bytes/s) of the tasks that run at once, for blocks of at least :data:`BANDWIDTH_EDGE`."""
     n = X.shape[0]
     edge = min(block, MAX_MEASURE_EDGE, n)
     rows = compute(X[: min(n, 2 * edge)])[0]
+    # one thread's rates, as a block task runs (BLAS on one thread): the plan multiplies them by the
+    # threads, and a GEMM timed on all of them would count the cores twice
+    with serial_blas():
+        return _time_blocks(rows, kernel, block, edge, dtype, ell, store)
+
+
+def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype: np.dtype, ell: int,
+                 store: str | None) -> dict[str, float]:
+    """:func:`measure_blocks`' timings on the first ``2 edge`` rows of X."""
     XI = np.ascontiguousarray(rows[:edge])
     XJ = np.ascontiguousarray(rows[-edge:]) if rows.shape[0] >= 2 * edge else XI
     out = np.empty((edge, XJ.shape[0]), dtype=dtype)
     t_kernel = _best_time(lambda: kernel.block(XI, XJ, dtype, out=out))
     V = np.random.default_rng(0).standard_normal((out.shape[1], ell))
     t_prod = _best_time(lambda: block_products(out, V[: out.shape[0]], V, True))
+    V32 = V.astype(np.float32)  # a single-precision pass (the randomized solver's early ones)
+    t_single = _best_time(lambda: block_products(out, V32[: out.shape[0]], V32, True))
     # The scratch array goes next to the store (same filesystem) when possible.
     parent = os.path.dirname(os.path.abspath(store)) if store and "://" not in store else None
     while parent and not os.path.isdir(parent):
@@ -66,9 +86,63 @@ def measure_blocks(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int
         writer, reader = ChunkWriter.of(path, z), ChunkReader.of(path, z)
         t_write = _best_time(lambda: writer.write((0, 0), out))
         t_read = _best_time(lambda: reader.read(0, 0, out.shape))
+        # a chunk of a few MB measures the files' fixed costs, not a bandwidth: small K is not bound by it.
+        # At most this machine's cores write at once: a cluster's aggregate over many nodes is not
+        # measured here (``fs_bandwidth``, an assumption, replaces it in the plan).
+        threads = min(n_workers_threads(), os.cpu_count() or 1)
+        rates = dict(zip(("write_bandwidth", "read_bandwidth"), disk_bandwidth(tmp, out, threads),
+                         strict=True)) if edge >= BANDWIDTH_EDGE else {}
     scale = (block / edge) ** 2
     return {"edge": edge, "kernel_block": t_kernel * scale, "write_block": t_write * scale,
-            "read_block": t_read * scale, "product_block": t_prod * scale}
+            "read_block": t_read * scale, "product_block": t_prod * scale, "product_single_block": t_single * scale,
+            **rates}
+
+
+def disk_bandwidth(directory: str, block: np.ndarray, threads: int,
+                   edge: int = BANDWIDTH_EDGE) -> tuple[float, float]:
+    """``(write, read)`` bytes/s of ``threads`` chunks written at once under ``directory``, then read at once.
+
+    Each thread writes one chunk of ``edge`` x ``edge`` (from ``block``) through the Gram build's own writer
+    (checksums, a temporary file renamed into place) into an array laid out like K, then all read them back
+    through the operator's reader.  One thread's block rates scale with the threads; this is what they
+    cannot beat: on a 16-core machine a 40,000-point build wrote K at 1.3 GB/s from 4 threads as from 16
+    (issue 40), and there a stored fit's build is bound by the disk, not by the cores.
+    """
+    threads = max(1, int(threads))
+    e = min(edge, *block.shape)
+    data = np.ascontiguousarray(block[:e, :e])
+    io = []
+    for i in range(threads):
+        path, z = probe_array(os.path.join(directory, f"bw{i}"), e, data.dtype)
+        io.append((ChunkWriter.of(path, z), ChunkReader.of(path, z)))
+    with ThreadPoolExecutor(threads) as pool:
+        t = time.perf_counter()
+        list(pool.map(lambda wr: wr[0].write((0, 0), data), io))
+        t_write = time.perf_counter() - t
+        t = time.perf_counter()
+        list(pool.map(lambda wr: wr[1].read(0, 0, data.shape), io))
+        t_read = time.perf_counter() - t
+    nbytes = float(threads) * data.nbytes
+    return nbytes / max(t_write, 1e-9), nbytes / max(t_read, 1e-9)
+
+
+def rates_line(measured: dict[str, float], plan: Any) -> str:
+    """The plan's line of measured rates: kernel entries a second (one thread, and all its threads) against
+    what the filesystem takes, and what binds the fit (the plan's build or pass bound by the filesystem).
+
+    ``measured``: seconds per block of the plan's edge (:meth:`~dkpca.planning.estimate.EntryRates.per_block`);
+    ``plan``: a :class:`~dkpca.planning.plan.Plan` (its block, workers, threads and bounds).
+    """
+    block, threads = plan.block, plan.workers * plan.threads_per_worker
+    bounds = (plan.build_bound, plan.pass_bound)
+    seconds = measured["kernel_block"] + measured["product_block"]
+    rate = float(block) * block / seconds if seconds > 0 else float("inf")
+    disk = ", ".join(f"{what} {measured[key] / 1e9:.3g} GB/s" for what, key in
+                     (("written", "write_bandwidth"), ("read", "read_bandwidth")) if measured.get(key))
+    bound = "the disk" if "filesystem" in bounds else "the cores"
+    return (f"  rates:         kernel + product {rate / 1e6:.0f} M entries/s a thread x {threads} = "
+            f"{rate * threads / 1e6:.0f} M/s; the store's filesystem, all threads at once: "
+            f"{disk or 'not measured'}; bound by {bound}")
 
 
 def lanczos_passes(p_subspace: int, tol: float, max_passes: int) -> int:

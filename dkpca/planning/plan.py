@@ -14,16 +14,15 @@ estimate comes from a short measured sample on this machine:
   (``m`` points): subspace iteration's residuals shrink roughly like
   ``(lambda_{l+1} / lambda_k)^p`` per pass ``p`` (Halko et al. 2011, sec. 9).
 
-Times are scaled to the whole matrix and divided among the concurrent tasks
-(workers x threads) (:mod:`dkpca.planning.estimate`); the distributed
-scheduler's serial time per pass (its measured cost per task x the pass's
-tasks) comes on top, and its share of a pass is printed.  The filesystem is
-assumed to keep up unless ``fs_bandwidth`` (an assumed aggregate bandwidth)
-is given: then a pass takes at least K's bytes / ``fs_bandwidth``.  For a
-cluster (``cluster=`` or an active client) without ``chunk_size``, the block
-edge is chosen so that the scheduler stays under 5 % of a pass within the
-workers' memory (:func:`dkpca.linalg.cluster_block_size`); ``dkpca.fit``
-keeps its own default, so the plan names the ``chunk_size`` to pass.
+Times are scaled to the whole matrix and divided among the concurrent tasks (workers x threads)
+(:mod:`dkpca.planning.estimate`); the distributed scheduler's serial time per pass (its measured cost per
+task x the pass's tasks) comes on top, and its share of a pass is printed.  The filesystem is assumed to
+keep up unless ``fs_bandwidth`` (an assumed aggregate bandwidth) is given: then a pass takes at least K's
+bytes / ``fs_bandwidth``.  For a cluster (``cluster=`` or an active client) without ``chunk_size``, the
+block edge is chosen so that the scheduler stays under 5 % of a pass within the workers' memory
+(:func:`dkpca.linalg.cluster_block_size`); ``dkpca.fit`` keeps its own default, so the plan names the
+``chunk_size`` to pass.  Grown data into a store holding the fit of its first rows: the plan says the fit
+would update it (:mod:`dkpca.planning.growthplan`), at the stored tile.
 """
 
 from __future__ import annotations
@@ -54,7 +53,8 @@ from .estimate import (
     estimate,
     memory_estimate,
 )
-from .measure import dense_solve_seconds, estimate_passes, measure_blocks
+from .growthplan import plan_update
+from .measure import dense_solve_seconds, estimate_passes, measure_blocks, rates_line
 from .precision import Precision
 from .resources import cluster_resources
 
@@ -145,6 +145,7 @@ class Plan:
     precision: dict | None = None
     #: the typed decisions ``dkpca.fit`` with the same parameters runs (None: not decided here)
     decision: FitPlan | None = field(default=None, repr=False, compare=False)
+    update: str = ""  #: a fit would update the store's fit of fewer rows: what it computes and reuses
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(replace(self, decision=None))
@@ -202,6 +203,7 @@ class Plan:
                 + (f"dense eigh {_fmt_seconds(self.solve_seconds)}, " if self.solve_seconds is not None else "")
                 + f"total ~{_fmt_seconds(self.total_seconds)}"
             )
+            lines.append(rates_line(m, self))
         else:
             lines.append("  estimate:      not measured" + (f"; a pass is bound by {self._bound(self.pass_bound)}"
                                                             if self.fs_bandwidth else ""))
@@ -209,6 +211,7 @@ class Plan:
             f"an assumed {self.fs_bandwidth / 1e9:.3g} GB/s aggregate (an assumption, not measured): K's bytes take "
             f"{_fmt_seconds(self.filesystem_seconds)} per pass" if self.fs_bandwidth else
             "assumed to keep up (no fs_bandwidth given)"))
+        lines += [f"  update:        {self.update}"] * bool(self.update)
         lines += [f"  warning:       {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -316,15 +319,13 @@ def plan(
     n_components: int | float = DEFAULTS["n_components"],
     kernel: Any = DEFAULTS["kernel"],
     gamma: float | None = DEFAULTS["gamma"],
-    degree: int = DEFAULTS["degree"],
-    coef0: float = DEFAULTS["coef0"],
+    degree: int = DEFAULTS["degree"], coef0: float = DEFAULTS["coef0"],
     kernel_params: dict | None = DEFAULTS["kernel_params"],
     solver: str = DEFAULTS["solver"],
     store: str | os.PathLike | None = DEFAULTS["store"],
     chunk_size: int | None = DEFAULTS["chunk_size"],
     dtype: str = DEFAULTS["dtype"],
-    tol: float = DEFAULTS["tol"],
-    max_passes: int | None = DEFAULTS["max_passes"],
+    tol: float = DEFAULTS["tol"], max_passes: int | None = DEFAULTS["max_passes"],
     gram: str = DEFAULTS["gram"],
     cluster: Any = None,
     measure: bool = True,
@@ -374,7 +375,7 @@ max_passes, gram
     options = FitOptions(n_components=n_components, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
                          kernel_params=kernel_params, solver=solver, store=store, chunk_size=chunk_size, dtype=dtype,
                          tol=tol, max_passes=max_passes, gram=gram)
-    req = make_request(source, options, create_store=False)
+    req, note = plan_update(make_request(source, options, create_store=False), chunk_size, dtype)  # grown data
     # fit would create a temporary directory for in-memory input; a plan creates nothing
     path = req.store.path if req.store is not None else os.path.join(tempfile.gettempdir(), "dkpca-<new>",
                                                                        "store.dkpca.zarr")
@@ -396,4 +397,4 @@ max_passes, gram
     return replace(make_plan(X, req.kernel, fp.k, block, dtype, fp.solver, fp.reason, fp.gram, path, tol=req.tol,
                              max_passes=req.max_passes, resources=res, measure=measure, fraction=req.fraction,
                              fs_bandwidth=bandwidth, rates=rates, block_reason=why, precision=fp.precision),
-                   decision=fp)
+                   decision=fp, update=note)

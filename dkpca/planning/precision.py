@@ -38,15 +38,16 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
+from scipy.spatial.distance import pdist
 
 from ..execution import active_client, compute, serial_blas
-from ..kernels import Kernel
+from ..kernels import RBF, Kernel, Laplacian
 from ..linalg import Centering
 from ..request.options import DTYPES  # the values ``dtype`` takes: ``auto`` decides by choose_precision
 from ..solvers.spectrum import zero_threshold
 
-__all__ = ["Precision", "PrecisionWarning", "choose_precision", "memory_precision", "measure_precision", "sample_rows",
-           "requested_dtype", "DTYPES",
+__all__ = ["Precision", "PrecisionWarning", "KernelScaleWarning", "kernel_scale", "is_identity",
+           "choose_precision", "memory_precision", "measure_precision", "sample_rows", "requested_dtype", "DTYPES",
            "PRECISION_SAMPLE", "SAMPLE_CHUNKS", "TARGET_ERROR", "PRECISION_MARGIN"]
 
 
@@ -63,8 +64,66 @@ PRECISION_MARGIN = 10.0
 _U32 = 2.0 ** -24
 
 
+#: K is numerically the identity when no off-diagonal entry exceeds this share of the diagonal: the sample's
+#: eigenvalues of K~ are then equal to within m times it (0.03 % at m = 256), and carry nothing of the data
+IDENTITY_TOLERANCE = 1e-6
+#: K is numerically constant when its entries spread less than this share of the largest: K~ is rounding noise
+CONSTANT_TOLERANCE = 1e-12
+
+
 class PrecisionWarning(UserWarning):
     """K in float32 was asked for where the sample says float32 loses more than TARGET_ERROR of the eigenvalues."""
+
+
+class KernelScaleWarning(UserWarning):
+    """The kernel matrix is numerically the identity or a constant on the data: gamma is far from the data's scale.
+
+    Measured on the precision sample (:func:`kernel_scale`); the message
+    gives the scale measured and the gamma that would match it.
+    """
+
+
+def is_identity(K: np.ndarray) -> bool:
+    """Whether the square ``K`` is numerically a positive diagonal (off-diagonal entries within IDENTITY_TOLERANCE)."""
+    diag = np.diagonal(K)
+    return bool(diag.min() > 0 and np.abs(K - np.diag(diag)).max() <= IDENTITY_TOLERANCE * diag.min())
+
+
+def kernel_scale(S: np.ndarray, kernel: Kernel, K: np.ndarray) -> str | None:
+    """The :class:`KernelScaleWarning` text when ``K`` (the kernel of sample ``S``, float64) says gamma misses the data.
+
+    K numerically the identity (gamma far too large: unscaled 8-bit pixels
+    under the default 1/n_features) or numerically constant on points that
+    differ (gamma far too small) holds nothing of the data, with no error
+    anywhere.  The scale is the one the kernel's gamma multiplies: the median
+    squared distance of the sample's pairs (rbf), the median L1 distance
+    (laplacian), the median |inner product| (poly, sigmoid).  None: K is
+    neither, the kernel has no gamma (linear, cosine, a composite), or the
+    points do not differ at that scale (identical points: no scale to match).
+    """
+    gamma, m = getattr(kernel, "gamma", None), K.shape[0]
+    if gamma is None or m < 2:
+        return None
+    if is_identity(K):
+        what = f"numerically the identity (no off-diagonal entry above {IDENTITY_TOLERANCE:g} of the diagonal)"
+    elif np.ptp(K) <= CONSTANT_TOLERANCE * np.abs(K).max():
+        what = "numerically constant"
+    else:
+        return None
+    if isinstance(kernel, RBF):
+        scale, values = "squared distance", pdist(S, "sqeuclidean")
+    elif isinstance(kernel, Laplacian):
+        scale, values = "L1 distance", pdist(S, "cityblock")
+    else:
+        scale, values = "|inner product|", np.abs((S @ S.T)[np.triu_indices(m, 1)])
+    median = float(np.median(values))
+    if not median > 0:
+        return None
+    return (f"the kernel matrix is {what} on a {m}-point sample of the data: {kernel.name} gamma={gamma:.3g} times "
+            f"the median {scale} of its pairs, {median:.3g}, is {gamma * median:.3g}, so the eigenvalues are all "
+            f"equal and the components carry nothing of the data. gamma of about 1/{median:.3g} = {1 / median:.3g} "
+            "matches the data's scale; or scale the features (X / 255 for 8-bit pixels, or scikit-learn's "
+            "StandardScaler).")
 
 
 @dataclass(frozen=True)
@@ -149,23 +208,30 @@ def measure_precision(S: np.ndarray, kernel: Kernel, k: int) -> dict[str, Any]:
     Returns ``entry_error`` and ``product_error`` (max relative errors of the
     top ``checked`` eigenvalues: float32 entries with float64 products, and
     with float32 products), ``surviving`` (``trace(K~) / trace(K)``),
-    ``checked`` and ``finite`` (``"both"``, ``"float64"``: float32 overflows,
-    ``"neither"``, or ``"constant"``: K~ of the sample is numerically zero).
+    ``checked``, ``finite`` (``"both"``, ``"float64"``: float32 overflows,
+    ``"neither"``, ``"constant"``: K~ of the sample is numerically zero, or
+    ``"identity"``: K is) and ``scale`` (:func:`kernel_scale`'s message or None).
     """
     m = S.shape[0]
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is a finding here, reported below
         K64 = kernel.block(S, None, np.float64)
         K32 = kernel.block(S, None, np.float32)
     out: dict[str, Any] = {"entry_error": None, "product_error": None, "surviving": None, "checked": 0,
-                           "finite": "both"}
+                           "finite": "both", "scale": None}
     if not np.isfinite(K64).all():
         out["finite"] = "neither"
         return out
     if not np.isfinite(K32).all():
         out["finite"] = "float64"
         return out
+    out["scale"] = kernel_scale(S, kernel, K64)
     cen = Centering.of_matrix(K64)
     out["surviving"] = cen.trace / cen.diag_sum if cen.diag_sum > 0 else None
+    if is_identity(K64):
+        # K~ = D - rank-one corrections: its eigenvalues nearly all equal, which a partial eigh cannot rank
+        # (LAPACK failed on a 256-point identity); float32 holds the diagonal and entries below 1e-6 of it
+        out.update(finite="identity", entry_error=0.0, product_error=0.0)
+        return out
     kk = max(1, min(k, m // 4, m - 1))
     mu, V = scipy.linalg.eigh(cen.center_matrix(K64), subset_by_index=(m - kk, m - 1), check_finite=False)
     mu, V = mu[::-1], V[:, ::-1]
@@ -217,6 +283,8 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     with serial_blas():  # a 256-point problem: one thread, no BLAS pool spinning on the cores
         got = measure_precision(S, kernel, k)
     seconds = time.perf_counter() - t
+    if got["scale"] is not None:
+        warnings.warn(got["scale"], KernelScaleWarning, stacklevel=2)
     limit = TARGET_ERROR / PRECISION_MARGIN
     what = f"on a {S.shape[0]}-point sample ({seconds * 1e3:.0f} ms)"
     common = dict(requested=requested, entry_error=got["entry_error"], product_error=got["product_error"],
@@ -236,6 +304,9 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
                          reason=f"the centred kernel matrix is numerically zero {what} (identical points, or a "
                                 "kernel constant on them): float32's rounding would be all that is left"
                                 + (": float64" if requested == "auto" else ""), **common)
+    if got["finite"] == "identity":
+        return Precision("float32", predicted_error=0.0, reason=f"the kernel matrix is numerically the identity {what} "
+                         "(gamma far above the data's scale): float32 holds it", **common)
     predicted = max(got["entry_error"], got["product_error"] if single_products else 0.0)
     kept = "of trace(K) survives centring" if got["surviving"] is None else \
         f"{got['surviving']:.2g} of trace(K) survives centring"
@@ -260,9 +331,17 @@ def memory_precision(X: Any, kernel: Kernel | None, dtype: Any, k: int, single_p
     ``dtype=None`` (scikit-learn's X precision) decides float32 input as
     ``"auto"``; precomputed kernels, callables (``kernel`` None) and sparse
     input are not sampled.  A float32 asked for that the sample says loses
-    the eigenvalues warns (:class:`PrecisionWarning`).
+    the eigenvalues warns (:class:`PrecisionWarning`); a kernel matrix that
+    is numerically the identity or constant on the sample warns
+    (:class:`KernelScaleWarning`), float64 X too: its sample's kernel alone
+    (~1 ms), where nothing else is measured.
     """
     if dtype is None and X.dtype != np.float32:
+        if kernel is not None and not sp.issparse(X):
+            S = sample_rows(X)
+            scale = kernel_scale(S, kernel, kernel.block(S, None, np.float64))
+            if scale is not None:
+                warnings.warn(scale, KernelScaleWarning, stacklevel=4)
         return None
     requested = "auto" if dtype is None else requested_dtype(dtype)
     sampled = kernel is not None and not sp.issparse(X) and requested != "float64"

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import KERNEL_NAMES, Kernel
-from ..solvers import Solver
+from ..solvers import spec_of
 
 __all__ = ["is_bool", "check_int", "check_real", "check_bool", "check_choice", "check_dtype",
            "check_random_state", "as_generator", "check_n_components_spec", "check_n_components",
@@ -142,10 +142,11 @@ def check_n_components(n_components: Any, n_samples: int) -> int | float:
 def check_kernel_pca_params(p: dict[str, Any], eigen_solvers: tuple[str, ...]) -> None:
     """Check :class:`dkpca.KernelPCA`'s parameters (``get_params()``) before touching the data."""
     if p["n_components"] is not None:
-        if isinstance(check_n_components_spec(p["n_components"]), float) and p["eigen_solver"] == Solver.ARPACK:
+        spec = spec_of(p["eigen_solver"]) if p["eigen_solver"] in eigen_solvers else None
+        if isinstance(check_n_components_spec(p["n_components"]), float) and spec is not None and not spec.fraction:
             raise ValueError(f"n_components={p['n_components']} (a fraction of explained variance) is not supported "
-                             "by eigen_solver='arpack', which needs the number of components up front; use 'auto' "
-                             "or 'dense' (the whole spectrum), or 'randomized' or 'lanczos'.")
+                             f"by eigen_solver={p['eigen_solver']!r}, which needs the number of components up front; "
+                             "use 'auto' or 'dense' (the whole spectrum), or 'randomized' or 'lanczos'.")
     k = p["kernel"]
     if isinstance(k, str):
         check_choice("kernel", k, (*KERNEL_NAMES, "precomputed"))
@@ -189,8 +190,10 @@ def check_out_of_core_params(p: dict[str, Any]) -> None:
             f"kernel={k!r} is in-memory only (it needs the whole kernel matrix at once); pass a numpy array, or "
             "use a named kernel or a dkpca Kernel to fit out of core."
         )
-    if p["eigen_solver"] == Solver.ARPACK:
+    spec = spec_of(p["eigen_solver"])
+    if spec is not None and spec.in_memory_only:
         raise ValueError(
-            "eigen_solver='arpack' is in-memory only: out of core each ARPACK step would be a full pass over K. "
+            f"eigen_solver={p['eigen_solver']!r} is in-memory only: out of core each ARPACK step would be a full "
+            "pass over K. "
             "Use eigen_solver='randomized' or 'lanczos' (or 'auto')."
         )

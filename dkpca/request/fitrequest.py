@@ -20,7 +20,7 @@ import numpy as np
 from ..io import as_dask, input_path, open_input, split_member
 from ..kernels import Kernel, make_kernel
 from ..linalg import default_block_size
-from ..solvers import Solver
+from ..solvers import spec_of
 from ..solvers.fraction import working_k
 from ..storage import FitStore, is_url, relation
 from .checks import check_n_components
@@ -163,13 +163,14 @@ def make_request(source: Any, options: FitOptions | None = None, *, create_store
     k = check_n_components(o.n_components, n)
     fraction = k if isinstance(k, float) else None
     if fraction is not None:
-        if solver == Solver.ARPACK:
+        spec = spec_of(solver)  # None: auto, which the planner resolves to a solver that reaches fractions
+        if spec is not None and not spec.fraction and spec.exact:
             raise ValueError(f"n_components={fraction} (a fraction of explained variance) is not reached by "
-                             "solver='arpack', which needs the number of components up front; use 'auto', 'dense' "
+                             f"solver={solver!r}, which needs the number of components up front; use 'auto', 'dense' "
                              "or 'lanczos'.")
-        if solver == Solver.NYSTROM:
+        if spec is not None and not spec.fraction:
             raise ValueError(f"n_components={fraction} (a fraction of explained variance) needs the exact spectrum "
-                             "of K~; solver='nystrom' approximates it. Pass an integer n_components, or another "
+                             f"of K~; solver={solver!r} approximates it. Pass an integer n_components, or another "
                              "solver.")
         # the first round's k; the pipeline grows it (all n for the dense solver)
         k = working_k(n, solver)

@@ -21,8 +21,7 @@ from typing import Any
 
 from ..grammode import GramMode
 from ..kernels import KERNEL_NAMES, Kernel
-from ..solvers import SOLVERS, Solver
-from ..solvers.fraction import DEFAULT_MAX_PASSES
+from ..solvers import DEFAULT_MAX_PASSES, SOLVERS, spec_of
 from .checks import check_bool, check_choice, check_dtype, check_int, check_random_state, check_real
 
 __all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES"]
@@ -92,12 +91,13 @@ class FitOptions:
         # The order of the checks is the order of their messages when several values are bad.
         solver = check_choice("solver", self.solver, SOLVERS)
         gram = check_choice("gram", self.gram, GRAM_MODES)
-        if solver == Solver.ARPACK and gram in (GramMode.STORE, GramMode.RECOMPUTE):
-            raise ValueError(f"solver='arpack' needs K in memory (each ARPACK step is a product with one vector: "
+        spec = spec_of(solver)  # what the solver can do (None: auto, the planner's choice)
+        if spec is not None and spec.in_memory_only and gram in (GramMode.STORE, GramMode.RECOMPUTE):
+            raise ValueError(f"solver={solver!r} needs K in memory (each ARPACK step is a product with one vector: "
                              f"out of core a whole pass over K), not gram={gram!r}; use gram='memory' or 'auto', "
                              "or solver='lanczos'.")
-        if solver == Solver.NYSTROM and gram in (GramMode.STORE, GramMode.MEMORY):
-            raise ValueError(f"gram={gram!r} does not apply to solver='nystrom', which never forms K; "
+        if spec is not None and not spec.forms_kernel and gram in (GramMode.STORE, GramMode.MEMORY):
+            raise ValueError(f"gram={gram!r} does not apply to solver={solver!r}, which never forms K; "
                              "use gram='auto' or 'recompute'.")
         checked = {
             "dtype": check_dtype("dtype", self.dtype, allow_auto=True),

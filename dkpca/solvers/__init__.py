@@ -5,7 +5,10 @@ Every solver is a function with one signature::
     solve(operator, k, *, tol, max_passes, rng, callback=None, **solver_specific) -> EigResult
 
 returning the ``k`` largest eigenpairs of K~ *by value* (dense, randomized,
-lanczos, nystrom, arpack; :func:`get_solver` by name).  ``callback``, if
+lanczos, nystrom, arpack; :func:`get_solver` by name).  Each is registered
+with a :class:`SolverSpec` that declares what it can do (:data:`SOLVER_SPECS`,
+``Solver.spec``): the planner, the solve path and the estimators read those
+facts there instead of comparing names.  ``callback``, if
 given, receives a :class:`PassReport` after each pass; solvers never print.
 What every result needs afterwards -- ranking by value, deterministic signs,
 scikit-learn's checks of a PSD spectrum, dropping zero components -- is
@@ -24,18 +27,20 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .result import Callback, EigResult, PassReport
+from .result import DEFAULT_MAX_PASSES, Callback, EigResult, PassReport
 from .spectrum import check_eigenvalues, flip_signs, postprocess
 
 if TYPE_CHECKING:
     from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["EigResult", "PassReport", "Callback", "ConvergenceWarning", "postprocess", "check_eigenvalues",
-           "flip_signs", "get_solver", "subspace_width", "block_width", "Solver", "SOLVERS", "SOLVER_NAMES"]
+           "flip_signs", "get_solver", "subspace_width", "block_width", "Solver", "SOLVERS", "SOLVER_NAMES",
+           "SolverSpec", "SOLVER_SPECS", "DEFAULT_MAX_PASSES", "spec_of"]
 
 
 class Solver(StrEnum):
@@ -53,9 +58,9 @@ class Solver(StrEnum):
     ARPACK = "arpack"
 
     @property
-    def iterative(self) -> bool:
-        """Multiplies a block of vectors each pass from a start block (block Lanczos, subspace iteration)."""
-        return self in (Solver.RANDOMIZED, Solver.LANCZOS)
+    def spec(self) -> SolverSpec:
+        """What this solver can do (:data:`SOLVER_SPECS`)."""
+        return SOLVER_SPECS[self]
 
     @classmethod
     def parse(cls, name: str | Solver) -> Solver:
@@ -70,6 +75,77 @@ class Solver(StrEnum):
             return cls(name)
         except ValueError:
             raise ValueError(f"solver={name!r} is unknown; choose one of {', '.join(cls)}.") from None
+
+
+@dataclass(frozen=True)
+class SolverSpec:
+    """A registered solver and the capabilities it declares: what every layer above reads instead of its name.
+
+    ``tests/test_plan_specs.py`` checks each declaration against the solver's behaviour.
+
+    Attributes
+    ----------
+    name : Solver
+    in_memory_only : bool
+        Needs K held in memory (``gram="memory"``): out of core each of its steps would be a pass over K.
+    exact : bool
+        Eigenpairs of K~ itself, to ``tol`` (False: of an approximation of K~, which it never forms).
+    iterative : bool
+        Stops at ``tol`` or its iteration budget, and may stop short (``converged=False``: callers warn).
+    takes_start : bool
+        Multiplies a block of vectors each pass, from a start block it accepts (``start=``): the plan's
+        start policy and the fit's fused first product apply.
+    checkpoints : bool
+        Saves its state after every pass and resumes from it (``checkpoint=``).
+    fraction : bool
+        Supports ``n_components`` as a fraction of explained variance (rounds of growing k).
+    float32_products : bool
+        Multiplies a float32 K in float32 throughout (ARPACK in memory): that arithmetic's error counts
+        in the choice of K's precision.
+    float32_early_passes : bool
+        Its early products may run in float32, corrected by later passes: so may the fused first product.
+    """
+
+    name: Solver
+    in_memory_only: bool
+    exact: bool
+    iterative: bool
+    takes_start: bool
+    checkpoints: bool
+    fraction: bool
+    float32_products: bool = False
+    float32_early_passes: bool = False
+
+    @property
+    def forms_kernel(self) -> bool:
+        """Works on K (stored, recomputed or in memory); an approximate solver evaluates only slices of it."""
+        return self.exact
+
+
+#: every solver's declared capabilities
+SOLVER_SPECS: Mapping[Solver, SolverSpec] = MappingProxyType({spec.name: spec for spec in (
+    SolverSpec(Solver.DENSE, in_memory_only=False, exact=True, iterative=False, takes_start=False,
+               checkpoints=False, fraction=True),
+    SolverSpec(Solver.RANDOMIZED, in_memory_only=False, exact=True, iterative=True, takes_start=True,
+               checkpoints=True, fraction=True, float32_early_passes=True),
+    SolverSpec(Solver.LANCZOS, in_memory_only=False, exact=True, iterative=True, takes_start=True,
+               checkpoints=True, fraction=True),
+    SolverSpec(Solver.NYSTROM, in_memory_only=False, exact=False, iterative=False, takes_start=False,
+               checkpoints=False, fraction=False),
+    SolverSpec(Solver.ARPACK, in_memory_only=True, exact=True, iterative=True, takes_start=False,
+               checkpoints=False, fraction=False, float32_products=True),
+)})
+
+
+def spec_of(name: str | Solver) -> SolverSpec | None:
+    """The spec of solver ``name`` as a user passed it; None for ``auto`` (the planner's choice, not yet made).
+
+    Raises
+    ------
+    ValueError
+        Unknown name; the message lists the known ones.
+    """
+    return None if name == "auto" else Solver.parse(name).spec
 
 #: Solvers ``dkpca.fit`` accepts (``auto``: resolved by :func:`dkpca.planning.choose`).
 #: ARPACK only with K held in memory (``gram="memory"``): out of core each of its
@@ -98,15 +174,15 @@ def subspace_width(name: str | Solver, n: int, k: int) -> int:
     """The subspace width: columns of the block of vectors a solver multiplies each pass (an iterative
     solver's start block's width).
 
-    The dense solver: ``k``.  Block Lanczos: ``k + 10`` (``lanczos.default_block``); subspace iteration
-    (randomized, and any other solver asked): ``k + max(10, k)`` (``randomized.block_size``).
+    The dense solver: ``k``.  Block Lanczos: its panel, ``k + 10`` (``lanczos.default_width``); subspace
+    iteration (randomized, and any other solver asked): ``k + max(10, k)`` (``randomized.iteration_width``).
     ("Width", not "block": a block is a tile of K, :func:`dkpca.linalg.block_bounds`.)
     """
     if name == Solver.DENSE:
         return k
     if name == Solver.LANCZOS:
-        return importlib.import_module(".lanczos", __name__).default_block(n, k)
-    return importlib.import_module(".randomized", __name__).block_size(n, k)
+        return importlib.import_module(".lanczos", __name__).default_width(n, k)
+    return importlib.import_module(".randomized", __name__).iteration_width(n, k)
 
 
 #: the former name of :func:`subspace_width` (``tests/test_solvers.py`` imports it)

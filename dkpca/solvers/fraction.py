@@ -34,16 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from .randomized import block_size, start_block
-from .result import Callback, EigResult, PassReport
+from .randomized import iteration_width, start_block
+from .result import DEFAULT_MAX_PASSES, Callback, EigResult, PassReport
 from .spectrum import check_eigenvalues, components_for_fraction
 
 __all__ = ["solve_fraction", "working_k", "next_k", "WORKING_K", "DEFAULT_MAX_PASSES"]
 
 #: components solved for in the first round of an iterative solver
 WORKING_K = 20
-#: the pass budget when the caller gives none (the iterative solvers' own default)
-DEFAULT_MAX_PASSES = 60
 
 
 def working_k(n: int, solver: str) -> int:
@@ -134,8 +132,8 @@ def solve_fraction(solve: Callable[..., EigResult], operator: Any, fraction: flo
     checkpoint : SolverCheckpoint, optional
         Keyed to this fit (fraction included, not k); resumed in the round it was saved in.
     width : callable, optional
-        The solver's block width for a k (a later round's warm start has it;
-        default ``block_size(n, k)``, subspace iteration's).
+        The solver's subspace width for a k (a later round's warm start has it;
+        default ``iteration_width(n, k)``, subspace iteration's).
     **options
         The solver's own options.
 
@@ -181,7 +179,7 @@ def solve_fraction(solve: Callable[..., EigResult], operator: Any, fraction: flo
             break
         k_next = next_k(k, n, lam, trace, fraction)
         order = np.argsort(-lam, kind="stable")
-        ell = block_size(n, k_next) if width is None else width(k_next)
+        ell = iteration_width(n, k_next) if width is None else width(k_next)
         start = _warm_start(np.asarray(res.eigenvectors)[:, order], ell, rng)
         k = k_next
     info = dict(res.info)

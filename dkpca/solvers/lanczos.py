@@ -3,13 +3,14 @@
 Musco & Musco (2015), "Randomized Block Krylov Methods for Stronger and Faster
 Approximate Singular Value Decomposition", Alg. 2, for a symmetric operator
 K~, organised as a block Lanczos process so that every iteration is exactly
-one product ``K~ @ V_j`` with an n x l block (one pass over K):
+one product ``K~ @ V_j`` with an n x l panel (one pass over K; l is the
+subspace width, ``FitPlan.width``):
 
-* ``V_1`` is an orthonormal Gaussian n x l block (or the pipeline's start block);
+* ``V_1`` is an orthonormal Gaussian n x l panel (or the pipeline's start block);
 * pass j computes ``W = K~ V_j``; its coefficients ``H = [V_1 .. V_j]^T W``
-  are the new block column of the projected matrix ``T = V^T K~ V``, block
-  tridiagonal (``W`` is orthogonalised against the last two blocks); the
-  remainder ``R = W - V H`` gives the next block ``V_{j+1} = orth(R)``, then
+  are the new column of panels of the projected matrix ``T = V^T K~ V``, block
+  tridiagonal (``W`` is orthogonalised against the last two panels); the
+  remainder ``R = W - V H`` gives the next panel ``V_{j+1} = orth(R)``, then
   orthogonalised once more against the whole basis (full reorthogonalisation:
   Gram-Schmidt twice, the first sweep only as wide as exact arithmetic needs);
 * Rayleigh-Ritz on the Krylov basis: ``T = S diag(theta) S^T``, Ritz vectors
@@ -40,31 +41,37 @@ negative eigenvalues) needs no shift here, unlike subspace iteration.
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import scipy.linalg
 
-from ..linalg import cholesky_qr
-from .randomized import block_size, start_block
-from .result import Callback, EigResult, report
+from ..execution import row_blocks
+from ..linalg import RowBlocks, cholesky_qr
+from .randomized import iteration_width, start_block
+from .result import DEFAULT_MAX_PASSES, Callback, EigResult, report
 
-__all__ = ["solve", "default_block", "default_max_basis", "OVERSAMPLING"]
+__all__ = ["solve", "default_width", "default_block", "default_max_basis", "OVERSAMPLING"]
 
 #: client memory for the Krylov basis (plus as much again for its workspace)
 BASIS_BYTES = 1 << 30
 
-#: Columns of a block beyond k.  Unlike subspace iteration, whose rate is
+#: Columns of a panel beyond k.  Unlike subspace iteration, whose rate is
 #: lambda_{l+1} / lambda_k, a Krylov space needs little room past k: every
 #: pass adds l directions.  Measured on USPS (n = 7,291, poly-3, k = 256,
-#: K in memory, Nystroem start of 2 l landmarks, tol 1e-6): block 266
+#: K in memory, Nystroem start of 2 l landmarks, tol 1e-6): width 266
 #: (k + 10) 5 passes in 10.6 s, 320 5 passes in 13.2 s; from a random start
 #: 266 took 7 passes in 15.3 s, 512 (subspace iteration's k + k) 5 in 24.5 s.
 OVERSAMPLING = 10
 
 
-def default_block(n: int, k: int) -> int:
-    """Block size l: k plus :data:`OVERSAMPLING` columns (capped at n)."""
-    return block_size(n, k, OVERSAMPLING)
+def default_width(n: int, k: int) -> int:
+    """Panel width l (the subspace width): k plus :data:`OVERSAMPLING` columns (capped at n)."""
+    return iteration_width(n, k, OVERSAMPLING)
+
+
+#: the former name of :func:`default_width` ("block" is the Gram tile; this is a width)
+default_block = default_width
 
 
 def default_max_basis(n: int, ell: int, budget: int = BASIS_BYTES) -> int:
@@ -76,18 +83,18 @@ def default_max_basis(n: int, ell: int, budget: int = BASIS_BYTES) -> int:
     return int(min(n, max(3 * ell, budget // (8 * max(n, 1)))))
 
 
-def _orthogonalise(near: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``W - near H`` and ``H = near^T W``: one Gram-Schmidt sweep against the newest blocks.
+def _orthogonalise(near: np.ndarray, W: np.ndarray, rows: RowBlocks) -> tuple[np.ndarray, np.ndarray]:
+    """``W - near H`` and ``H = near^T W``: one Gram-Schmidt sweep against the newest panels.
 
-    In exact arithmetic ``K~ V_j`` is orthogonal to every block but the last
+    In exact arithmetic ``K~ V_j`` is orthogonal to every panel but the last
     two (the block three-term recurrence), and after a thick restart to all
-    but the kept Ritz vectors and the blocks since: those are ``near``, and
+    but the kept Ritz vectors and the panels since: those are ``near``, and
     ``H`` is T's new column there (zero above).  What rounding leaves along
     the basis is at the level of ``eps ||K~||``, too little to matter in T;
-    :func:`_next_block` removes it from the next block, where it would grow.
+    :func:`_next_panel` removes it from the next panel, where it would grow.
     """
-    H = near.T @ W
-    return W - near @ H, H
+    H = rows.inner(near, W)
+    return W - rows.times(near, H), H
 
 
 def _ritz(T: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +143,7 @@ def _ritz_pairs(T: np.ndarray, W: np.ndarray, m: int, k: int,
     """``(theta, S, residuals, |theta_1|)``: T's leading Ritz pairs (the k wanted, or ``extra`` if more).
 
     By the Krylov relation ``K~ basis = basis T + W E_j^T`` the residual of
-    Ritz pair i is ``||W s_i||`` over ``s_i``'s last block (from row ``m``).
+    Ritz pair i is ``||W s_i||`` over ``s_i``'s last panel (from row ``m``).
     """
     theta, S = _ritz(T, min(T.shape[0], max(k, extra)))
     kk = min(k, theta.size)
@@ -150,11 +157,11 @@ def _relative(res: np.ndarray, scale: float, k: int) -> float:
 
 
 #: condition number of the remainder up to which its first orthonormalisation is an eigh of its Gram matrix
-#: (:func:`_next_block`); it loses ~eps cond^2 = 1e-8 of orthogonality, which the second sweep removes
+#: (:func:`_next_panel`); it loses ~eps cond^2 = 1e-8 of orthogonality, which the second sweep removes
 SVQR_MAX_COND = 1e4
 
 
-def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
+def _next_panel(R: np.ndarray, basis: np.ndarray, scale: float, rows: RowBlocks) -> np.ndarray:
     """Orthonormal basis of the part of ``R`` not yet in the Krylov space.
 
     Twice: first ``R``'s own left singular vectors, then those swept once
@@ -164,7 +171,7 @@ def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
 
     The first step takes ``R``'s singular vectors from the l x l Gram matrix
     ``R^T R`` (GEMMs and a small eigh) where ``R`` is well conditioned
-    (:data:`SVQR_MAX_COND`); measured on USPS (n = 7,291, block 266, poly-3
+    (:data:`SVQR_MAX_COND`); measured on USPS (n = 7,291, width 266, poly-3
     k = 256 and rbf k = 64) its condition number was 3-154 at every pass.
     Otherwise -- near an invariant subspace, or with every direction at
     rounding level (1e3 eps ||K~||) -- a Householder QR of the tall
@@ -176,17 +183,17 @@ def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
     The tall algebra here runs on numpy's BLAS, as the products and GEMMs
     around it do: numpy and scipy bring two OpenBLAS libraries, and one's
     threads spin for a while after each call on the cores the other's next
-    call wants (measured: scipy's QR of a 7,291 x 266 block took 0.23 s
+    call wants (measured: scipy's QR of a 7,291 x 266 panel took 0.23 s
     right after a numpy GEMM, 0.08 s after a scipy one).
     """
-    w, Ub = np.linalg.eigh(R.T @ R)
+    w, Ub = np.linalg.eigh(rows.inner(R, R))
     sv = np.sqrt(np.maximum(w[::-1], 0.0))
     # Kept directions have weight above 1e3 eps ||K~||, so the rounding left
     # of R along the basis (eps ||K~||) comes out of Q = R (..)^-1 at most
     # ~1e-3 large, which the sweep below removes.
     floor = 1e3 * np.finfo(float).eps * max(scale, sv[0] if sv.size else 0.0)
     if sv.size and sv[-1] > floor and sv[-1] * SVQR_MAX_COND >= sv[0]:
-        Q = (R @ Ub[:, ::-1]) / sv
+        Q = rows.times(R, Ub[:, ::-1]) / sv
     else:
         Q, Rf = np.linalg.qr(R)
         Ub, sv, _ = np.linalg.svd(Rf)
@@ -195,16 +202,16 @@ def _next_block(R: np.ndarray, basis: np.ndarray, scale: float) -> np.ndarray:
         # Measured on USPS (k = 256, 7 passes, interleaved in one process): the
         # solver's time outside its products 14.2-16.0 s with two sweeps against
         # the whole basis before the QR, 9.0-12.1 s with this one after it.
-        Q -= basis @ (basis.T @ Q)
+        Q -= rows.times(basis, rows.inner(basis, Q))
         # Q is orthonormal but for ~1e-3: Cholesky QR is exact enough for so
-        # well-conditioned a block, at a fifth of a Householder QR's time
-        Q = cholesky_qr(Q)
+        # well-conditioned a panel, at a fifth of a Householder QR's time
+        Q = cholesky_qr(Q, rows)
     return Q
 
 
-def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, rng=None,
-          callback: Callback | None = None, block: int | None = None, max_basis: int | None = None,
-          start: np.ndarray | None = None, checkpoint=None) -> EigResult:
+def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAULT_MAX_PASSES, rng=None,
+          callback: Callback | None = None, width: int | None = None, max_basis: int | None = None,
+          start: np.ndarray | None = None, checkpoint=None, block: int | None = None) -> EigResult:
     """Top-``k`` eigenpairs of K~ (largest eigenvalues by value) by block Lanczos.
 
     Parameters
@@ -221,43 +228,54 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         Source of the starting block.
     callback : callable, optional
         Called with a :class:`~dkpca.solvers.PassReport` after every pass.
-    block : int, optional
-        Block size l (default :func:`default_block`: ``k + 10``).
+    width : int, optional
+        Panel width l, the subspace width (default :func:`default_width`: ``k + 10``).
     max_basis : int, optional
         Krylov basis columns kept in memory before a thick restart (default
         :func:`default_max_basis`: what fits in 1 GiB, at least ``3 l``).
     start : ndarray of shape (n, l), optional
-        Orthonormal starting block (the pipeline passes the block whose
+        Orthonormal starting block (the pipeline passes the start block whose
         product it fused into the Gram build).
     checkpoint : dkpca.checkpoint.SolverCheckpoint, optional
         Where to save, after every pass, a thick-restart state -- the best
         ``min(2 l, basis)`` Ritz vectors ``U``, their values ``theta`` and the
-        next block ``V`` (n x 3l floats, not the whole basis) -- and to resume
+        next panel ``V`` (n x 3l floats, not the whole basis) -- and to resume
         from: the run then continues as after a restart, its passes counting
         towards ``max_passes``; ``info["resumed_at_pass"]`` says where.
 
     Returns
     -------
     EigResult
-        ``info`` holds ``block_size``, ``basis_size`` (final Krylov dimension),
-        ``max_basis`` and ``restarts``.
+        ``info`` holds ``block_size`` (the width l; the key kept for stored reports),
+        ``basis_size`` (final Krylov dimension), ``max_basis`` and ``restarts``.
+    block : int, optional
+        Deprecated: the former name of ``width`` (a FutureWarning).
     """
     n = operator.n
-    max_passes = 60 if max_passes is None else int(max_passes)
+    max_passes = DEFAULT_MAX_PASSES if max_passes is None else int(max_passes)
+    given = "width"
+    if block is not None:
+        if width is not None:
+            raise TypeError("block is the former name of width; pass width only.")
+        warnings.warn("lanczos.solve's block= was renamed width= (the subspace width; a block is a Gram tile); "
+                      "block= will be removed.", FutureWarning, stacklevel=2)
+        width, given = block, "block"
     if not 1 <= k <= n:
         raise ValueError(f"k={k} is invalid; it must be between 1 and n={n}.")
-    ell = default_block(n, k) if block is None else block_size(n, k, max(0, int(block) - k))
-    if block is not None and int(block) < k:
-        raise ValueError(f"block={block} is invalid; it must be at least k={k}.")
+    ell = default_width(n, k) if width is None else iteration_width(n, k, max(0, int(width) - k))
+    if width is not None and int(width) < k:
+        raise ValueError(f"{given}={width} is invalid; it must be at least k={k}.")
     cap = default_max_basis(n, ell) if max_basis is None else int(min(n, max_basis))
     if cap < min(n, k + ell):
-        raise ValueError(f"max_basis={max_basis} is too small; it must be at least k + block = {k + ell}.")
+        raise ValueError(f"max_basis={max_basis} is too small; it must be at least k + width = {k + ell}.")
     start_passes = operator.passes
+    # the algebra's tall products on every core, split by rows (one call each where BLAS has threads)
+    rows = row_blocks()
     V = start_block(n, ell, rng) if start is None else np.asarray(start, dtype=np.float64)
     if V.shape != (n, ell):
         raise ValueError(f"start must have shape ({n}, {ell}); got {V.shape}.")
 
-    # Column-major storage with room for the largest basis: appending a block
+    # Column-major storage with room for the largest basis: appending a panel
     # writes only its own columns (np.hstack copied the whole basis every
     # pass), and untouched columns cost no memory.
     space = np.empty((n, max(cap, 2 * ell) + ell), order="F")
@@ -276,16 +294,16 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
     scale: float | None = None  # |theta_1|, from the latest Ritz pairs
     converged = False
     restarts = 0
-    # where the previous block starts: the newest blocks a product is orthogonalised against first
+    # where the previous panel starts: the newest panels a product is orthogonalised against first
     local_from = 0
     for _ in range(max(1, max_passes - resumed)):
         t0 = time.perf_counter()
         W = operator.matmat(V)
-        # The new block joins the basis; T gains V_j's row and column.
+        # The new panel joins the basis; T gains V_j's row and column.
         m = basis.shape[1]
         space[:, m:m + V.shape[1]] = V
         basis = space[:, :m + V.shape[1]]
-        W, H = _orthogonalise(basis[:, local_from:], W)
+        W, H = _orthogonalise(basis[:, local_from:], W, rows)
         T = np.pad(T, ((0, V.shape[1]), (0, V.shape[1])))
         T[local_from:, m:] = H
         T[m:, local_from:] = H.T
@@ -300,10 +318,10 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         # reports it.  A checkpoint, a restart and the last pass need them.
         due = (scale is None or checkpoint is not None or full or done >= max_passes
                or basis.shape[1] + ell > cap or _worth_ritz(history, tol))
-        # A pass that would skip them makes its next block first: if there is
+        # A pass that would skip them makes its next panel first: if there is
         # none (no new direction: an invariant subspace), its Ritz pairs are
         # exact and due after all.
-        nxt = None if due else _next_block(W, basis, scale)
+        nxt = None if due else _next_panel(W, basis, scale, rows)
         due = due or nxt.shape[1] == 0
         if due:
             theta_all, S, res, scale = _ritz_pairs(T, W, m, k, 2 * ell if checkpoint is not None else 0)
@@ -311,12 +329,12 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
         converged = due and res.size == k and history[-1] <= tol
         stop = converged or full
         if not stop:
-            V = _next_block(W, basis, scale) if nxt is None else nxt
+            V = _next_panel(W, basis, scale, rows) if nxt is None else nxt
             stop = V.shape[1] == 0
         if not stop and checkpoint is not None:
             # saved before the pass is reported: a fit killed after "pass N" resumes at pass N
             keep = min(basis.shape[1], 2 * ell)
-            checkpoint.save(done, history, U=basis @ S[:, :keep], theta=theta_all[:keep], V=V)
+            checkpoint.save(done, history, U=rows.times(basis, S[:, :keep]), theta=theta_all[:keep], V=V)
         report(callback, done, history[-1], time.perf_counter() - t0)
         if stop:
             converged = converged or res.size == k
@@ -328,12 +346,12 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = 60, r
             keep = max(res.size, min(basis.shape[1], cap - V.shape[1]) // 2)
             if S.shape[1] < keep:
                 theta_all, S = _ritz(T, keep)
-            space[:, :keep] = basis @ S[:, :keep]
+            space[:, :keep] = rows.times(basis, S[:, :keep])
             basis = space[:, :keep]
             T = np.diag(theta_all[:keep])
             restarts += 1
             local_from = 0  # K~ V is not orthogonal to the kept Ritz vectors
-    theta, U = theta_all[:res.size].copy(), basis @ S[:, :res.size]
+    theta, U = theta_all[:res.size].copy(), rows.times(basis, S[:, :res.size])
     info = {"block_size": ell, "basis_size": int(basis.shape[1]), "max_basis": cap, "restarts": restarts}
     if resumed:
         info["resumed_at_pass"] = resumed

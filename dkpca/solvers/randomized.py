@@ -12,8 +12,8 @@ user's kernel) can have negative eigenvalues larger in magnitude than the
 k-th positive one; plain iteration then fills the subspace with them.  The
 Rayleigh-Ritz step ranks by value, so they are never returned; what they
 cost is columns.  So each one the Ritz values witness gets a column of its
-own (:func:`wanted_width`: the block widens by them, up to ``MAX_WIDENING``
-times :func:`block_size`), and the wanted pairs converge at
+own (:func:`wanted_width`: the subspace widens by them, up to ``MAX_WIDENING``
+times :func:`iteration_width`), and the wanted pairs converge at
 ``|lambda_{l+1}| / lambda_k`` as in the PSD case.  (On a sigmoid kernel
 with 15 negative eigenvalues outranking lambda_6 = 0.0129: 16 -> 31 columns,
 17 passes to a 1e-10 residual, where shifting took over 200.)  Only where
@@ -34,19 +34,24 @@ import time
 import numpy as np
 import scipy.linalg
 
-from .result import Callback, EigResult, report
+from ..execution import row_blocks
+from .result import DEFAULT_MAX_PASSES, Callback, EigResult, report
 
-__all__ = ["solve", "block_size", "start_block", "next_shift", "wanted_width", "MAX_WIDENING"]
+__all__ = ["solve", "iteration_width", "block_size", "start_block", "next_shift", "wanted_width", "MAX_WIDENING"]
 
-#: an indefinite spectrum may widen the subspace up to this many times block_size's width
+#: an indefinite spectrum may widen the subspace up to this many times iteration_width's width
 #: (:func:`wanted_width`); beyond, the iteration shifts instead (:func:`next_shift`)
 MAX_WIDENING = 3
 
 
-def block_size(n: int, k: int, oversampling: int | None = None) -> int:
+def iteration_width(n: int, k: int, oversampling: int | None = None) -> int:
     """Subspace width l: k plus max(10, k) extra vectors (capped at n)."""
     extra = max(10, k) if oversampling is None else oversampling
     return min(n, k + extra)
+
+
+#: the former name of :func:`iteration_width` ("block" is the Gram tile; this is a width)
+block_size = iteration_width
 
 
 def start_block(n: int, ell: int, rng) -> np.ndarray:
@@ -92,14 +97,14 @@ def wanted_width(theta: np.ndarray, k: int, ell: int, base: int) -> int:
     many eigenvalues there (Cauchy interlacing), each one taking a column
     that the wanted pairs' oversampling needs: the width grows by them.  The
     result is at least ``ell`` (the width is never lowered) and ``base``
-    (:func:`block_size`'s width); it is ``ell`` for a PSD spectrum.
+    (:func:`iteration_width`'s width); it is ``ell`` for a PSD spectrum.
     """
     noise = 1e3 * np.finfo(float).eps * max(abs(float(theta[0])), np.finfo(float).tiny)
     outranking = int(np.count_nonzero(theta < -max(float(theta[min(k, theta.size) - 1]), noise)))
     return max(ell, base + outranking)
 
 
-def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None,
+def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = DEFAULT_MAX_PASSES, rng=None,
           callback: Callback | None = None, oversampling: int | None = None, start: np.ndarray | None = None,
           checkpoint=None) -> EigResult:
     """Top-``k`` eigenpairs of K~ (largest eigenvalues by value) by subspace iteration.
@@ -131,15 +136,17 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
     Returns
     -------
     EigResult
-        ``info`` holds ``block_size`` (the final width), ``shift`` (the final sigma; 0 for a
-        PSD spectrum) and ``lowest_ritz`` (the lowest Ritz value seen: an upper
-        bound on the lowest eigenvalue).
+        ``info`` holds ``block_size`` (the final subspace width; the key kept for stored
+        reports), ``shift`` (the final sigma; 0 for a PSD spectrum) and ``lowest_ritz``
+        (the lowest Ritz value seen: an upper bound on the lowest eigenvalue).
     """
     rng = np.random.default_rng(rng)
+    # the algebra's tall products on every core, split by rows (one call each where BLAS has threads)
+    rows = row_blocks()
     start_passes = operator.passes
     n = operator.n
-    ell = base = block_size(n, k, oversampling)
-    # an indefinite spectrum widens the block up to this before it shifts (see the module docstring)
+    ell = base = iteration_width(n, k, oversampling)
+    # an indefinite spectrum widens the subspace up to this before it shifts (see the module docstring)
     widest = min(n, MAX_WIDENING * base)
     history: list[float] = []
     resumed = 0
@@ -147,7 +154,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
     lowest = np.inf
     state = checkpoint.load() if checkpoint is not None else None
     saved = state.arrays.get("Q", np.empty((0, 0))) if state is not None else None
-    if saved is not None and saved.shape[0] == n and ell <= saved.shape[1] <= widest:  # widened blocks resume too
+    if saved is not None and saved.shape[0] == n and ell <= saved.shape[1] <= widest:  # widened subspaces resume too
         Q, history, resumed = saved, list(state.history), state.passes
         ell = Q.shape[1]
         sigma = float(state.arrays["shift"][0]) if "shift" in state.arrays else 0.0
@@ -164,14 +171,14 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
         # float64 accumulation well before the residual reaches tol.
         single = not history or history[-1] > max(1e-4, 1e2 * tol)
         Y = operator.matmat(Q, single=single)
-        B = Q.T @ Y
+        B = rows.inner(Q, Y)
         B = 0.5 * (B + B.T)
         theta, S = scipy.linalg.eigh(B)
         # descending by value: the wanted pairs are the k largest eigenvalues, not magnitudes
         theta, S = theta[::-1], S[:, ::-1]
         lowest = min(lowest, float(theta[-1]))  # Ritz values never pass the spectrum's ends
-        U = Q @ S[:, :k]
-        KU = Y @ S[:, :k]
+        U = rows.times(Q, S[:, :k])
+        KU = rows.times(Y, S[:, :k])
         res = np.linalg.norm(KU - U * theta[:k], axis=0)
         scale = max(abs(theta[0]), np.finfo(float).tiny)
         history.append(float(res.max() / scale))
@@ -188,15 +195,15 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = 60, rng=None
                 # eigenvalues that outrank the wanted ones by magnitude get columns of their own: plain
                 # iteration then converges at |lambda_{l+1}| / lambda_k, where a shift would put the whole
                 # unwanted spectrum (zeros included) near the wanted end
-                Z = Y @ S
+                Z = rows.times(Y, S)
                 if wider > ell:
                     Z = np.hstack([Z, rng.standard_normal((n, wider - ell))])
                     ell = wider
             else:
                 sigma = next_shift(theta, k, sigma)
-                Z = Y @ S
+                Z = rows.times(Y, S)
                 if sigma:
-                    Z += sigma * (Q @ S)
+                    Z += sigma * rows.times(Q, S)
             Q, _ = scipy.linalg.qr(Z, mode="economic", check_finite=False)
             if checkpoint is not None:
                 checkpoint.save(done, history, Q=Q, shift=np.array([sigma]))

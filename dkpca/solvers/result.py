@@ -8,7 +8,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EigResult", "PassReport", "Callback", "report"]
+__all__ = ["EigResult", "PassReport", "Callback", "report", "DEFAULT_MAX_PASSES"]
+
+#: the pass budget of an iterative solve when the caller gives none: the one default of ``max_passes``
+#: (the solvers', :func:`~dkpca.solvers.fraction.solve_fraction`'s and ``dkpca.fit``'s, via
+#: :mod:`dkpca.request`)
+DEFAULT_MAX_PASSES = 60
 
 
 @dataclass
@@ -34,7 +39,7 @@ class EigResult:
         a pass whose residual was not computed (block Lanczos leaves out the
         Ritz pairs of passes predicted not to converge; the last is always computed).
     info : dict
-        Solver-specific figures (block size, restarts, landmarks, ...).
+        Solver-specific figures (subspace width, restarts, landmarks, ...).
     """
 
     eigenvalues: np.ndarray

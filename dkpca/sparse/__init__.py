@@ -10,7 +10,7 @@ Modules, one job each:
 * :mod:`.em` -- the weight updates on one candidate set (pure numpy):
   posterior, likelihood, eqs. 13/14, pruning, the stopping rule;
 * :mod:`.driver` -- which candidates are fitted together: ``G = K_{:,A}^T
-  K_{:,A}`` over all n rows on Dask, candidate blocks, pooling, add-back;
+  K_{:,A}`` over all n rows on Dask, candidate sets, pooling, add-back;
 * :mod:`.blocks` -- kernel blocks in float64, the centring formula, tree sums;
 * :mod:`.estimator` -- the scikit-learn :class:`SparseKernelPCA`, :func:`fit_sparse`;
 * :mod:`.persist` -- save / load as Zarr arrays and JSON attributes (no pickle);

@@ -5,11 +5,12 @@ touches all n rows.  It is a sum over row blocks R of ``K_RA^T K_RA``, each
 evaluated from X on a dask worker (matrix-free, never n x n), summed in a tree
 inside the graph and run through :func:`dkpca.execution.compute`.
 
-Exact scheme (n <= ``block_size``): one EM over all n candidates.
+Exact scheme (n <= ``candidate_set_size``): one EM over all n candidates.
 
-Blocked scheme (n > ``block_size``): the candidates, in random order, are
-split into blocks of ``block_size``; each block is fitted on its own against
-all n rows (one G per block, all blocks in one pass over X) and its pruned
+Blocked scheme (n > ``candidate_set_size``): the candidates, in random order,
+are split into candidate sets of ``candidate_set_size`` ("sets": a block is a
+tile of K, here of the rows R); each set is fitted on its own against all n
+rows (one G per set, all sets in one pass over X) and its pruned
 weights dropped; the survivors are pooled, re-split if still too many, and
 finally re-estimated together.  The pooled optimum is then checked against
 every discarded candidate j: with ``s_j = phi_j^T C^-1 phi_j`` and ``Q_j =
@@ -38,19 +39,19 @@ from ..operator import MatrixFreeKernelOperator
 from .blocks import center, kernel_block
 from .em import covariance, run_em
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "EMOptions", "WeightFit", "BlockedFit", "fit_weights"]
+__all__ = ["DEFAULT_CANDIDATE_SET_SIZE", "EMOptions", "WeightFit", "BlockedFit", "fit_weights"]
 
-#: candidates per block when ``block_size=None``: G and the EM temporaries are
+#: candidates per set when ``candidate_set_size=None``: G and the EM temporaries are
 #: a few m x m float64 arrays (~50 MiB at 1000) and the first EM iterations,
 #: O(m^3) each, take ~0.1 s on one core.
-DEFAULT_BLOCK_SIZE = 1000
+DEFAULT_CANDIDATE_SET_SIZE = 1000
 #: columns per task in the add-back pass (R x 1024 float64 blocks, ~32 MiB)
 ADD_COLS = 1024
 #: a discarded kernel is added back when Q_j / (n s_j) exceeds this; the
 #: likelihood gain is n/2 (rho - 1 - log rho) ~ n (rho - 1)^2 / 4, i.e. < 3e-5 n below it
 ADD_RATIO = 1.01
 MAX_ADD_ROUNDS = 10
-MAX_BLOCK_ROUNDS = 20
+MAX_SET_ROUNDS = 20
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ class WeightFit:
     row_means, grand_mean
         Centring statistics of K over all n rows (``None``, 0.0 without centring).
     report : dict
-        Mode (exact/blocked), rounds, add-back rounds, passes over X.
+        Mode (exact/blocked), rounds, add-back rounds, passes over X (stored names: ``block_size`` is the
+        candidate set size, a round's ``blocks`` its candidate sets).
     """
 
     active: np.ndarray
@@ -90,14 +92,14 @@ class WeightFit:
 
 def gram_partial(XR: np.ndarray, rR: np.ndarray | None, XB: np.ndarray, rB: np.ndarray | None,
                  kernel: Kernel, c: float) -> np.ndarray:
-    """``K_RB^T K_RB`` for one row block R and candidate block B."""
+    """``K_RB^T K_RB`` for one row block R and candidate set B."""
     KRB = kernel_block(kernel, XR, XB, None if rR is None else (rR, rB, c))
     return KRB.T @ KRB
 
 
-def block_em(G: np.ndarray, XB: np.ndarray, rB: np.ndarray | None, kernel: Kernel, c: float, diag_sum: float,
-             n: int, sigma2: float, w0: np.ndarray, opts: EMOptions) -> dict:
-    """EM for one candidate block (a dask task: G arrives from the row reduction)."""
+def set_em(G: np.ndarray, XB: np.ndarray, rB: np.ndarray | None, kernel: Kernel, c: float, diag_sum: float,
+           n: int, sigma2: float, w0: np.ndarray, opts: EMOptions) -> dict:
+    """EM for one candidate set (a dask task: G arrives from the row reduction)."""
     K = kernel_block(kernel, XB, XB, None if rB is None else (rB, rB, c), same=True)
     return run_em(K, G, diag_sum, n, sigma2, w0, opts.update, opts.max_iter, opts.tol, opts.prune)
 
@@ -137,18 +139,18 @@ class BlockedFit:
         """Rows ``idx`` of X and their row means (None without centring)."""
         return self.X[idx], (None if self.r is None else self.r[idx])
 
-    def run_blocks(self, blocks: list[np.ndarray], opts: EMOptions, w0: list | None = None) -> list[dict]:
-        """EM on each candidate block against all n rows, in one graph (one pass over X)."""
+    def run_sets(self, sets: list[np.ndarray], opts: EMOptions, w0: list | None = None) -> list[dict]:
+        """EM on each candidate set against all n rows, in one graph (one pass over X)."""
         tasks = []
-        for i, blk in enumerate(blocks):
-            XB, rB = self.subset(blk)
+        for i, cand in enumerate(sets):
+            XB, rB = self.subset(cand)
             XBd, rBd = dask.delayed(XB, pure=True), dask.delayed(rB, pure=True)
             parts = [dask.delayed(gram_partial, pure=True)(XR, rR, XBd, rBd, self.kernel, self.c)
                      for XR, rR in zip(self.rows, self.rrows, strict=True)]
-            w_init = np.full(blk.size, 1.0 / self.n) if w0 is None else w0[i]
-            tasks.append(dask.delayed(block_em, pure=True)(
+            w_init = np.full(cand.size, 1.0 / self.n) if w0 is None else w0[i]
+            tasks.append(dask.delayed(set_em, pure=True)(
                 tree_sum(parts), XBd, rBd, self.kernel, self.c, self.diag_sum, self.n, self.sigma2, w_init, opts))
-        return list(compute(*tasks, label="sparse KPCA: EM over candidate blocks"))
+        return list(compute(*tasks, label="sparse KPCA: EM over candidate sets"))
 
     def add_back(self, active: np.ndarray, weights: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, float]:
         """Discarded candidates whose single-weight likelihood rises from zero (module docstring).
@@ -184,34 +186,35 @@ class BlockedFit:
         return cand, (ratio[cand] - 1.0) / sv[cand], rho_max
 
 
-def _shrink(ctx: BlockedFit, pool: np.ndarray, b: int, opts: EMOptions, rng: np.random.RandomState,
+def _shrink(ctx: BlockedFit, pool: np.ndarray, size: int, opts: EMOptions, rng: np.random.RandomState,
             report: dict) -> np.ndarray:
-    """Blocked rounds until the pool fits in one block; returns the pool, ascending."""
-    for _ in range(MAX_BLOCK_ROUNDS):
-        if pool.size <= b:
+    """Rounds over candidate sets until the pool fits in one set; returns the pool, ascending."""
+    for _ in range(MAX_SET_ROUNDS):
+        if pool.size <= size:
             return np.sort(pool)
-        blocks = np.array_split(pool, -(-pool.size // b))
-        results = ctx.run_blocks(blocks, opts)
+        sets = np.array_split(pool, -(-pool.size // size))
+        results = ctx.run_sets(sets, opts)
         report["passes"] += 1
-        survivors = np.concatenate([blk[res["active"]] for blk, res in zip(blocks, results, strict=True)])
-        report["rounds"].append({"candidates": int(pool.size), "blocks": len(blocks),
+        survivors = np.concatenate([cand[res["active"]] for cand, res in zip(sets, results, strict=True)])
+        report["rounds"].append({"candidates": int(pool.size), "blocks": len(sets),
                                  "survivors": int(survivors.size)})
         if survivors.size >= pool.size:
             raise ValueError(
                 f"blocked sparse KPCA cannot shrink the candidate set: all {pool.size} candidates survive in "
-                f"blocks of {b}. Increase block_size (above the number of representing kernels you expect) or "
+                f"candidate sets of {size}. Increase candidate_set_size (above the number of representing kernels "
+                "you expect) or "
                 f"noise_variance={ctx.sigma2} (fewer kernels)."
             )
         pool = rng.permutation(survivors)
-    raise ValueError("blocked sparse KPCA did not reduce the candidates to one block; "  # pragma: no cover
-                     "increase block_size or noise_variance.")
+    raise ValueError("blocked sparse KPCA did not reduce the candidates to one set; "  # pragma: no cover
+                     "increase candidate_set_size or noise_variance.")
 
 
-def fit_weights(X: np.ndarray, kernel: Kernel, sigma2: float, opts: EMOptions, block_size: int,
+def fit_weights(X: np.ndarray, kernel: Kernel, sigma2: float, opts: EMOptions, set_size: int,
                 rng: np.random.RandomState, center_kernel: bool) -> WeightFit:
     """The weights of sparse kernel PCA on ``X`` (float64, validated), exact or blocked (module docstring)."""
     n = X.shape[0]
-    report: dict[str, Any] = {"n_samples": n, "block_size": block_size, "passes": 0, "rounds": [], "add_back": []}
+    report: dict[str, Any] = {"n_samples": n, "block_size": set_size, "passes": 0, "rounds": [], "add_back": []}
     diag = kernel.diag(X, np.float64)
     if center_kernel:
         # the centring statistics cost one matrix-free pass over X
@@ -223,18 +226,18 @@ def fit_weights(X: np.ndarray, kernel: Kernel, sigma2: float, opts: EMOptions, b
         r, c = None, 0.0
     ctx = BlockedFit(X, r, c, kernel, sigma2, diag, default_block_size(n))
 
-    if n <= block_size:
+    if n <= set_size:
         report["mode"] = "exact"
         pool = np.arange(n)
     else:
         report["mode"] = "blocked"
-        pool = _shrink(ctx, rng.permutation(n), block_size, opts, rng, report)
-    res = ctx.run_blocks([pool], opts, w0=[np.full(pool.size, 1.0 / n)])[0]
+        pool = _shrink(ctx, rng.permutation(n), set_size, opts, rng, report)
+    res = ctx.run_sets([pool], opts, w0=[np.full(pool.size, 1.0 / n)])[0]
     report["passes"] += 1
     active, weights = pool[res["active"]], res["weights"]
     if report["mode"] == "blocked":
         for _ in range(MAX_ADD_ROUNDS):
-            add, w_add, rho_max = ctx.add_back(active, weights, block_size)
+            add, w_add, rho_max = ctx.add_back(active, weights, set_size)
             report["passes"] += 1
             report["add_back"].append({"active": int(active.size), "added": int(add.size), "max_ratio": rho_max})
             if add.size == 0:
@@ -242,12 +245,12 @@ def fit_weights(X: np.ndarray, kernel: Kernel, sigma2: float, opts: EMOptions, b
             pool = np.concatenate([active, add])
             order = np.argsort(pool)
             pool, w0 = pool[order], np.concatenate([weights, w_add])[order]
-            res = ctx.run_blocks([pool], opts, w0=[w0])[0]
+            res = ctx.run_sets([pool], opts, w0=[w0])[0]
             report["passes"] += 1
             active, weights = pool[res["active"]], res["weights"]
         else:
             warnings.warn(
                 f"the active set was still changing after {MAX_ADD_ROUNDS} add-back rounds; "
-                "increase block_size so that more candidates are fitted together.",
+                "increase candidate_set_size so that more candidates are fitted together.",
                 ConvergenceWarning, stacklevel=3)
     return WeightFit(active, weights, res, r, c, report)

@@ -30,7 +30,7 @@ from ..request import check_bool, check_choice, check_int, check_real
 from ..solvers import EigResult, postprocess
 from ..storage import DamagedModelError
 from .blocks import center, kernel_block, mean_kernel
-from .driver import DEFAULT_BLOCK_SIZE, EMOptions, fit_weights
+from .driver import DEFAULT_CANDIDATE_SET_SIZE, EMOptions, fit_weights
 from .em import UPDATES, covariance
 from .persist import ARRAYS, ATTRS, load_model, save_model
 
@@ -95,15 +95,18 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         A weight is set to zero when its maximum-likelihood value given the
         others is zero and it is below ``prune_threshold * max(w)`` (the paper
         gives no threshold; :mod:`dkpca.sparse.em`).
-    block_size : int or None, default=None
-        Candidates fitted together.  ``n <= block_size``: exact EM over all n
-        kernels; otherwise the blocked scheme (:mod:`dkpca.sparse.driver`).
-        ``None`` means 1000.  Memory per task is O(block_size^2).
+    candidate_set_size : int or None, default=None
+        Candidates fitted together.  ``n <= candidate_set_size``: exact EM over
+        all n kernels; otherwise the blocked scheme (:mod:`dkpca.sparse.driver`).
+        ``None`` means 1000.  Memory per task is O(candidate_set_size^2).
     center : bool, default=False
         Centre in feature space (the paper does not; footnote 1).  Projecting
         then evaluates the kernel against all training points.
     random_state : int, RandomState instance or None, default=None
-        Order in which candidates are split into blocks (blocked scheme only).
+        Order in which candidates are split into candidate sets (blocked scheme only).
+    block_size : int or None, default="deprecated"
+        The former name of ``candidate_set_size``: still used, with a
+        FutureWarning ("block" is a tile of K; this is a set of candidates).
 
     Attributes
     ----------
@@ -146,9 +149,10 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         max_iter: int = 30000,
         tol: float = 1e-7,
         prune_threshold: float = 0.01,
-        block_size: int | None = None,
+        candidate_set_size: int | None = None,
         center: bool = False,
         random_state: int | np.random.RandomState | None = None,
+        block_size: int | None | str = "deprecated",
     ) -> None:
         self.n_components = n_components
         self.kernel = kernel
@@ -161,9 +165,10 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         self.max_iter = max_iter
         self.tol = tol
         self.prune_threshold = prune_threshold
-        self.block_size = block_size
+        self.candidate_set_size = candidate_set_size
         self.center = center
         self.random_state = random_state
+        self.block_size = block_size
 
     # -- validation ------------------------------------------------------------
     def _check_params(self) -> None:
@@ -179,8 +184,21 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         p = check_real("prune_threshold", self.prune_threshold, what="a number in (0, 1), e.g. 0.01")
         if not 0 < p < 1:
             raise ValueError(f"prune_threshold={p!r} is invalid; it must be a number in (0, 1), e.g. 0.01.")
-        check_int("block_size", self.block_size, 2, allow_none=True)
+        check_int("candidate_set_size", self.candidate_set_size, 2, allow_none=True)
+        if not (isinstance(self.block_size, str) and self.block_size == "deprecated"):
+            check_int("block_size", self.block_size, 2, allow_none=True)
+            if self.candidate_set_size is not None:
+                raise ValueError("block_size is the former name of candidate_set_size; pass candidate_set_size only.")
         check_bool("center", self.center)
+
+    def _candidate_set_size(self) -> int:
+        """Candidates fitted together (``block_size``, its former name, with a FutureWarning)."""
+        size = self.candidate_set_size
+        if not (isinstance(self.block_size, str) and self.block_size == "deprecated"):
+            warnings.warn("block_size was renamed candidate_set_size and will be removed in a later release; pass "
+                          "candidate_set_size instead.", FutureWarning, stacklevel=3)
+            size = self.block_size
+        return DEFAULT_CANDIDATE_SET_SIZE if size is None else int(size)
 
     # -- fitting ---------------------------------------------------------------
     def fit(self, X: Any, y: Any = None) -> SparseKernelPCA:
@@ -201,8 +219,8 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         kernel = resolve_kernel(self, X.shape[1])
         sigma2 = float(self.noise_variance)
         opts = EMOptions(self.update, int(self.max_iter), float(self.tol), float(self.prune_threshold))
-        b = DEFAULT_BLOCK_SIZE if self.block_size is None else int(self.block_size)
-        fit = fit_weights(X, kernel, sigma2, opts, b, check_random_state(self.random_state), bool(self.center))
+        fit = fit_weights(X, kernel, sigma2, opts, self._candidate_set_size(), check_random_state(self.random_state),
+                          bool(self.center))
         if not fit.em["converged"]:
             warnings.warn(
                 f"sparse KPCA stopped at max_iter={self.max_iter} before the log-likelihood settled to "
@@ -355,6 +373,9 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     def load(cls, path: str | os.PathLike) -> SparseKernelPCA:
         """Read a model written by :meth:`save` (no pickle involved)."""
         params, fitted = load_model(path)
+        if "block_size" in params:  # a store saved before the rename (or its "deprecated" placeholder)
+            old = params.pop("block_size")
+            params.setdefault("candidate_set_size", None if old == "deprecated" else old)
         unknown = sorted(set(params) - set(cls().get_params()))
         if unknown:  # an edited store, or one written by a later dkpca: a TypeError from cls(**params) names neither
             raise DamagedModelError(os.fspath(path), "sparse model field 'params'",

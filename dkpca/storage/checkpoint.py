@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import dask
 import numpy as np
 import zarr
 
+from ..config import setting
 from ..jsonsafe import json_safe
 from .chunks import ChunkWriter
 from .fitstore import FitStore, remove_member
@@ -92,7 +92,7 @@ class SolverCheckpoint:
         Seconds of solver work a kill may lose: :meth:`save` writes only when
         at least this long has passed since the last save (or since
         :meth:`load`).  Default: Dask config ``dkpca.checkpoint-interval``
-        (environment ``DASK_DKPCA__CHECKPOINT_INTERVAL``), else 5 s.  A
+        (environment ``DASK_DKPCA__CHECKPOINT_INTERVAL``; default 5 s, in ``dkpca/dkpca.yaml``).  A
         checkpoint costs ~70 ms at n = 20,000 -- 10 % of a pass there, nothing
         next to the minutes-long passes it protects at scale.  0 saves every
         pass.
@@ -109,7 +109,7 @@ class SolverCheckpoint:
         self.path = self.store.path
         self.key = json_safe(key)
         self.chunk_rows = chunk_rows
-        self.interval = float(dask.config.get("dkpca.checkpoint-interval", 5.0) if interval is None else interval)
+        self.interval = float(setting("dkpca.checkpoint-interval") if interval is None else interval)
         self.saves = 0
         self._last: float | None = None
 

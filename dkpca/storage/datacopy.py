@@ -6,6 +6,15 @@ missing, stale or another chunk's is refused (:class:`CorruptChunkError`,
 naming the chunk); a refit that would reuse the copy reads it all first.
 Each chunk write checks the fit's lease (:class:`~dkpca.storage.lock.Fenced`).
 
+Growing the copy (an update, :mod:`dkpca.growth`): :meth:`StoredData.grow_data`
+checks the input's first rows against the recorded digests chunk by chunk,
+then records ``growing`` (from, to, the new fingerprint), resizes ``data/X``,
+writes the chunks from the old boundary's onward and, in one last write of
+the attributes, the new fingerprint and digests; ``prefixes`` keeps each
+earlier row count (and its boundary chunk's digest), so a model fitted on
+the first rows reads exactly those rows, verified (:class:`~.rowview.RowPrefix`),
+before, during and after the update.
+
 :class:`StoredData` is a mix-in of :class:`~dkpca.storage.fitstore.FitStore`:
 the store's layout and its model switch live there, the data copy here.
 """
@@ -13,10 +22,12 @@ the store's layout and its model switch live there, the data copy here.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
 import numpy as np
+import zarr
 
 from ..execution import compute
 from .integrity import (
@@ -25,27 +36,64 @@ from .integrity import (
     VerifiedArray,
     check_chunks,
     check_layout,
-    chunk_coords,
-    chunk_region,
     create_array,
     decode_digests,
     encode_digests,
     padded_digest,
+    writable,
 )
 from .lock import Fenced, Lease
 from .paths import relation
+from .rowview import RowPrefix
 
-__all__ = ["DATA", "RECOPY", "StoredData"]
+__all__ = ["DATA", "RECOPY", "DataExtent", "StoredData"]
 
 DATA = "data"
 #: what to rerun when the data copy is damaged: the input is the truth
 RECOPY = "rerun the fit with overwrite=True (CLI: --overwrite) to copy the data again"
 
 
-def _copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], block_info: dict | None = None) -> np.ndarray:
-    """Write one row block of X into the data copy (``target``, maybe fenced); the digest of its chunk as stored."""
-    target[tuple(slice(a, b) for a, b in block_info[0]["array-location"])] = block
+def _copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], offset: int = 0,
+                block_info: dict | None = None) -> np.ndarray:
+    """Write one row block of X into the data copy (``target``, maybe fenced) at row ``offset`` on; its digest."""
+    (r0, r1), (c0, c1) = block_info[0]["array-location"]
+    target[offset + r0:offset + r1, c0:c1] = block
     return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
+
+
+def _chunk_digest(block: np.ndarray, edge: tuple[int, int]) -> np.ndarray:
+    """The digest a chunk holding ``block`` (zero-padded) records: to compare an input's rows with the copy's."""
+    return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class DataExtent:
+    """What the data copy can give a reader: its complete rows, features, and the earlier row counts it keeps."""
+
+    rows: int
+    d: int
+    prefixes: frozenset[int]
+    #: the rows of a chunk; the fingerprint of the complete rows; the update under way (from, to, fingerprint)
+    edge: int = 0
+    fingerprint: dict | None = None
+    growing: dict | None = None
+    #: whether the copy records its chunks' digests (copies older than that cannot be grown)
+    digested: bool = False
+
+    def covers(self, n: int, d: int) -> bool:
+        """Whether a model fitted on ``n`` rows of ``d`` features reads its own rows here."""
+        return d == self.d and (n == self.rows or n in self.prefixes)
+
+
+def _growing(attrs: dict) -> dict | None:
+    """The ``growing`` record of an update under way (from, to, fingerprint), checked; None if there is none."""
+    g = attrs.get("growing")
+    if g is None:
+        return None
+    if not (isinstance(g, dict) and type(g.get("from")) is int and type(g.get("to")) is int
+            and 0 < g["from"] < g["to"] and isinstance(g.get("fingerprint"), dict)):
+        raise ValueError(f"records an unusable update under way ({g!r})")
+    return g
 
 
 class StoredData:
@@ -71,6 +119,12 @@ class StoredData:
         root = self.open_for_write()
         if DATA in root:
             attrs = dict(root[DATA].attrs)
+            growing = attrs.get("growing")
+            if growing is not None and not overwrite:
+                to = growing.get("to") if isinstance(growing, dict) else None
+                raise ValueError(f"store {self.path!r} is being updated to {to} rows of data (a killed update); "
+                                 "rerun that update with the grown data to finish it, or pass overwrite=True "
+                                 "(CLI: --overwrite) to fit this data from scratch.")
             if attrs.get("fingerprint") == fingerprint and attrs.get("complete"):
                 try:
                     # nothing reads data/X once K is built: damage is found here or never
@@ -106,14 +160,12 @@ class StoredData:
         g.attrs.update({"complete": True, "digest": DIGEST, "digests": encode_digests(values)})
         return self.training_data()
 
-    def training_array(self) -> VerifiedArray:
-        """The stored training data for tasks reading rows: every read verified, damage names its chunk.
+    def _data_record(self) -> tuple[zarr.Array, dict, int, dict | None]:
+        """``data/X``, its attributes, its complete rows and the update under way (if any), the layout checked.
 
-        Refused first (:class:`CorruptChunkError`, one line) when ``data/X``'s
-        metadata disagrees with the data's fingerprint, or the digests
-        recorded do not cover its chunks.  Copies made before dkpca recorded
-        digests (no ``digests`` attribute) still load: their reads check
-        presence and the CRC-32C only.
+        Before anything walks the chunk grid an edited ``zarr.json`` may
+        claim, the array's shape is checked against the fingerprint (or, mid-update,
+        against the update's two row counts).
         """
         try:
             group = self.open()[DATA]
@@ -121,43 +173,156 @@ class StoredData:
         except (TypeError, ValueError) as exc:  # zarr's metadata parsing: a complex64 with fill 0.0, ...
             raise CorruptChunkError(self.path, f"{DATA}/X", None, f"has metadata zarr cannot read ({exc}); "
                                     f"{RECOPY}") from None
+        try:
+            growing = _growing(attrs)
+        except ValueError as exc:
+            raise CorruptChunkError(self.path, DATA, None, f"{exc}: its attributes are damaged or were edited; "
+                                    f"{RECOPY}") from None
         fingerprint = attrs.get("fingerprint")
         shape = fingerprint.get("shape") if isinstance(fingerprint, dict) else None
-        if shape is not None:  # before anything walks the chunk grid an edited zarr.json may claim
-            check_layout(arr, tuple(shape) if isinstance(shape, list) else (shape,), None, RECOPY)
+        shape = tuple(shape) if isinstance(shape, list) else (shape,) if shape is not None else None
+        rows = growing["from"] if growing is not None else shape[0] if shape else arr.shape[0]
+        if shape is not None:
+            if growing is not None and arr.shape[0] == growing["to"]:  # resized already: the new rows' count
+                shape = (growing["to"], *shape[1:])
+            check_layout(arr, shape, None, RECOPY)
+        return arr, attrs, rows, growing
+
+    def training_array(self, rows: int | None = None) -> VerifiedArray | RowPrefix:
+        """The stored training data for tasks reading rows: every read verified, damage names its chunk.
+
+        ``rows``: a model's own rows (default: all the copy holds, complete):
+        the first ``rows`` of a copy that an update grew since, read as they
+        were (:class:`~.rowview.RowPrefix`); a count the copy never held is
+        refused (``ValueError``, one line).  Refused first
+        (:class:`CorruptChunkError`, one line) when ``data/X``'s metadata
+        disagrees with the data's fingerprint, or the digests recorded do not
+        cover its chunks.  Copies made before dkpca recorded digests (no
+        ``digests`` attribute) still load: their reads check presence and
+        the CRC-32C only.
+        """
+        arr, attrs, complete, growing = self._data_record()
+        rows = complete if rows is None else rows
         if attrs.get("digests") is None:
+            if rows != arr.shape[0]:
+                raise ValueError(f"store {self.path!r} holds {arr.shape[0]} rows of data, not the {rows} this model "
+                                 "was fitted on; load the store's current model (dkpca.load) or refit.")
             # a copy made before dkpca recorded digests (older stores): it still loads; its reads are checked
             # for presence and by CRC-32C only (a swapped or stale chunk cannot be recognised)
             return VerifiedArray(arr)
+        edge = arr.chunks[0]
         try:
             digests = decode_digests(attrs["digests"])
-            if attrs.get("digest") != DIGEST or len(digests) != arr.nchunks:
-                raise ValueError(f"{len(digests)} digests ({attrs.get('digest')!r}) for {arr.nchunks} chunks")
+            if attrs.get("digest") != DIGEST or len(digests) != -(-complete // edge):
+                raise ValueError(f"{len(digests)} digests ({attrs.get('digest')!r}) for {-(-complete // edge)} "
+                                 "chunks")
+            prefixes = attrs.get("prefixes") or {}
+            boundary = prefixes.get(str(rows)) if rows != complete else None
+            if boundary is not None:
+                boundary = decode_digests([boundary])[0]
         except ValueError as exc:
             raise CorruptChunkError(self.path, f"{DATA}/X", None, f"has unusable recorded digests ({exc}): the "
                                     f"data's attributes are damaged or were edited; {RECOPY}") from None
-        return VerifiedArray(arr, digests)
+        if rows == complete and growing is None:
+            return VerifiedArray(arr, digests)
+        if rows > complete or (rows != complete and str(rows) not in prefixes):
+            raise ValueError(f"store {self.path!r} holds {complete} rows of data and keeps no record of its first "
+                             f"{rows}: it no longer holds the data this model was fitted on; load the store's "
+                             "current model (dkpca.load) or refit.")
+        full = rows // edge
+        kept = digests[:full] + ((digests[full] if rows == complete else boundary,) if rows % edge else ())
+        if None in kept:
+            raise CorruptChunkError(self.path, DATA, None, f"records no digest of the chunk holding row {rows - 1}; "
+                                    f"{RECOPY}")
+        return RowPrefix(arr, kept, rows)
 
-    def check_data(self) -> VerifiedArray:
+    def data_extent(self) -> DataExtent:
+        """The complete rows, features and earlier row counts of the copy (a model load checks its own)."""
+        arr, attrs, rows, growing = self._data_record()
+        prefixes = attrs.get("prefixes") or {}
+        fingerprint = attrs.get("fingerprint")
+        return DataExtent(rows, int(arr.shape[1]), frozenset(int(p) for p in prefixes if str(p).isdigit()),
+                          edge=int(arr.chunks[0]), fingerprint=fingerprint if isinstance(fingerprint, dict) else None,
+                          growing=growing, digested=attrs.get("digests") is not None and bool(attrs.get("complete")))
+
+    def check_data(self) -> VerifiedArray | RowPrefix:
         """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it.
 
         Returns the copy as :meth:`training_array` does, every chunk now known present.
         """
         data = self.training_array()
-        check_chunks(data.array)
-        for c in chunk_coords(data.array):
-            data[chunk_region(data.array, c)]
+        self._check_present(data)
+        edge = data.array.chunks[0]
+        for s in range(0, data.shape[0], edge):
+            data[s:s + edge]
         return data
 
-    def training_data(self) -> da.Array:
-        """The stored training data, lazily; every chunk checked present now and verified when read."""
-        data = self.training_array()
-        check_chunks(data.array)
+    @staticmethod
+    def _check_present(data: VerifiedArray | RowPrefix) -> None:
+        check_chunks(data.array, data.chunk_coords if isinstance(data, RowPrefix) else None)
+
+    def training_data(self, rows: int | None = None) -> da.Array:
+        """The stored training data (``rows``: as :meth:`training_array`), lazily; chunks checked present now."""
+        data = self.training_array(rows)
+        self._check_present(data)
         return self._lazy(data)
 
-    def _lazy(self, data: VerifiedArray) -> da.Array:
+    def _lazy(self, data: VerifiedArray | RowPrefix) -> da.Array:
         """``data`` (checked present) as a dask array, every chunk verified when read."""
-        # named by store and content, so graphs reading the same data share their keys
+        # named by store, content and rows, so graphs reading the same data share their keys
         digest = dict(self.open()[DATA].attrs).get("fingerprint", {}).get("checksum", uuid.uuid4().hex)
         return da.from_array(data, chunks=data.array.chunks, asarray=True, lock=False,
-                             name=f"dkpca-data-{uuid.uuid5(uuid.NAMESPACE_URL, self.path).hex}-{digest}")
+                             name=f"dkpca-data-{uuid.uuid5(uuid.NAMESPACE_URL, self.path).hex}-{digest}-"
+                                  f"{data.shape[0]}")
+
+    # -- an update: the copy grown by new rows -------------------------------
+    def changed_chunk(self, X: da.Array, rows: int) -> int | None:
+        """The first chunk of the copy whose rows below ``rows`` differ from X's (None: all equal), by digest.
+
+        X is read only up to ``rows``, re-chunked as the copy is; the digests
+        are those recorded when the copy was written (the copy itself is
+        not read).
+        """
+        arr, attrs, complete, _ = self._data_record()
+        edge = (arr.chunks[0], arr.shape[1])
+        recorded = decode_digests(attrs["digests"])[:-(-rows // edge[0])]
+        head = X[:rows].rechunk((edge[0], X.shape[1]))
+        got = head.map_blocks(_chunk_digest, edge, dtype=np.uint64, drop_axis=1,
+                              chunks=((1,) * len(head.chunks[0]),), name=f"dkpca-rows-{uuid.uuid4().hex}")
+        (values,) = compute(got, label="checking the stored rows")
+        for c, (a, b) in enumerate(zip(values, recorded, strict=True)):
+            if int(a) != b:
+                return c
+        return None
+
+    def grow_data(self, X: da.Array, fingerprint: dict, rows: int, progress: bool = False,
+                  lease: Lease | None = None) -> da.Array:
+        """Grow the copy of the first ``rows`` rows of X to all of X; return the grown copy, lazily.
+
+        The caller has checked that X's first ``rows`` rows are the copy's
+        (:meth:`changed_chunk`) and holds the store lock.  Only the chunks from
+        the one the old end falls in are written (a rerun after a kill writes
+        them again); chunks wholly in the old rows are never touched.
+        """
+        g = self.open_for_write()[DATA]
+        arr, attrs = writable(g["X"]), dict(g.attrs)
+        edge = (arr.chunks[0], arr.shape[1])
+        old = decode_digests(attrs["digests"])
+        growing = _growing(attrs)
+        # one write records the update under way; a kill from here on leaves it recognisable
+        if growing is None or growing["to"] != X.shape[0] or growing["fingerprint"] != fingerprint:
+            g.attrs.update({"growing": {"from": rows, "to": int(X.shape[0]), "fingerprint": fingerprint}})
+        if arr.shape[0] != X.shape[0]:
+            arr.resize((X.shape[0], arr.shape[1]))  # metadata only: no chunk of the old rows is rewritten
+        first = rows // edge[0] * edge[0]
+        tail = X[first:].rechunk((edge[0], X.shape[1]))
+        target = arr if lease is None else Fenced(arr, lease)
+        digests = tail.map_blocks(_copy_block, target, edge, first, dtype=np.uint64, drop_axis=1,
+                                  chunks=((1,) * len(tail.chunks[0]),), name=f"dkpca-grow-{uuid.uuid4().hex}")
+        (values,) = compute(digests, label="copying the new rows into the store", progress=progress)
+        prefixes = dict(attrs.get("prefixes") or {})
+        prefixes[str(rows)] = encode_digests([old[-1]])[0] if rows % edge[0] else None
+        # the last write: the grown copy is complete, and every earlier row count still readable
+        g.attrs.update({"fingerprint": fingerprint, "complete": True, "digest": DIGEST, "growing": None,
+                        "digests": encode_digests([*old[:first // edge[0]], *values]), "prefixes": prefixes})
+        return self.training_data()

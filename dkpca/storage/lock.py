@@ -96,15 +96,13 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import dask
-
+from ..config import setting
 from .lockfiles import LockFiles, Seen, UnlockableStoreError, lock_files
 
 __all__ = ["LOCK_NAME", "StoreLockedError", "LeaseLostError", "Lease", "Fenced", "UnlockableStoreError",
            "exclusive", "lease_seconds"]
 
 LOCK_NAME = ".dkpca.lock"
-DEFAULT_LEASE = 300.0
 _ATTEMPTS = 30  # acquisition retries while other processes change the lock
 _ROUNDS = 8  # claim rounds per lock version (each one skips a crashed claimer's debris)
 
@@ -151,8 +149,8 @@ class Lease:
 
 
 def lease_seconds() -> float:
-    """The lease length: Dask config ``dkpca.lease`` (seconds, default 300)."""
-    value = dask.config.get("dkpca.lease", DEFAULT_LEASE)
+    """The lease length: Dask config ``dkpca.lease`` (seconds; default in ``dkpca/dkpca.yaml``: 300)."""
+    value = setting("dkpca.lease")
     try:
         lease = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError):

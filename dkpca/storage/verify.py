@@ -61,9 +61,14 @@ def _data(store: FitStore, root: zarr.Group) -> Finding:
     if not root[DATA].attrs.get("complete"):
         return Finding("data", True, "data/X: the copy was interrupted; a rerun of the fit copies the data again")
     try:
-        store.check_data()  # shape against the fingerprint first; each chunk against its recorded digest
+        data = store.check_data()  # shape against the fingerprint first; each chunk against its recorded digest
     except CorruptChunkError as exc:
         return Finding("data", False, f"data/X: {exc}")  # names the fix: the input is the truth
+    growing = root[DATA].attrs.get("growing")
+    if isinstance(growing, dict):  # an update killed while copying its new rows (check_data checked the record)
+        return Finding("data", True, f"data/X: caught mid-update from {growing['from']} to {growing['to']} rows: "
+                                     f"the first {data.shape[0]} rows verified; a rerun of the same update copies "
+                                     "the new rows")
     arr = root[DATA]["X"]
     old = "" if "digests" in root[DATA].attrs else " (copied without digests: presence and checksums only)"
     return Finding("data", True, f"data/X: {arr.shape[0]} x {arr.shape[1]}, all {arr.nchunks} chunks verified"
@@ -74,6 +79,11 @@ def _gram(store: FitStore, root: zarr.Group) -> Finding:
     if GRAM not in root or "done" not in root[GRAM]:
         return Finding("gram", True, "gram: no Gram matrix yet; a rerun of the fit builds it")
     g = root[GRAM]
+    growing = g.attrs.get("growing")
+    if isinstance(growing, dict):  # an update killed while growing K's arrays: their shapes are in between
+        return Finding("gram", True, f"gram: caught mid-update from {growing.get('from')} to {growing.get('n')} "
+                                     "rows while its arrays were being resized; a rerun of the same update "
+                                     "finishes it and computes the blocks of the new rows")
     try:
         GramStore(store).check_layout(g)  # before the markers are read: no shape of 10^12 is ever allocated
     except CorruptChunkError as exc:
@@ -116,6 +126,14 @@ def _model(store: FitStore, kind: str) -> Finding | None:
         return None if kind != "model" else Finding(kind, True, "model: none yet; a rerun of the fit solves")
     name = store.model_group(kind)
     old = _unchecked(list(store.open()[name].array_values())) if name is not None else ""
+    try:  # the data copy's own damage is the data finding's to name
+        rows = store.data_extent().rows if kind == "model" and name is not None else None
+    except (CorruptChunkError, ValueError):
+        rows = None
+    n = store.open()[name]["eigenvectors"].shape[0] if rows is not None else None
+    if n is not None and n < rows:  # the data copy grew (an update under way): the model still reads its own
+        old += (f" (fitted on the first {n} of the {rows} rows the store holds: an update under way; it loads "
+                "and transforms as before, and a rerun of the same update replaces it)")
     return Finding(kind, True, f"{kind}: all arrays verified{old}")
 
 

@@ -1,0 +1,163 @@
+"""What the worker processes of a LocalCluster get from the process that starts them: its script, its Ctrl-C.
+
+**The ``__main__`` guard.**  A LocalCluster's worker processes are started
+with multiprocessing's ``spawn`` (distributed's default, Dask setting
+``distributed.worker.multiprocessing-method``), and each child imports the
+parent's ``__main__`` module again before it runs anything.  A script that
+starts its cluster at the top level, not under ``if __name__ ==
+"__main__":``, starts it again in every child, which multiprocessing refuses
+in its bootstrap phase, and distributed retries: about 500 lines of
+tracebacks ending in ``Nanny failed to start``, the fix named nowhere.
+dkpca refuses first, in one error that names the fix (:func:`check_main_guard`).
+
+**Ctrl-C.**  A terminal sends SIGINT to its whole foreground process group,
+the workers too, and each printed a ``KeyboardInterrupt`` traceback (about 60
+lines for two workers) before dkpca's one line.  The workers are this
+process's to stop -- it shuts its cluster down when interrupted -- so they
+are started with SIGINT ignored (:func:`starting_workers`), the disposition a
+child inherits and Python then keeps (it installs its ``KeyboardInterrupt``
+handler only where SIGINT is not ignored).  What is left after a Ctrl-C --
+the client's abandoned waits, the workers' notes that closing cut their
+tasks off -- is dropped by two narrow log filters (:func:`quiet_interrupts`).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import dask.config
+from distributed.client import AllExit
+from distributed.diagnostics.plugin import WorkerPlugin
+
+__all__ = ["UnguardedMainError", "check_main_guard", "unguarded_line", "starting_workers", "QuietClose",
+           "quiet_interrupts"]
+
+GUARD = 'if __name__ == "__main__":'
+
+
+class UnguardedMainError(RuntimeError):
+    """A script starts worker processes outside ``if __name__ == "__main__":`` (each would rerun it)."""
+
+
+def _message(where: str) -> str:
+    return (f"{where} starts a local Dask cluster outside '{GUARD}'. Its worker processes are started with "
+            "multiprocessing's spawn, which imports the script again in each of them, where it would start the "
+            f"cluster again. Put the script's work under '{GUARD}' (see README, Clusters).")
+
+
+def unguarded_line(main: object | None = None) -> tuple[str, int] | None:
+    """``(script, line)`` where ``__main__``'s top level is running this call outside a ``__name__`` test.
+
+    None where there is no script to rerun (an interactive session, Jupyter,
+    ``python -c``), its source cannot be read, or the call is guarded.  The
+    line is that of the script's outermost frame, so a function the script
+    calls at its top level counts as that call.
+    """
+    main = sys.modules.get("__main__") if main is None else main
+    path = getattr(main, "__file__", None)
+    namespace = getattr(main, "__dict__", None)
+    if not path or namespace is None:
+        return None
+    line = None
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_globals is namespace and frame.f_code.co_name == "<module>":
+            line = frame.f_lineno
+        frame = frame.f_back
+    if line is None:  # __main__ is not running this call (it has finished its top level: e.g. an atexit hook)
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.If) and node.lineno <= line <= (node.end_lineno or node.lineno)
+                and any(isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test))):
+            return None
+    return os.path.abspath(path), line
+
+
+def check_main_guard() -> None:
+    """Refuse to start worker processes from a script's unguarded top level (:class:`UnguardedMainError`).
+
+    Also in a spawned child's bootstrap (``multiprocessing``'s own test:
+    the child is still importing the parent's ``__main__``), where the parent
+    could not tell (no readable source).
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        main = sys.modules.get("__main__")
+        raise UnguardedMainError(_message(f"the script {getattr(main, '__file__', None) or '__main__'}"))
+    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "fork":
+        return  # a forked child does not import __main__ again
+    found = unguarded_line()
+    if found is not None:
+        raise UnguardedMainError(_message(f"{found[0]}, line {found[1]},"))
+
+
+@contextlib.contextmanager
+def starting_workers() -> Iterator[None]:
+    """Around starting a LocalCluster's worker processes: the guard checked, and the children ignore Ctrl-C.
+
+    SIGINT is ignored in this process only while the workers are spawned
+    (a Ctrl-C in that window, a second or two, is lost); off the main
+    thread, or where the handler is not Python's to restore, nothing changes.
+    """
+    check_main_guard()
+    old = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if old is None:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+class _CutOffByClose(logging.Filter):
+    """Drops a worker's note that a task was cut off by the worker closing (distributed: "This should exclusively
+    happen in Worker.close()"): after an interrupt the cluster closes with tasks running, and each says so."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        return not (text.startswith("Async instruction for") and text.endswith("ended with CancelledError"))
+
+
+class _AbandonedGather(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for distributed's ``AllExit``: the client's own signal
+    to the waits of a gather its caller gave up (a Ctrl-C), never an error of the computation."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], AllExit))
+
+
+def _add_filter(name: str, kind: type[logging.Filter]) -> None:
+    log = logging.getLogger(name)
+    if not any(isinstance(f, kind) for f in log.filters):
+        log.addFilter(kind())
+
+
+class QuietClose(WorkerPlugin):
+    """On each worker (those that join later too): :class:`_CutOffByClose`."""
+
+    name = "dkpca-quiet-close"
+
+    def setup(self, worker: Any) -> None:
+        _add_filter("distributed.worker.state_machine", _CutOffByClose)
+
+
+def quiet_interrupts(client: Any) -> None:
+    """After a Ctrl-C only dkpca's line: the client's abandoned waits and its workers' closing notes say nothing."""
+    _add_filter("asyncio", _AbandonedGather)
+    client.register_plugin(QuietClose())

@@ -1,0 +1,281 @@
+"""``KernelPCA.partial_fit``: a fit grown by batches of rows, equal to a fit on all of them, warm-started.
+
+scikit-learn's ``IncrementalPCA`` convention: the first call fits, a later
+call adds its rows, ``transform`` works at any time.  Each call solves the
+kernel matrix of every row seen so far to the tolerance of ``fit``, so the
+model after a call *is* the fit on the concatenation (not an approximation
+of it).  What a call reuses:
+
+* **K.**  The kernel matrix of the rows seen so far stays in memory; a batch
+  of m rows after n costs only its new rows and columns, ``K(X_new, X_old)``
+  (n m entries, mirrored) and ``K(X_new, X_new)`` (m^2), never the old n^2.
+* **The eigenvectors.**  The iterative solvers start from the previous
+  eigenvectors extended to the new rows by the Nystroem formula
+  ``u(x) = k~(x)^T U Lambda^-1`` (``k~`` centred by the old rows' statistics:
+  :meth:`~dkpca.linalg.Centering.center_scores`, the formula of
+  ``transform``), i.e. ``transform(x) / sqrt(lambda)``, plus the solver's usual
+  random oversampling columns; ARPACK starts from their sum.  The dense solver
+  needs no start.
+
+Out of core (``store=`` set, or a dask array / Zarr / file batch) a call is
+``dkpca.fit`` on the store's data copy followed by the batch, which the
+store update path turns into an update of the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_array
+from sklearn.utils.validation import validate_data
+
+from .eigensolve import solve_kernel_matrix
+from .execution import local_threads
+from .io import as_dask
+from .kernels import Kernel
+from .linalg import Centering, balanced_block, block_bounds, rows_per_block
+from .linalg.products import MEMORY_BLOCK
+from .planning import in_memory_solver
+from .request import as_generator, check_n_components_spec
+from .solvers import Solver, subspace_width
+from .solvers.spectrum import check_magnitude_ranking
+
+__all__ = ["PartialFit", "cross_kernel", "extend_eigenvectors", "grown_matrix", "warm_start"]
+
+logger = logging.getLogger("dkpca")
+
+#: the kept kernel matrix of the rows seen so far (a fitted attribute: ``fit`` drops it, pickles leave it out)
+KEPT = "_kernel_seen_"
+
+
+def cross_kernel(kernel: Kernel, X_new: Any, X_old: Any, dtype: Any) -> np.ndarray:
+    """``K(X_new, X_old)`` (m x n) in ``dtype``, strips of old rows evaluated on this process's threads."""
+    n, m = X_old.shape[0], X_new.shape[0]
+    out = np.empty((m, n), dtype=dtype)
+    edge = min(balanced_block(n, MEMORY_BLOCK), rows_per_block(m, out.itemsize))
+
+    def one(bounds: tuple[int, int]) -> None:
+        j0, j1 = bounds
+        out[:, j0:j1] = kernel.block(X_new, X_old[j0:j1], dtype)
+
+    with local_threads() as pmap:
+        for _ in pmap(one, block_bounds(n, edge)):
+            pass
+    return out
+
+
+def grown_matrix(K: np.ndarray, cross: np.ndarray, square: np.ndarray) -> np.ndarray:
+    """``[[K, cross^T], [cross, square]]`` in K's dtype: the old K copied once, the new rows mirrored."""
+    n, m = K.shape[0], square.shape[0]
+    out = np.empty((n + m, n + m), dtype=K.dtype)
+    out[:n, :n] = K
+    out[n:, :n] = cross
+    out[:n, n:] = cross.T
+    out[n:, n:] = square
+    return out
+
+
+def extend_eigenvectors(cross: np.ndarray, eigenvalues: np.ndarray, eigenvectors: np.ndarray,
+                        centering: Centering) -> np.ndarray:
+    """The old eigenvectors extended to new rows: ``[U; k~(X_new, X_old) U Lambda^-1]`` (Nystroem).
+
+    ``cross`` is ``K(X_new, X_old)``, uncentred; it is centred with the old
+    rows' statistics exactly as ``transform`` centres new points, whose scores
+    are ``k~^T U Lambda^-1/2``.  Columns with a non-positive eigenvalue extend by 0.
+    """
+    weights = centering.projection_weights(eigenvalues, eigenvectors)
+    scores = centering.center_scores(cross @ weights.W, cross.mean(axis=1, dtype=np.float64), weights)
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    scale = np.divide(1.0, np.sqrt(np.maximum(lam, 0.0)), out=np.zeros_like(lam), where=lam > 0)
+    return np.vstack([eigenvectors, scores * scale])
+
+
+def warm_start(extended: np.ndarray, solver: Solver, k: int, rng: np.random.Generator) -> np.ndarray | None:
+    """The start of ``solver`` for ``k`` components from the extended eigenvectors.
+
+    Block Lanczos and subspace iteration: the extended columns (at most the
+    subspace width) followed by random columns up to the width, orthonormalised.
+    ARPACK: one vector, the sum of the orthonormalised extended columns.  The
+    dense solver: None.
+    """
+    n = extended.shape[0]
+    if solver is Solver.ARPACK:
+        Q, _ = np.linalg.qr(extended)
+        return Q.sum(axis=1)
+    if not solver.spec.takes_start:
+        return None
+    width = subspace_width(solver, n, k)
+    kept = extended[:, :width]
+    fill = rng.standard_normal((n, width - kept.shape[1]))
+    Q, _ = np.linalg.qr(np.hstack([kept, fill]))
+    return Q
+
+
+def stack_rows(old: Any, new: Any) -> Any:
+    """The rows seen so far followed by a batch, in the kind (dense or CSR) and dtype of the old rows."""
+    if sp.issparse(old):
+        return sp.vstack([old, sp.csr_matrix(new, dtype=old.dtype)], format="csr")
+    return np.concatenate([old, new.toarray() if sp.issparse(new) else new]).astype(old.dtype, copy=False)
+
+
+def nearly_symmetric(square: np.ndarray) -> bool:
+    """Symmetric but for rounding (scikit-learn's ``rbf_kernel(X)`` differs from its transpose in the last bits)."""
+    scale = float(np.max(np.abs(square), initial=0.0))
+    return bool(np.all(np.abs(square - square.T) <= 1e3 * np.finfo(square.dtype).eps * scale))
+
+
+def symmetric_block(square: np.ndarray) -> np.ndarray:
+    """A precomputed batch's own block ``K(X_batch, X_batch)`` made exactly symmetric; refused unless it nearly is."""
+    if not nearly_symmetric(square):
+        raise ValueError(
+            "kernel='precomputed': partial_fit grows a symmetric kernel matrix, but the batch's block "
+            "K(X_batch, X_batch) (its last columns) is not symmetric; symmetrise it ((K + K.T) / 2), or fit the "
+            "whole matrix at once with fit, which centres a non-symmetric K as KernelCenterer does.")
+    return (square + square.T) / 2
+
+
+class PartialFit:
+    """The mix-in of :class:`dkpca.KernelPCA` that grows a fit by batches (``partial_fit``'s work).
+
+    It uses the estimator's own pieces (``fit``, its kernel evaluators, its
+    iteration limits) so that a grown fit and a fit on the concatenation run
+    the same code from K on.
+    """
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the kept K (n^2) stays out of pickles: the next partial_fit rebuilds it from X_fit_ once
+        state = dict(super().__getstate__())  # object.__getstate__ gives the instance's own __dict__
+        state.pop(KEPT, None)
+        return state
+
+    def _grow(self, X: Any, out_of_core: bool) -> Any:
+        """``partial_fit(X)``: the first call fits, a later one adds X's rows (in memory or through the store)."""
+        fitted = hasattr(self, "eigenvalues_")
+        if out_of_core or self.store is not None or hasattr(self, "model_"):
+            self._grow_store(X, fitted)
+        elif not fitted:
+            if self._is_precomputed():
+                symmetric_block(check_array(X, accept_sparse=False, dtype=[np.float64, np.float32]))
+            self.fit(X)  # the first call fits; K is rebuilt from X_fit_ by the next call
+        else:
+            self._check_kernel_unchanged()
+            self._grow_in_memory(X)
+        self.n_samples_seen_ = int(self.X_fit_.shape[0])
+        return self
+
+    def _grow_store(self, X: Any, fitted: bool) -> None:
+        if self.store is None:
+            raise ValueError(
+                "partial_fit out of core (a dask array, Zarr or file batch, or a fit made out of core) grows a "
+                "store: pass store='path.dkpca.zarr' to KernelPCA, or pass numpy batches to grow the fit in memory.")
+        batch = as_dask(X, min_samples=1 if fitted else 2, purpose="partial_fit")
+        if fitted and batch.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {batch.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        # the stored data copy (lazily) followed by the batch: dkpca.fit sees a store whose data is the
+        # first rows of its input, and updates it
+        seen = self.X_fit_ if isinstance(getattr(self, "X_fit_", None), da.Array) else (
+            da.from_array(np.asarray(self.X_fit_)) if fitted else None)
+        self.fit(batch if seen is None else da.concatenate([seen, batch.astype(seen.dtype)]))
+
+    def _check_kernel_unchanged(self) -> None:
+        """Refuse kernel parameters changed since the fit (``set_params``): its kept K is of the old kernel."""
+        fitted_gamma, d = self.gamma_, self.n_features_in_
+        # the kernel the parameters now give, resolved as fit resolves it (fit reads gamma through gamma_)
+        self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
+        try:
+            now = self._make_kernel(d)
+        finally:
+            self.gamma_ = fitted_gamma
+        if now != self.kernel_:
+            raise ValueError(
+                f"the kernel parameters changed since this KernelPCA was fitted (fitted: "
+                f"{'a callable or precomputed kernel' if self.kernel_ is None else self.kernel_}, now: "
+                f"{'a callable or precomputed kernel' if now is None else now}); partial_fit adds rows to the "
+                "fitted kernel matrix: set the parameters back, or call fit to start afresh with the new ones.")
+
+    def _kept_kernel(self) -> np.ndarray:
+        """K of the rows seen so far: the kept one (taken out of the estimator), else rebuilt from ``X_fit_``."""
+        K = self.__dict__.pop(KEPT, None)
+        if K is not None:
+            return K
+        if self._is_precomputed():
+            return np.asarray(self.X_fit_)
+        return self._training_kernel(self.X_fit_)
+
+    def _grow_in_memory(self, X: Any) -> None:
+        n = self.X_fit_.shape[0]
+        if self._is_precomputed():
+            self._grow_precomputed(check_array(X, dtype=[np.float64, np.float32]), n)
+            return
+        X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
+        X = stack_rows(self.X_fit_[:0], X)  # the batch in the kind and dtype of the rows seen
+        K = self._kept_kernel()
+        evaluator = self.kernel_ if self.kernel_ is not None and not sp.issparse(X) else self._evaluator()
+        cross = cross_kernel(evaluator, X, self.X_fit_, K.dtype)
+        K = grown_matrix(K, cross, self._training_kernel(X).astype(K.dtype, copy=False))
+        del cross
+        self._solve_grown(K, stack_rows(self.X_fit_, X), n)
+
+    def _grow_precomputed(self, X: np.ndarray, n: int) -> None:
+        """A precomputed batch: its rows of the grown K, ``(m, n + m)``, or the whole grown K, square."""
+        m, cols = X.shape
+        if m == cols >= n:  # the whole grown matrix: it replaces the kept one (a non-symmetric one: fit's path)
+            if not nearly_symmetric(X):
+                self.fit(X)
+                return
+            K = symmetric_block(X).astype(self._compute_dtype, copy=False)
+            self.__dict__.pop(KEPT, None)
+        elif cols == n + m:
+            square = symmetric_block(X[:, n:])
+            K = self._kept_kernel()
+            K = grown_matrix(K, X[:, :n].astype(K.dtype, copy=False), square.astype(K.dtype, copy=False))
+        else:
+            raise ValueError(
+                f"X has {cols} features, but {type(self).__name__} is expecting {n} features as input, plus one per "
+                f"new row: with kernel='precomputed' partial_fit takes the batch's rows of the grown kernel matrix, "
+                f"K(X_batch, [X_seen, X_batch]) of shape ({m}, {n + m}) after {n} rows, or the whole grown matrix "
+                "(square, at least as large as the one fitted).")
+        self._solve_grown(K, K, n)
+        self.n_features_in_ = K.shape[0]
+
+    def _solve_grown(self, K: np.ndarray, X_all: Any, n_old: int) -> None:
+        """Solve the grown K as ``fit`` solves its K, from the warm start, and keep the fitted attributes.
+
+        The warm start needs ``K(X_new, X_old)``, which is K's block ``[n_old:, :n_old]`` (a view); it is
+        computed only for a solver that takes it.
+        """
+        precomputed, N = self._is_precomputed(), K.shape[0]
+        spec = None if self.n_components is None else check_n_components_spec(self.n_components)
+        fraction = isinstance(spec, float)
+        k = N if spec is None else spec if fraction else min(N, spec)
+        solver = self.eigen_solver if self.eigen_solver != "auto" else in_memory_solver(N, k, fraction)[0]
+        typed = Solver.parse(solver)
+        start = None
+        if not fraction and (typed is Solver.ARPACK or typed.spec.takes_start):
+            extended = extend_eigenvectors(K[n_old:, :n_old], self.eigenvalues_, self.eigenvectors_, self._centering)
+            start = warm_start(extended, typed, k, as_generator(self.random_state))
+        tol, passes = (self.tol, None) if typed is Solver.ARPACK else self._iteration_limits(in_memory=True)
+        res, centering = solve_kernel_matrix(
+            K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter, random_state=self.random_state,
+            remove_zero=self.remove_zero_eig or self.n_components is None, X=None if precomputed else X_all,
+            kernel=self.kernel_, kernel_name="precomputed" if precomputed else
+            f"callable {getattr(self.kernel, '__name__', self.kernel)!r}", start=start)
+        if typed is Solver.RANDOMIZED and precomputed:  # a given matrix: scikit-learn's error, as fit
+            check_magnitude_ranking(res, K.dtype)
+        logger.info("partial_fit: %d + %d rows, solver %s from %s, %d passes", n_old, N - n_old, typed.value,
+                    "its own start" if start is None else f"the {self.eigenvectors_.shape[1]} extended eigenvectors",
+                    res.passes)
+        self.eigenvalues_, self.eigenvectors_, self.eigen_solver_ = res.eigenvalues, res.eigenvectors, solver
+        self.explained_variance_ratio_ = (res.eigenvalues / centering.trace if centering.trace > 0
+                                          else np.zeros_like(res.eigenvalues))
+        self._centering = centering
+        self._kdiag_centered = centering.centered_diag(np.diag(K))
+        self.X_fit_ = X_all
+        if self.fit_inverse_transform:
+            self._fit_ridge(X_all)
+        setattr(self, KEPT, K)

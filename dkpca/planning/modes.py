@@ -1,0 +1,111 @@
+"""Store or recompute K, block Lanczos or subspace iteration: each pair's fit time from measured rates.
+
+A fit's time is its passes times the cost of a pass, plus the build where K
+is stored.  Per pass (:func:`~dkpca.planning.estimate.estimate`, the plan's
+own cost model), the larger of
+
+* the cores: entries x one thread's seconds per entry (evaluate and multiply,
+  or read and multiply) / the tasks that run at once, and
+* the filesystem: K's bytes at what it takes from all of them at once (the
+  measured ``write_bandwidth`` for the build, ``read_bandwidth`` for a pass),
+
+so the rule weighs the evaluation rate times the threads against K's write
+and read bandwidth.  The solvers differ in passes (block Lanczos needs fewer:
+a Krylov space, :func:`~dkpca.planning.measure.lanczos_passes`) and in their
+cost (subspace iteration's early passes multiply in single precision,
+:func:`single_passes`).  Measured (issue 40): on a 16-core machine at
+n = 100,000 the stored build wrote K at 1.3 GB/s whatever the threads (16 s),
+and recomputing with block Lanczos was 1.65x faster than storing; on the
+2-core development machine at n = 40,000 storing and recomputing with block
+Lanczos were within 2 % and subspace iteration 1.4x slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..linalg import PassCost
+from .estimate import PASS_SECONDS, EntryRates, estimate
+
+__all__ = ["ModeCost", "mode_cost", "cheapest", "single_passes", "SINGLE_RESIDUAL"]
+
+#: the randomized solver multiplies in single precision while its residual is above
+#: ``max(SINGLE_RESIDUAL, 100 tol)`` (``solvers/randomized.py``)
+SINGLE_RESIDUAL = 1e-4
+
+
+def single_passes(passes: int, tol: float) -> int:
+    """How many of subspace iteration's ``passes`` multiply in single precision.
+
+    Its residual falls geometrically from about 1 to ``tol`` over the passes,
+    and the products are single while it is above ``max(1e-4, 100 tol)``:
+    that share of the passes, the log of the one over the log of the other.
+    """
+    switch = max(SINGLE_RESIDUAL, 1e2 * tol)
+    if not 0 < tol < 1 or switch >= 1:
+        return 0
+    return int(min(passes, np.floor(passes * np.log(switch) / np.log(tol))))
+
+
+@dataclass(frozen=True)
+class ModeCost:
+    """One (solver, Gram mode) pair's estimated fit time and its parts."""
+
+    solver: str
+    gram: str
+    passes: int
+    single: int
+    build: PassCost | None
+    sweep: PassCost
+    seconds: float
+
+    @property
+    def bound(self) -> str:
+        """``"disk"`` where the filesystem binds the build (stored) or a pass, else ``"cores"``."""
+        parts = [self.sweep] + ([self.build] if self.build is not None else [])
+        return "disk" if any(p.bound == "filesystem" for p in parts) else "cores"
+
+    @property
+    def label(self) -> str:
+        return f"{self.gram}+{self.solver}"
+
+
+def mode_cost(n: int, block: int, *, solver: str, gram: str, passes: int, tol: float, itemsize: int,
+              concurrency: int, rates: EntryRates, single_ok: bool = True) -> ModeCost:
+    """The fit time of ``solver`` with K ``gram`` (``store`` or ``recompute``) over ``passes`` passes.
+
+    Stored: the build (evaluate and write every block, the first product fused
+    into it) and ``passes - 1`` passes that read K; recomputed: ``passes``
+    passes that evaluate it (the first fused with the centring statistics).
+    ``single_ok``: subspace iteration's early products may be single (K in float32).
+    Each pass adds :data:`~dkpca.planning.estimate.PASS_SECONDS` (graph, round trip, the algebra between).
+    """
+    single = single_passes(passes, tol) if solver == "randomized" and single_ok else 0
+    kw = dict(gram=gram, itemsize=itemsize, concurrency=concurrency, rates=rates, task_seconds=0.0,
+              distributed=False)
+    build, double = estimate(n, block, **kw)
+    fast = estimate(n, block, single=True, **kw)[1]
+    sweeps = [fast] * single + [double] * (passes - single)
+    if build is not None:
+        first = sweeps.pop(0)
+        # the fused first product runs in the build's tasks, while the blocks are in cache: no read
+        entry = rates.pass_entry(gram, single > 0)
+        fused = first.compute * (entry - rates.read) / entry if entry > 0 else 0.0
+        build = PassCost(build.block, build.tasks, build.compute + fused, build.io, build.scheduler)
+    seconds = (build.seconds if build is not None else 0.0) + sum(s.seconds for s in sweeps) + passes * PASS_SECONDS
+    return ModeCost(solver, gram, passes, single, build, double, seconds)
+
+
+def cheapest(n: int, block: int, *, solvers: list[str], grams: list[str], passes: dict[str, int], tol: float,
+             itemsize: int, concurrency: int, rates: EntryRates) -> tuple[ModeCost, list[ModeCost]]:
+    """The fastest (solver, Gram mode) pair among ``solvers`` x ``grams``, and every pair's cost.
+
+    ``passes``: each solver's expected passes over K.  A tie goes to the
+    earlier pair (solvers, then modes, in the order given).
+    """
+    costs = [mode_cost(n, block, solver=s, gram=g, passes=int(passes[s]), tol=tol, itemsize=itemsize,
+                       concurrency=concurrency, rates=rates, single_ok=itemsize == 4)
+             for s in solvers for g in grams]
+    return min(costs, key=lambda c: c.seconds), costs

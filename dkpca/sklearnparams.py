@@ -1,0 +1,105 @@
+"""scikit-learn's ``KernelPCA`` parameters as dkpca's: the kernel, its evaluator, the solve limits, ``FitOptions``.
+
+:class:`SklearnParams` is a mixin of :class:`dkpca.KernelPCA` (the estimator keeps its parameters, as
+scikit-learn requires; this module reads them): the resolved :class:`~dkpca.kernels.Kernel` or the adapter
+that evaluates callables and sparse input, the training kernel matrix, ``(tol, max_passes)`` from
+``tol`` / ``max_iter`` / ``iterated_power``, and the out-of-core fit's :class:`~dkpca.request.FitOptions`,
+built here once.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .eigensolve import memory_kernel_matrix
+from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
+from .request import FitOptions, check_n_components_spec
+from .solvers import Solver
+
+__all__ = ["SklearnParams", "TOL_IN_MEMORY", "TOL_OUT_OF_CORE", "MAX_PASSES_IN_MEMORY"]
+
+#: relative residual iterative solvers aim for when ``tol=0`` ("as accurate as
+#: the arithmetic allows", scikit-learn's meaning for ARPACK).  A residual r
+#: bounds eigenvalue errors by ~r^2/gap, so 1e-10 gives eigenvalues to working
+#: precision; out of core K is float32 by default and 1e-6 is the useful limit.
+TOL_IN_MEMORY = 1e-10
+TOL_OUT_OF_CORE = 1e-6
+#: passes allowed to an in-memory iterative solver when neither max_iter nor
+#: iterated_power says otherwise (a pass is one GEMM with K in memory)
+MAX_PASSES_IN_MEMORY = 500
+
+
+class SklearnParams:
+    """The estimator's parameters read as dkpca's (a mixin: the attributes are :class:`dkpca.KernelPCA`'s)."""
+
+    kernel: Any
+    kernel_: Kernel | None
+
+    def _is_precomputed(self) -> bool:
+        return isinstance(self.kernel, str) and self.kernel == "precomputed"
+
+    def _is_callable_kernel(self) -> bool:
+        return callable(self.kernel) and not isinstance(self.kernel, Kernel)
+
+    def _make_kernel(self, n_features: int) -> Kernel | None:
+        """The resolved dkpca kernel; None for callables and precomputed kernels."""
+        if self._is_precomputed() or self._is_callable_kernel():
+            return None
+        degree = self.degree
+        if isinstance(degree, numbers.Real) and float(degree).is_integer():
+            degree = int(degree)  # scikit-learn accepts degree=3.0
+        kern = make_kernel(self.kernel, gamma=self.gamma_, degree=degree, coef0=self.coef0,
+                           kernel_params=self.kernel_params)
+        return kern.resolve(n_features)
+
+    def _evaluator(self) -> Kernel:
+        """The kernel that evaluates blocks in memory: the resolved one, or an adapter."""
+        if self.kernel_ is None:
+            return CallableKernel(self.kernel, dict(self.kernel_params or {}), self.n_jobs)
+        return SparseInputKernel(self.kernel_, self.n_jobs)
+
+    def _training_kernel(self, X: Any) -> np.ndarray:
+        """The training kernel matrix ``K(X, X)``, exactly symmetric.
+
+        A named kernel on dense input is built block by block on this
+        process's threads; callable kernels and sparse input go through
+        their adapter (scikit-learn's ``pairwise_kernels``).
+        """
+        if self.kernel_ is not None and not sp.issparse(X):
+            return memory_kernel_matrix(self.kernel_, X, self._compute_dtype)
+        dtype = np.float64 if self.kernel_ is None else self._compute_dtype
+        return self._evaluator().block(X, None, dtype)
+
+    def _ridge_kernel(self, A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
+        """The kernel between score vectors for the ridge pre-image map (scikit-learn's choice)."""
+        return self._evaluator().block(A, B, np.float64)
+
+    def _fit_options(self, n: int, d: int) -> FitOptions:
+        """The out-of-core fit's :class:`~dkpca.request.FitOptions`, from scikit-learn's parameters (the one place)."""
+        tol, passes = self._iteration_limits(in_memory=False)
+        spec = check_n_components_spec(self.n_components)
+        return FitOptions(n_components=spec if isinstance(spec, float) else min(spec, n), kernel=self._make_kernel(d),
+                          solver=self.eigen_solver, store=self.store, chunk_size=self.chunk_size,
+                          dtype=self.dtype or "auto", tol=tol, max_passes=passes, random_state=self.random_state)
+
+    def _iteration_limits(self, in_memory: bool) -> tuple[float, int | None]:
+        """``(tol, max_passes)`` of the iterative dkpca solvers from scikit-learn's parameters."""
+        tol = float(self.tol) if self.tol > 0 else (TOL_IN_MEMORY if in_memory else TOL_OUT_OF_CORE)
+        if self.max_iter is not None:
+            passes = int(self.max_iter)
+        elif self.eigen_solver == Solver.RANDOMIZED and self.iterated_power != "auto":
+            passes = int(self.iterated_power) + 1
+        else:
+            passes = MAX_PASSES_IN_MEMORY if in_memory else None
+        return tol, passes
+
+    def _reset(self) -> None:
+        # A refit must not leave attributes of the previous fit behind (e.g.
+        # model_ after switching to in-memory data).
+        for name in list(vars(self)):
+            if name.endswith("_") and not name.startswith("__"):
+                delattr(self, name)

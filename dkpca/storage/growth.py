@@ -1,0 +1,213 @@
+"""An update's store side: whether a fit grows the stored one (:func:`find_growth`), and the Gram store grown.
+
+:func:`find_growth` reads only attributes: the data copy's rows, earlier row
+counts and update under way, the Gram store's kernel, tile and precision, the
+model's rows.  It is what ``dkpca.fit`` and ``dkpca.plan`` both ask.
+
+The Gram store grown by new rows: the stored grid kept, only blocks touching new rows to compute.
+
+K's tiles keep their edge: new rows fill the last, partial row block and then
+new ones.  Blocks wholly in the old rows keep their chunks, sums and done
+markers; the blocks of the row block the old end falls in (partial, when
+``n_old`` is not a multiple of the tile) get their markers cleared first, so
+the build recomputes them; new blocks have no marker yet.  The build
+(:func:`dkpca.gram.build_gram`) then computes exactly the blocks without a
+marker, and its reduction recomputes the row sums and trace from the
+per-block sums.
+
+Crash safety: every step is idempotent and the ``growing`` attribute (the
+target rows and fingerprint), written first and cleared last, says a rerun
+(or ``dkpca verify``) found a store caught mid-step; the same update then
+does it again.  Nothing here deletes or rewrites a chunk of the old rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+
+from ..linalg.grid import n_blocks
+from .datacopy import DATA
+from .fitstore import FitStore
+from .gramcheck import GROUP
+from .integrity import CorruptChunkError, writable
+
+__all__ = ["GROWN_ARRAYS", "Growth", "find_growth", "grow_gram", "gram_growth", "stored_tile", "update_blocks"]
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A fit of ``n_new`` rows that updates the store's fit of its first ``n_old``.
+
+    ``block``: the stored tile edge (the update keeps it); ``copy_data``: the
+    data copy still holds only the old rows (or is mid-update); ``gram``:
+    the store holds K to grow; ``model_rows``: the rows of the store's
+    current model (its eigenvectors start the solver when they are ``n_old``).
+    """
+
+    n_old: int
+    n_new: int
+    block: int
+    copy_data: bool
+    gram: bool
+    model_rows: int | None
+
+
+def _model_rows(store: FitStore) -> int | None:
+    """The rows of the store's current model (its eigenvectors' metadata), None if it has none readable."""
+    try:
+        name = store.model_group()
+        return None if name is None else int(store.open()[name]["eigenvectors"].shape[0])
+    except (KeyError, ValueError, TypeError, OSError):
+        return None
+
+
+def stored_tile(store: FitStore | None, n: int, d: int) -> int | None:
+    """The tile of the store's complete data copy of ``n`` x ``d`` rows (None: none such, or unreadable).
+
+    A refit without ``chunk_size`` keeps it: the data's fingerprint is taken
+    per row chunk, so another tile would call the same data different (and
+    after an update the stored tile is the old fit's, not the default for n).
+    """
+    if store is None or store.is_new():
+        return None
+    try:
+        if DATA not in store.open():
+            return None
+        ext = store.data_extent()
+    except (CorruptChunkError, ValueError, TypeError, KeyError):
+        return None
+    return ext.edge if ext.rows == n and ext.d == d and ext.growing is None and ext.edge else None
+
+
+def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: dict, dtype: str | None,
+                chunk_size: int | None) -> Growth | None:
+    """Whether a fit of ``n`` x ``d`` data (``x_dtype``) into ``store`` is an update of the fit it holds.
+
+    An update: the store's data copy (with recorded digests) holds fewer
+    rows than the input, of the same features and type -- or holds the
+    input already while K or the model are still of the old rows (a rerun
+    after a kill).  Whether the old rows are the input's first rows is
+    checked later, chunk by chunk, by digest.  ``dtype`` (None: ``auto``)
+    and ``chunk_size`` (None: default) as the user gave them.
+
+    Raises
+    ------
+    ValueError
+        An update whose kernel, precision or tile differs from the store's,
+        naming each difference and the fix.
+    """
+    if store is None or store.is_new():
+        return None
+    try:
+        root = store.open()
+        if DATA not in root:
+            return None
+        ext = store.data_extent()
+        gram = dict(root[GROUP].attrs) if GROUP in root else None
+    except (CorruptChunkError, ValueError, TypeError, KeyError):
+        return None  # the plain path judges a damaged or foreign store, as before
+    fp = ext.fingerprint or {}
+    if not ext.digested or ext.d != d or fp.get("dtype") != x_dtype:
+        return None
+    model_rows = _model_rows(store)
+    if ext.growing is not None:
+        n_old, copy = ext.growing["from"], True
+    elif n > ext.rows:
+        n_old, copy = ext.rows, True
+    elif n == ext.rows and gram is not None and isinstance(gram.get("n"), int) and gram["n"] < n \
+            and (gram["n"] in ext.prefixes or isinstance(gram.get("growing"), dict)):
+        n_old, copy = int(gram.get("growing", {}).get("from", gram["n"]) if gram.get("growing") else gram["n"]), False
+    elif n == ext.rows and model_rows is not None and model_rows < n and model_rows in ext.prefixes:
+        n_old, copy = model_rows, False
+    else:
+        return None
+    if n <= n_old:
+        return None
+    block = int(gram["block"]) if gram is not None and type(gram.get("block")) is int else ext.edge
+    diffs = []
+    if gram is not None:
+        if gram.get("kernel") != kernel:
+            diffs.append(f"the kernel differs (store: {gram.get('kernel')!r}, now: {kernel!r})")
+        if dtype is not None and gram.get("dtype") != np.dtype(dtype).name:
+            diffs.append(f"the dtype differs (store: {gram.get('dtype')!r}, now: {np.dtype(dtype).name!r})")
+    if chunk_size is not None and min(chunk_size, n) != block:
+        diffs.append(f"the chunk size differs (store: {block}, now: {chunk_size})")
+    if diffs:
+        raise ValueError(f"store {store.path!r} holds a fit of {n_old} rows that this input of {n} rows would "
+                         f"update, but {'; '.join(diffs)}. An update keeps the store's kernel, dtype and chunk "
+                         "size: pass the same ones, or overwrite=True (CLI: --overwrite) to fit from scratch, or "
+                         "choose another store.")
+    return Growth(n_old=int(n_old), n_new=int(n), block=block, copy_data=copy, gram=gram is not None,
+                  model_rows=model_rows)
+
+#: the Gram arrays an update resizes, and their shapes for n rows in tiles of ``block``
+GROWN_ARRAYS = ("K", "partial_sums", "diag", "done", "row_sums")
+
+
+def _shapes(n: int, block: int) -> dict[str, tuple[int, ...]]:
+    nb = n_blocks(n, block)
+    return {"K": (n, n), "partial_sums": (nb, n), "diag": (n,), "done": (nb, nb), "row_sums": (n,)}
+
+
+def update_blocks(n_old: int, n_new: int, block: int) -> tuple[int, int, int]:
+    """``(reused, computed, entries)``: K's upper blocks an update of ``n_old`` to ``n_new`` rows keeps and computes.
+
+    ``entries``: kernel evaluations of the computed blocks (their stored
+    entries: upper triangle and diagonal blocks whole), for ``dkpca plan``.
+    """
+    nb_new = n_blocks(n_new, block)
+    kept = n_old // block  # row blocks wholly in the old rows
+    reused = kept * (kept + 1) // 2
+    computed = nb_new * (nb_new + 1) // 2 - reused
+    edge = kept * block  # rows whose blocks among themselves are kept
+    entries = (n_new - edge) * edge + (n_new - edge) ** 2
+    return reused, computed, int(entries)
+
+
+def gram_growth(store: FitStore) -> dict[str, Any] | None:
+    """The Gram store's ``growing`` record (target ``n`` and fingerprint) while an update resizes it; else None."""
+    root = store.open()
+    if GROUP not in root:
+        return None
+    growing = root[GROUP].attrs.get("growing")
+    return growing if isinstance(growing, dict) else None
+
+
+def grow_gram(store: FitStore, n_old: int, want: dict[str, Any]) -> bool:
+    """Grow the Gram store of ``n_old`` rows to ``want`` (fingerprint, kernel, block, dtype, n of the grown data).
+
+    Returns whether the store was (or had been) grown for ``want``; False
+    when it holds K of other rows, which the build then judges as any
+    mismatch (refused unless ``overwrite``).  The caller holds the store lock
+    and has checked kernel, block and dtype against the store's.
+    """
+    root = store.open_for_write()
+    if GROUP not in root:
+        return False
+    g = root[GROUP]
+    a = dict(g.attrs)
+    growing = a.get("growing") if isinstance(a.get("growing"), dict) else None
+    if a.get("fingerprint") == want["fingerprint"] and a.get("n") == want["n"] and growing is None:
+        return True  # grown already (a rerun after a later stage's kill)
+    if growing is None and a.get("n") != n_old:
+        return False
+    block, n_new = int(want["block"]), int(want["n"])
+    # 1. one write: an update is under way, and the row sums are to be reduced again
+    g.attrs.update({"growing": {"n": n_new, "fingerprint": want["fingerprint"], "from": n_old}, "complete": False})
+    # 2. the partial row block's markers go before anything else changes: its chunks are recomputed whole
+    if n_old % block:
+        last = n_old // block
+        done = writable(g["done"])
+        done[: last + 1, last] = 0
+    # 3. every array to the new shape (metadata only: chunks of the old rows stay where they are)
+    for name, shape in _shapes(n_new, block).items():
+        arr: zarr.Array = writable(g[name])
+        if tuple(arr.shape) != shape:
+            arr.resize(shape)
+    # 4. one write: the Gram store is that of the grown data, its new blocks still to build
+    g.attrs.update({"fingerprint": want["fingerprint"], "n": n_new, "growing": None, "grown_from": n_old})
+    return True

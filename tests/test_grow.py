@@ -1,0 +1,329 @@
+"""Issue 38: a fit on grown data updates the store's fit, and its answer is a fresh fit's.
+
+Reference: ``scipy.linalg.eigh`` of the dense centred kernel of the grown data
+(``conftest.reference_eigh``).  The data (``conftest.make_data``: four
+clusters) has a separated leading spectrum, so the block Lanczos solver at its
+default ``tol`` = 1e-6 (every residual below 1e-6 lambda_1) gives eigenvalues
+within tol^2-sized errors -- checked at 1e-8 lambda_1 -- and eigenvectors
+within tol / (relative gap) -- checked at 1e-5 in absolute value (signs are
+the solver's).  300 rows in tiles of 64 end inside a tile (300 = 4 x 64 + 44),
+so the old boundary's row block is partial and must be recomputed.
+
+Kills are simulated in process at each stage (an exception no handler
+catches, raised from inside the stage), which leaves the store exactly as a
+SIGKILL there would, but for the lock, which a dead writer's next run takes
+over (``tests/test_resume.py``, ``test_lease.py``); one real SIGKILL of the
+``dkpca fit`` process mid-build checks that too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import threading
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.metrics.pairwise import rbf_kernel
+
+import dkpca
+from dkpca import gram as gram_module
+from dkpca import pipeline
+from dkpca.cli import main
+from dkpca.storage import FitStore, GramStore, verify_store
+from dkpca.storage import datacopy as datacopy_module
+from dkpca.storage import growth as growth_module
+
+from .conftest import dkpca_cmd, done_markers, kill_group, make_data, reference_eigh, spawn, wait_until, write_data
+
+GAMMA, K, EDGE = 0.2, 3, 64
+KW = dict(n_components=K, gamma=GAMMA, chunk_size=EDGE, dtype="float64", solver="lanczos")
+
+
+class Killed(BaseException):
+    """A kill: nothing in dkpca catches it (as nothing runs after a SIGKILL)."""
+
+
+def _fit(X, store, **kw):
+    return dkpca.fit(X, store=store, **{**KW, **kw})
+
+
+def _check(model, X):
+    """The model is a fresh fit of X: eigenvalues and |eigenvectors| against eigh of the centred kernel."""
+    lam, U = reference_eigh(rbf_kernel(X, gamma=GAMMA), K)
+    assert model.n_samples == len(X)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=0, atol=1e-8 * lam[0])
+    np.testing.assert_allclose(np.abs(model.eigenvectors_), np.abs(U), rtol=0, atol=1e-5)
+
+
+def _files(root: str) -> dict[str, tuple[int, str]]:
+    """Every chunk file under ``root``: (mtime_ns, sha256 of its bytes) by path relative to it."""
+    out = {}
+    for d, _, names in os.walk(root):
+        for name in names:
+            p = os.path.join(d, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = (os.stat(p).st_mtime_ns, hashlib.sha256(f.read()).hexdigest())
+    return out
+
+
+@pytest.fixture
+def grown(tmp_path):
+    """``(X, store)``: X of 400 rows; the store holds a fit of its first 300."""
+    X = make_data(400, seed=3)
+    store = str(tmp_path / "s.dkpca.zarr")
+    _fit(X[:300], store)
+    return X, store
+
+
+def test_grown_input_is_an_update_equal_to_a_fresh_fit(grown):
+    X, store = grown
+    model = _fit(X, store)
+    _check(model, X)
+    u = model.report["update"]
+    # 300 rows = 4 whole tiles + 44: the 4 x 5 / 2 = 10 blocks among the whole tiles are kept; of the 7 x 8 / 2
+    # = 28 blocks of 400 rows, the other 18 (the partial row block's and the new rows') are computed
+    assert (u["rows_before"], u["rows_after"], u["blocks_reused"], u["blocks_computed"]) == (300, 400, 10, 18)
+    assert "extended to the new rows" in u["warm_start"] and u["passes"] == model.report["passes"]
+    again = _fit(X, store)  # the same data again: a plain reuse, no update
+    assert "update" not in again.report and again.report["gram"]["computed_blocks"] == 0
+
+
+def test_without_chunk_size_an_update_and_the_refits_after_it_keep_the_stored_tile(grown):
+    """The fingerprint is per row chunk: a refit at another tile would call the same data different."""
+    X, store = grown
+    model = _fit(X, store, chunk_size=None)  # the default tile for 400 rows is not the stored 64
+    assert model.report["update"]["blocks_computed"] == 18 and model.report["gram"]["block"] == EDGE
+    again = _fit(X, store, chunk_size=None)
+    assert "update" not in again.report and again.report["gram"]["computed_blocks"] == 0
+    assert re.search(r"chunk shape: +64 x 64", str(dkpca.plan(X, store=store, n_components=K, gamma=GAMMA,
+                                                                measure=False)))
+
+
+def test_old_rows_chunks_are_never_rewritten(grown):
+    X, store = grown
+    K_dir, X_dir = os.path.join(store, "gram", "K", "c"), os.path.join(store, "data", "X", "c")
+    before_K, before_X = _files(K_dir), _files(X_dir)
+    markers = done_markers(store)
+    _fit(X, store)
+    after_K, after_X = _files(K_dir), _files(X_dir)
+    kept = {f"{i}/{j}" for i in range(4) for j in range(i, 4)}  # blocks among the 4 whole old tiles
+    for name in kept:
+        assert after_K[name] == before_K[name], f"K chunk {name} of the old rows was rewritten"
+    for i in range(4):  # data chunks wholly in the old rows
+        assert after_X[f"{i}/0"] == before_X[f"{i}/0"]
+    # the partial old boundary's blocks (I, 4) were recomputed (their chunks changed), the new ones written
+    for i in range(5):
+        assert after_K[f"{i}/4"][1] != before_K[f"{i}/4"][1]
+    assert after_X["4/0"][1] != before_X["4/0"][1] and {"5/0", "6/0"} <= set(after_X)
+    new_markers = done_markers(store)
+    marker = os.path.join(store, "gram", "done", "c")
+    assert len(new_markers) == 28 and all(new_markers[os.path.join(marker, p)] == markers[os.path.join(marker, p)]
+                                          for p in kept)
+
+
+def test_a_changed_old_row_is_refused_naming_its_chunk(grown):
+    X, store = grown
+    attrs = dict(FitStore.at(store).open()["data"].attrs)
+    bad = X.copy()
+    bad[70, 2] += 1e-9  # row 70 lies in row chunk 1 (rows 64 to 127)
+    with pytest.raises(ValueError, match=r"row chunk 1 \(rows 64 to 127\) of the input differs"):
+        _fit(bad, store)
+    assert dict(FitStore.at(store).open()["data"].attrs) == attrs  # nothing written
+    assert dkpca.load(store).n_samples == 300
+    bad = X.copy()
+    bad[299, 0] += 1.0  # the last old row: in the partial chunk 4
+    with pytest.raises(ValueError, match=r"row chunk 4 \(rows 256 to 299\)"):
+        _fit(bad, store)
+
+
+@pytest.mark.parametrize("what, kw, words", [
+    ("kernel", dict(gamma=0.3), "the kernel differs"),
+    ("dtype", dict(dtype="float32"), "the dtype differs"),
+    ("tile", dict(chunk_size=50), "the chunk size differs"),
+])
+def test_an_update_with_other_parameters_is_refused_naming_them(grown, what, kw, words):
+    X, store = grown
+    with pytest.raises(ValueError, match=words):
+        _fit(X, store, **kw)
+    assert dkpca.load(store).n_samples == 300
+
+
+@pytest.mark.parametrize("n_old, n_new", [(300, 301), (100, 350), (256, 300)],
+                         ids=["one-row", "more-rows-than-stored", "old-end-on-a-tile-edge"])
+def test_growth_by_one_row_and_by_more_rows_than_the_store_had(tmp_path, n_old, n_new):
+    X = make_data(n_new, seed=4)
+    store = str(tmp_path / "s.dkpca.zarr")
+    _fit(X[:n_old], store)
+    model = _fit(X, store)
+    _check(model, X)
+    assert model.report["update"]["rows_before"] == n_old
+
+
+def _kill_data_copy(monkeypatch):
+    real = datacopy_module._copy_block
+
+    def copy(block, target, edge, offset=0, block_info=None):
+        if offset and block_info[0]["array-location"][0][0] > 0:  # an update's chunks after the boundary's
+            raise Killed
+        return real(block, target, edge, offset, block_info=block_info)
+    monkeypatch.setattr(datacopy_module, "_copy_block", copy)
+
+
+def _kill_gram_resize(monkeypatch):
+    real, calls = growth_module.writable, []
+
+    def writable(arr):
+        calls.append(arr)
+        if len(calls) == 3:  # after the boundary's markers are cleared and K is resized
+            raise Killed
+        return real(arr)
+    monkeypatch.setattr(growth_module, "writable", writable)
+
+
+def _kill_blocks(monkeypatch):
+    real, lock, done = gram_module._build_block, threading.Lock(), []
+
+    def build(*a, **kw):
+        with lock:
+            if len(done) >= 5:
+                raise Killed
+            done.append(1)
+        return real(*a, **kw)
+    monkeypatch.setattr(gram_module, "_build_block", build)
+
+
+def _kill_sums(monkeypatch):
+    def finish(self):
+        raise Killed
+    monkeypatch.setattr(GramStore, "finish", finish)
+
+
+def _kill_solve(monkeypatch):
+    real = pipeline.log_pass
+
+    def log_pass(report):
+        real(report)
+        if report.pass_number >= 2:
+            raise Killed
+    monkeypatch.setattr(pipeline, "log_pass", log_pass)
+
+
+def _kill_model_switch(monkeypatch):
+    def switch(self, kind, name):
+        raise Killed
+    monkeypatch.setattr(FitStore, "_switch", switch)
+
+
+def _killed_fit(X, store, monkeypatch, kill):
+    """The update of ``store`` to X, killed where ``kill`` patches (the patch undone after)."""
+    with monkeypatch.context() as m:
+        kill(m)
+        with pytest.raises(Killed):
+            _fit(X, store)
+
+
+@pytest.mark.parametrize("kill", [_kill_data_copy, _kill_gram_resize, _kill_blocks, _kill_sums, _kill_solve,
+                                  _kill_model_switch], ids=lambda f: f.__name__[6:])
+def test_a_kill_at_each_stage_of_an_update_then_the_same_command_resumes(grown, monkeypatch, kill):
+    X, store = grown
+    old = dkpca.load(store)
+    Z = old.transform(X[:20])
+    _killed_fit(X, store, monkeypatch, kill)
+    # mid-update: the old model loads and projects exactly as before (it reads only its own 300 rows)
+    mid = dkpca.load(store)
+    assert mid.n_samples == 300
+    if kill is _kill_data_copy:  # killed after the boundary's chunk was rewritten with new rows after the old
+        assert FitStore.at(store).open()["data"]["X"].shape[0] == 400
+    np.testing.assert_allclose(mid.transform(X[:20]), Z, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(old.transform(X[:20]), Z, rtol=0, atol=1e-12)
+    findings = verify_store(store)
+    assert all(f.ok for f in findings), findings
+    model = _fit(X, store)  # the same command
+    _check(model, X)
+    assert model.report["update"]["rows_before"] == 300
+    np.testing.assert_allclose(old.transform(X[:20]), Z, rtol=0, atol=1e-12)  # a loaded old model still works
+
+
+def test_verify_names_a_store_caught_mid_update(grown, monkeypatch):
+    X, store = grown
+    _killed_fit(X, store, monkeypatch, _kill_data_copy)
+    text = {f.part: f.text for f in verify_store(store)}
+    assert "caught mid-update from 300 to 400 rows" in text["data"]
+    _killed_fit(X, store, monkeypatch, _kill_gram_resize)
+    found = {f.part: f for f in verify_store(store)}
+    assert found["gram"].ok and "caught mid-update from 300 to 400 rows" in found["gram"].text
+    assert found["model"].ok and "fitted on the first 300 of the 400 rows" in found["model"].text
+
+
+def test_the_old_data_is_refused_while_an_update_is_unfinished(grown, monkeypatch):
+    X, store = grown
+    _killed_fit(X, store, monkeypatch, _kill_data_copy)
+    with pytest.raises(ValueError, match="is being updated to 400 rows"):
+        _fit(X[:300], store)
+    _check(_fit(X, store), X)
+
+
+def test_an_update_on_a_local_cluster(proc_cluster, grown):
+    X, store = grown
+    with Client(proc_cluster.address):
+        model = _fit(X, store)
+    _check(model, X)
+    assert model.report["update"]["blocks_computed"] == 18
+
+
+def test_cli_fit_twice_prints_the_update_and_info_says_it(tmp_path, capsys):
+    X = make_data(400, seed=3)
+    old, new = write_data(tmp_path / "old.zarr", X[:300]), write_data(tmp_path / "new.zarr", X)
+    store = str(tmp_path / "s.dkpca.zarr")
+    args = ["--store", store, "-k", str(K), "--gamma", str(GAMMA), "--chunk-size", str(EDGE), "--dtype", "float64",
+            "--solver", "lanczos", "-q"]
+    assert main(["fit", old, *args]) == 0
+    assert "Update:" not in capsys.readouterr().out
+    assert main(["plan", new, *args[:-1], "--no-measure"]) == 0
+    assert re.search(r"update: +would update the store's fit of 300 rows to 400 .*18 Gram blocks computed",
+                     capsys.readouterr().out)
+    assert main(["fit", new, *args]) == 0
+    line = "Update: 300 -> 400 rows (100 added): 18 Gram blocks computed, 10 reused;"
+    assert line in capsys.readouterr().out
+    assert main(["info", store]) == 0
+    assert line in capsys.readouterr().out
+    _check(dkpca.load(store), X)
+
+
+@pytest.mark.slow  # 40 s: a real process killed (every stage is killed in process above, in the default run)
+def test_a_sigkilled_update_resumes(tmp_path):
+    """A real SIGKILL of ``dkpca fit`` while the update builds its blocks; the same command finishes it."""
+    X = make_data(1200, seed=5)
+    old, new = write_data(tmp_path / "old.zarr", X[:1000]), write_data(tmp_path / "new.zarr", X)
+    store = str(tmp_path / "s.dkpca.zarr")
+    args = ("--store", store, "-k", "3", "--gamma", "0.2", "--chunk-size", "25", "--dtype", "float64", "-q")
+    subprocess.run(dkpca_cmd("fit", old, *args), check=True, capture_output=True, timeout=240)
+    before = len(done_markers(store))  # 40 x 41 / 2 = 820
+    total = 48 * 49 // 2
+    proc = spawn(dkpca_cmd("fit", new, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(done_markers(store)) >= before + 100, 120, what="100 of the update's blocks")
+        kill_group(proc)
+    finally:
+        kill_group(proc)
+    assert before + 100 <= len(done_markers(store)) < total, "the update finished before the kill"
+    assert dkpca.load(store).n_samples == 1000
+    out = subprocess.run(dkpca_cmd("fit", new, *args), capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert "Update: 1000 -> 1200 rows" in out.stdout
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 3)
+    np.testing.assert_allclose(dkpca.load(store).eigenvalues_, lam, rtol=1e-8)
+
+
+def test_the_store_s_own_data_followed_by_new_rows_is_an_update(grown):
+    """``partial_fit(store=)``'s input: the stored copy (lazily, as the old model reads it) and the batch."""
+    X, store = grown
+    seen = dkpca.load(store).X_fit
+    model = _fit(da.concatenate([seen, da.from_array(X[300:], chunks=50)]), store)
+    _check(model, X)
+    assert model.report["update"]["rows_before"] == 300

@@ -1,0 +1,92 @@
+"""Silent pitfalls warn: a kernel matrix that is numerically the identity or constant, a CSV's row index column.
+
+References: the sample's median squared distance computed here directly (numpy, on the rows
+``sample_rows`` picks), the message's figures compared at its printed 3 significant digits; the CSV's
+columns as pandas wrote them.  Ordinary data and files give no such warning (warnings turned into errors).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import dkpca
+from dkpca import KernelScaleWarning, RowIndexWarning
+from dkpca.io import open_input
+from dkpca.planning import sample_rows
+
+
+def pixels(n: int = 300, d: int = 64, seed: int = 0) -> np.ndarray:
+    """Unscaled 8-bit 'images': every pair is thousands of gamma = 1/d units apart."""
+    return (np.random.default_rng(seed).random((n, d)) * 255).astype(np.uint8)
+
+
+def median_sq_distance(X: np.ndarray) -> float:
+    S = sample_rows(X).astype(np.float64)
+    d2 = ((S[:, None, :] - S[None, :, :]) ** 2).sum(-1)
+    return float(np.median(d2[np.triu_indices(S.shape[0], 1)]))
+
+
+def test_unscaled_pixels_with_the_default_gamma_warn_with_the_measured_scale():
+    """dkpca.fit of uint8 data, rbf's default gamma: K = I to rounding; the warning gives the median and 1/median."""
+    X = pixels()
+    median = median_sq_distance(X)
+    with pytest.warns(KernelScaleWarning, match="numerically the identity") as got:
+        with dkpca.fit(X, n_components=3) as model:
+            lam = model.eigenvalues_
+    text = str(got[0].message)
+    assert f"median squared distance of its pairs, {median:.3g}" in text
+    assert f"1/{median:.3g} = {1 / median:.3g}" in text and "X / 255" in text
+    assert np.allclose(lam, lam[0], rtol=1e-3)  # what the warning says: all eigenvalues equal
+
+
+def test_the_estimator_warns_on_float64_input_too():
+    """KernelPCA's float64 path measures no precision; its sample's kernel alone is checked."""
+    with pytest.warns(KernelScaleWarning, match="rbf gamma=0.0156"):
+        dkpca.KernelPCA(n_components=3, kernel="rbf").fit(pixels().astype(np.float64))
+
+
+def test_a_gamma_far_below_the_data_scale_warns_of_a_constant_kernel():
+    X = np.random.default_rng(1).standard_normal((200, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fit's own warning: every component is zero
+        with pytest.warns(KernelScaleWarning, match="numerically constant"):
+            dkpca.KernelPCA(n_components=2, kernel="rbf", gamma=1e-20, dtype="auto").fit(X.astype(np.float32))
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian", "poly"])
+def test_ordinary_data_gives_no_scale_warning(kernel):
+    X = np.random.default_rng(2).standard_normal((300, 8)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KernelScaleWarning)
+        with dkpca.fit(X, n_components=3, kernel=kernel):
+            pass
+        dkpca.KernelPCA(n_components=3, kernel=kernel).fit(X.astype(np.float64))
+
+
+def test_a_csv_with_pandas_index_column_warns_and_names_the_fix(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("dask.dataframe")
+    path = tmp_path / "x.csv"
+    pd.DataFrame(np.random.default_rng(3).standard_normal((50, 3)), columns=list("abc")).to_csv(path)
+    with pytest.warns(RowIndexWarning, match=r"index=False.*index_col=0"):
+        X = open_input(str(path))
+    assert X.shape == (50, 4)  # warned, not changed: the file is read as written
+
+
+def test_csvs_without_a_row_index_give_no_warning(tmp_path):
+    """index=False, an unnamed first column that is data (not 0, 1, 2, ...), and a named index."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("dask.dataframe")
+    frame = pd.DataFrame(np.random.default_rng(4).standard_normal((50, 3)), columns=["x", "b", "c"])
+    frame.to_csv(tmp_path / "plain.csv", index=False)
+    frame.rename(columns={"x": ""}).to_csv(tmp_path / "unnamed.csv", index=False)
+    named = frame.copy()
+    named.index.name = "id"  # a named index is a column its writer meant to keep
+    named.to_csv(tmp_path / "named.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RowIndexWarning)
+        for name in ("plain", "unnamed", "named"):
+            open_input(str(tmp_path / f"{name}.csv"))

@@ -1,0 +1,221 @@
+"""What a user sees (issue 39, items 2-6): the demo leaves nothing behind, a script without the ``__main__``
+guard gets one error naming it, Ctrl-C on a cluster fit prints only dkpca's line, a fit's stderr has a one-line
+plan (an input error: one line, nothing before it), and dkpca logs through ``logging`` and ``fit --json``.
+
+The references are the behaviours the issue states, checked on the text a user gets (stdout, stderr, the log
+records) and, for numbers, the model the same fit stores (``dkpca.load``: equal to the last digit, 1e-12).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import dkpca
+from dkpca.cli import main
+from tests.conftest import dkpca_cmd, kill_group, make_data, spawn, write_data
+
+GUARD = 'if __name__ == "__main__":'
+
+
+# -- 2. the demo leaves nothing behind unless --dir, and says where and how much -----------------------------
+def test_demo_leaves_nothing_in_the_temp_dir(tmp_path, monkeypatch, capsys):
+    """Before: 369 MB left in $TMPDIR/dkpca-demo-* (and dask-scratch-space) at every run, silently."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    assert main(["demo", "--n-samples", "600", "--n-components", "2", "--workers", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert os.listdir(tmp) == []
+    assert re.search(r"removed \S+dkpca-demo-\S+ \(\d+ [KM]iB: ", out), out
+    assert "embedding plot:" not in out and "no plot written" not in out  # nothing promised that is not kept
+
+
+def test_demo_with_dir_keeps_its_files_there_and_says_how_large(tmp_path, monkeypatch, capsys):
+    tmp, kept = tmp_path / "tmp", tmp_path / "kept"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert main(["demo", "--dir", str(kept), "--n-samples", "600", "--n-components", "2", "--workers", "1",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert os.listdir(tmp) == []  # the workers' scratch space went with the demo's temporary directory
+    assert {"shells.zarr", "shells.dkpca.zarr"} <= set(os.listdir(kept))
+    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(kept) for f in fs)
+    assert f"kept in {kept}: {size / 2**20:.0f} MiB" in out, out
+
+
+# -- 3. a script without the __main__ guard: one error naming it ---------------------------------------------
+def run_script(tmp_path, body: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
+                          cwd=tmp_path)
+
+
+def test_unguarded_script_gets_one_error_naming_the_guard(tmp_path):
+    """Before: 495 lines of multiprocessing tracebacks ending in ``RuntimeError: Nanny failed to start``."""
+    proc = run_script(tmp_path, """
+        import dkpca.cluster
+        with dkpca.cluster.connected({"dkpca": {"cluster": {"backend": "local", "local": {"n_workers": 1}}}}):
+            pass
+        """)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and len(lines) < 40, proc.stderr
+    assert GUARD in lines[-1] and "job.py, line 3" in lines[-1] and "UnguardedMainError" in lines[-1]
+    assert "Nanny failed to start" not in proc.stderr
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_the_guard_check_reads_the_script(tmp_path, guarded):
+    """Only the script's top level outside ``if __name__ ...`` is refused (no cluster started here)."""
+    call = "from dkpca.cluster.spawning import check_main_guard\ndef main():\n    check_main_guard()\n"
+    call += f"{GUARD}\n    main()\n" if guarded else "main()\n"
+    proc = run_script(tmp_path, call)
+    assert (proc.returncode == 0) is guarded, proc.stderr
+    assert guarded or "job.py, line 4," in proc.stderr.splitlines()[-1]
+
+
+# -- 4. Ctrl-C on a cluster fit: only dkpca's line ----------------------------------------------------------
+def test_ctrl_c_on_a_cluster_fit_prints_only_dkpcas_line(tmp_path):
+    """A terminal's Ctrl-C is SIGINT to the whole process group. Before: ~60 lines of worker tracebacks."""
+    data = write_data(tmp_path / "d.zarr", make_data(4000, d=20).astype(np.float32))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("dkpca:\n  cluster:\n    backend: local\n    local: {n_workers: 2, dashboard_address: ':0'}\n")
+    proc = spawn(dkpca_cmd("fit", data, "-k", "4", "--gram", "recompute", "--chunk-size", "1000", "--tol", "1e-15",
+                           "--max-passes", "500", "--cluster", str(cfg), "--no-progress"),
+                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        seen, end = [], time.monotonic() + 90
+        while time.monotonic() < end and not any(line.startswith("dkpca: pass 2:") for line in seen):
+            if sel.select(1):
+                seen.append(proc.stderr.readline())
+        assert seen and seen[-1].startswith("dkpca: pass 2:"), "".join(seen)
+        os.killpg(proc.pid, signal.SIGINT)
+        rest = proc.stderr.read().splitlines()
+        assert proc.wait(timeout=60) == 130
+    finally:
+        kill_group(proc)
+    assert rest and rest[-1] == "dkpca: interrupted; rerun the same command to resume from the store", rest
+    assert all(line.startswith("dkpca: pass ") for line in rest[:-1]), rest
+
+
+# -- 5. a fit's stderr: one plan line, consistent with dkpca plan; errors alone; a short summary -------------
+def test_fit_plan_is_one_line_and_agrees_with_dkpca_plan(tmp_path, capsys):
+    """Before: an 11-line plan saying "passes: ~60 ... not estimated" and "estimate: not measured"."""
+    data = write_data(tmp_path / "d.zarr", make_data(600, d=6))
+    assert main(["plan", data, "-k", "3", "--no-measure"]) == 0
+    planned = capsys.readouterr().out
+    solver = re.search(r"^  solver:\s+(\w+) ", planned, re.M).group(1)
+    assert main(["fit", data, "-k", "3", "--no-progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    plan_lines = [line for line in err if "plan:" in line]
+    assert len(plan_lines) == 1 and len(plan_lines[0]) < 200, err
+    assert plan_lines[0].startswith("dkpca: plan: n=600, d=6, k=3, kernel rbf: " + solver + ", K stored in ")
+    assert not [line for line in err if not line.startswith("dkpca: ")], err  # no continuation lines
+    assert "not estimated" not in "\n".join(err) and "not measured" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("case", ["nan", "other data"])
+def test_an_input_error_is_one_line_with_nothing_before_it(tmp_path, capsys, case):
+    """Before: the plan's 11 lines came first; the error after them."""
+    X = make_data(300, d=4)
+    store = str(tmp_path / "s.zarr")
+    if case == "other data":
+        assert main(["fit", write_data(tmp_path / "a.zarr", X), "--store", store, "-q"]) == 0
+        capsys.readouterr()
+        X = X + 1
+    else:
+        X[77, 2] = np.nan
+    assert main(["fit", write_data(tmp_path / "b.zarr", X), "--store", store]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dkpca: error: ") and err.count("\n") == 1, err
+
+
+def test_summary_solver_line_is_short_and_info_gives_the_reasons(fitted, capsys):
+    """Before: ``solver: dense (dtype=float64: ...; solver=dense: ...; gram=store: ...)``, ~400 characters."""
+    _, _, store = fitted
+    model = dkpca.load(store)
+    [line] = [s for s in model.summary().splitlines() if s.startswith("  solver:")]
+    assert len(line) < 120 and line.startswith(f"  solver: {model.report['solver']} (gram=store, dtype=float64"), line
+    assert main(["info", store]) == 0
+    out = capsys.readouterr().out
+    assert "  why solver: " in out and "  why gram: " in out
+
+
+# -- 6. Python logging; --verbose, --log-level; fit --json ---------------------------------------------------
+def test_library_logger_has_a_null_handler():
+    """Library convention: nothing printed unless the application configures logging."""
+    assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("dkpca").handlers)
+
+
+def test_fit_logs_plan_stages_and_passes_at_info(tmp_path, caplog):
+    """Before: only the plan (11 lines in one record) and the passes; no stages."""
+    with caplog.at_level(logging.INFO, logger="dkpca"):
+        model = dkpca.fit(make_data(600, d=6), n_components=3, solver="randomized", store=tmp_path / "s.zarr")
+    records = [r for r in caplog.records if r.name.startswith("dkpca")]
+    texts = [r.getMessage() for r in records]
+    assert all(r.levelno == logging.INFO for r in records)
+    assert [t for t in texts if t.startswith("plan: ")] == [texts[0]] and "\n" not in texts[0]
+    for stage in ("training data in the store", "Gram matrix: ", "solved: randomized", "fit done: model saved in"):
+        assert any(t.startswith(stage) for t in texts), (stage, texts)
+    assert sum(t.startswith("pass ") for t in texts) == model.report["passes"]
+
+
+def test_basic_config_shows_the_fit_in_a_batch_log(tmp_path):
+    """Nothing on stderr by default; ``logging.basicConfig(level=logging.INFO)`` shows the plan and the stages."""
+    code = ("import logging, sys, numpy as np, dkpca\n"
+            "X = np.random.default_rng(0).standard_normal((300, 4))\n"
+            f"dkpca.fit(X, store={str(tmp_path / 'a.zarr')!r})\n"
+            "sys.stderr.write('--- basicConfig ---\\n')\n"
+            "logging.basicConfig(level=logging.INFO)\n"
+            f"dkpca.fit(X, store={str(tmp_path / 'b.zarr')!r})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    before, _, after = proc.stderr.partition("--- basicConfig ---\n")
+    assert proc.returncode == 0 and before == "", proc.stderr
+    assert "INFO:dkpca.fitlog:plan: n=300, d=4, k=2" in after and "fit done" in after, after
+
+
+@pytest.mark.parametrize("flags, shows, hides", [
+    (["-v"], ["dkpca: plan: ", "dkpca: why solver: "], []),
+    (["-vv"], ["dkpca: why gram: "], []),
+    (["--log-level", "warning"], [], ["dkpca: plan:", "dkpca: pass "]),
+    (["--log-level", "DEBUG"], ["dkpca: why dtype: "], []),
+    ([], ["dkpca: plan: ", "dkpca: fit done"], ["dkpca: why "]),
+])
+def test_verbose_and_log_level(tmp_path, capsys, flags, shows, hides):
+    data = write_data(tmp_path / "d.zarr", make_data(300, d=4))
+    assert main(["fit", data, "--no-progress", *flags]) == 0
+    err = capsys.readouterr().err
+    assert all(s in err for s in shows) and not any(h in err for h in hides), err
+
+
+def test_quiet_and_verbose_together_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "x.zarr", "-q", "-v"])
+    assert exc.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def test_fit_json_is_one_object_on_stdout(tmp_path, capsys):
+    data = write_data(tmp_path / "d.zarr", make_data(300, d=4))
+    store = tmp_path / "s.zarr"
+    assert main(["fit", data, "-k", "3", "--store", str(store), "--json", "--no-progress"]) == 0
+    facts = json.loads(capsys.readouterr().out)  # the whole of stdout: one JSON object
+    model = dkpca.load(store)
+    np.testing.assert_allclose(facts["eigenvalues"], model.eigenvalues_, rtol=1e-12)
+    assert facts["report"]["gram"]["computed_blocks"] == model.report["gram"]["computed_blocks"]
