@@ -41,6 +41,28 @@ def reference_eigh(K: np.ndarray, k: int):
     return lam[::-1], U[:, ::-1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def dask_scratch(tmp_path_factory):
+    """Dask's scratch space (``dask-scratch-space``: a LocalCluster's lock files) in pytest's temporary directory.
+
+    In this process through Dask's config, in subprocesses (the CLI, scripts) through the environment, so
+    that the test run leaves nothing in the system's temporary directory.
+    """
+    import dask
+
+    scratch = str(tmp_path_factory.mktemp("dask-scratch"))
+    before = os.environ.get("DASK_TEMPORARY_DIRECTORY")
+    os.environ["DASK_TEMPORARY_DIRECTORY"] = scratch
+    try:
+        with dask.config.set({"temporary-directory": scratch}):
+            yield scratch
+    finally:
+        if before is None:
+            os.environ.pop("DASK_TEMPORARY_DIRECTORY", None)
+        else:
+            os.environ["DASK_TEMPORARY_DIRECTORY"] = before
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -52,10 +53,14 @@ class Browser:
 
     def __init__(self, profile: str, size: tuple[int, int] = (1400, 900)) -> None:
         self.log = os.path.join(profile, "chromium.log")
+        self.scratch = tempfile.mkdtemp(prefix="dkpca-chromium-")
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0",
                  f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}", "about:blank"],
+                # its singleton socket's directory (a short path: a socket's is limited to 107 bytes) and caches
+                # go where close() removes them, not left in /tmp or ~
+                env={**os.environ, "TMPDIR": self.scratch, "XDG_CACHE_HOME": profile, "XDG_CONFIG_HOME": profile},
                 stdout=subprocess.DEVNULL, stderr=log)
         end, port = time.monotonic() + 30, None
         while port is None and time.monotonic() < end and self.proc.poll() is None:
@@ -71,6 +76,7 @@ class Browser:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait(timeout=10)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 async def watch_page(ws_url: str, url: str, done: Any, timeout: float, screenshot: str | None = None) -> dict:

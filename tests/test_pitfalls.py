@@ -42,6 +42,18 @@ def test_unscaled_pixels_with_the_default_gamma_warn_with_the_measured_scale():
     assert np.allclose(lam, lam[0], rtol=1e-3)  # what the warning says: all eigenvalues equal
 
 
+@pytest.mark.parametrize("source", ["numpy", "npy"])
+def test_a_fit_in_float64_warns_too(tmp_path, source):
+    """dtype='float64' measures no precision: the sample's kernel alone is checked, in memory and from a file."""
+    X = pixels()
+    if source == "npy":
+        np.save(tmp_path / "x.npy", X)
+        X = str(tmp_path / "x.npy")
+    with pytest.warns(KernelScaleWarning, match="numerically the identity"):
+        with dkpca.fit(X, n_components=3, dtype="float64", store=str(tmp_path / "s.dkpca.zarr")):
+            pass
+
+
 def test_the_estimator_warns_on_float64_input_too():
     """KernelPCA's float64 path measures no precision; its sample's kernel alone is checked."""
     with pytest.warns(KernelScaleWarning, match="rbf gamma=0.0156"):

@@ -90,12 +90,13 @@ def test_pass_report_goes_through_logging(tmp_path, caplog, capsys):
 
 def test_dask_configured_scheduler_runs_every_stage(tmp_path, monkeypatch):
     """``dask.config.set(scheduler="synchronous")``: every kernel block runs in the calling thread."""
-    threads = set()
+    threads, rows = set(), {}
     block = RBF._block
 
-    def spy(self, *args, **kwargs):
+    def spy(self, X, *args, **kwargs):
         threads.add(threading.get_ident())
-        return block(self, *args, **kwargs)
+        rows.setdefault(X.shape[0], set()).add(threading.get_ident())
+        return block(self, X, *args, **kwargs)
 
     monkeypatch.setattr(RBF, "_block", spy)
     X = make_data(500)
@@ -105,11 +106,12 @@ def test_dask_configured_scheduler_runs_every_stage(tmp_path, monkeypatch):
                               store=tmp_path / f"{gram}.zarr")
         model.transform(X[:50])
     assert threads == {threading.get_ident()}
-    threads.clear()
-    # float64 asked for: no precision sample, a 256-point planning measurement made in the calling thread
+    rows.clear()
+    # float64 asked for: no precision sample, only the 256-point sample's kernel (the scale check) in the calling
+    # thread; the Gram blocks (100 rows, the chunk size) run in dask's thread pool by default
     dkpca.fit(X, n_components=2, gamma=0.1, solver="randomized", chunk_size=100, gram="recompute",
               store=tmp_path / "threads.zarr", dtype="float64")
-    assert threads and threading.get_ident() not in threads  # by default dask's thread pool runs them
+    assert rows[100] and threading.get_ident() not in rows[100]
 
 
 def test_dask_num_workers_setting_is_the_local_parallelism():

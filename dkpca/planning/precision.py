@@ -47,8 +47,8 @@ from ..request.options import DTYPES  # the values ``dtype`` takes: ``auto`` dec
 from ..solvers.spectrum import zero_threshold
 
 __all__ = ["Precision", "PrecisionWarning", "KernelScaleWarning", "kernel_scale", "is_identity",
-           "choose_precision", "memory_precision", "measure_precision", "sample_rows", "requested_dtype", "DTYPES",
-           "PRECISION_SAMPLE", "SAMPLE_CHUNKS", "TARGET_ERROR", "PRECISION_MARGIN"]
+           "choose_precision", "memory_precision", "warn_scale", "measure_precision", "sample_rows",
+           "requested_dtype", "DTYPES", "PRECISION_SAMPLE", "SAMPLE_CHUNKS", "TARGET_ERROR", "PRECISION_MARGIN"]
 
 
 #: rows of the sample the decision is measured on (a 256 x 256 eigh: ~5 ms)
@@ -102,7 +102,7 @@ def kernel_scale(S: np.ndarray, kernel: Kernel, K: np.ndarray) -> str | None:
     points do not differ at that scale (identical points: no scale to match).
     """
     gamma, m = getattr(kernel, "gamma", None), K.shape[0]
-    if gamma is None or m < 2:
+    if gamma is None or m < 2 or not np.isfinite(K).all():  # entries that overflow: the build's error names them
         return None
     if is_identity(K):
         what = f"numerically the identity (no off-diagonal entry above {IDENTITY_TOLERANCE:g} of the diagonal)"
@@ -270,9 +270,11 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     less accurate, and a refit of a store fitted with ``dtype="float64"``
     must not be refused for a dtype the user never asked to change.
     """
-    if requested == "float64":
-        return Precision("float64", requested, "dtype='float64' requested (not measured)")
-    if requested == "auto" and stored == "float64":
+    if requested == "float64" or (requested == "auto" and stored == "float64"):
+        if kernel is not None and (X is not None or sample is not None):  # no precision to measure: the scale only
+            warn_scale(sample if sample is not None else sample_rows(X), kernel, stacklevel=3)
+        if requested == "float64":
+            return Precision("float64", requested, "dtype='float64' requested (not measured)")
         return Precision("float64", requested, "the store holds K in float64 from an earlier fit: kept (never less "
                                                "accurate than float32; not measured)")
     if (X is None and sample is None) or kernel is None:
@@ -320,6 +322,16 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     return Precision("float32", predicted_error=predicted, reason=f"{loss}, above {limit:g}", **common)
 
 
+def warn_scale(S: np.ndarray, kernel: Kernel, stacklevel: int) -> None:
+    """:class:`KernelScaleWarning` when the kernel of sample ``S`` alone (~1 ms) is numerically I or constant.
+
+    For the paths that measure no precision (float64 asked for or kept), where nothing else looks at K.
+    """
+    scale = kernel_scale(S, kernel, kernel.block(S, None, np.float64))
+    if scale is not None:
+        warnings.warn(scale, KernelScaleWarning, stacklevel=stacklevel)
+
+
 def requested_dtype(dtype: Any) -> str:
     """``dtype`` as :func:`choose_precision` takes it: ``"auto"`` or a dtype's name (``"float32"``, ``"float64"``)."""
     return dtype if isinstance(dtype, str) and dtype == "auto" else np.dtype(dtype).name
@@ -338,10 +350,7 @@ def memory_precision(X: Any, kernel: Kernel | None, dtype: Any, k: int, single_p
     """
     if dtype is None and X.dtype != np.float32:
         if kernel is not None and not sp.issparse(X):
-            S = sample_rows(X)
-            scale = kernel_scale(S, kernel, kernel.block(S, None, np.float64))
-            if scale is not None:
-                warnings.warn(scale, KernelScaleWarning, stacklevel=4)
+            warn_scale(sample_rows(X), kernel, stacklevel=5)
         return None
     requested = "auto" if dtype is None else requested_dtype(dtype)
     sampled = kernel is not None and not sp.issparse(X) and requested != "float64"
