@@ -319,6 +319,14 @@ def report(a, runs: dict[int, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def run_fit(zpath: Path, k: int, threads: int, extra: dict, warm: int, what: str) -> dict:
+    """One fit in its own process (this script's ``--child``); exits naming ``what`` on its error."""
+    r = run_child(["--child", str(zpath), str(k), str(threads), json.dumps(extra)], script=Path(__file__), warm=warm)
+    if r.get("error"):
+        sys.exit(f"{what}: {r['error']}")
+    return r
+
+
 #: the choices ``--compare`` runs: (solver, gram)
 CHOICES = [("auto", "auto"), ("lanczos", "store"), ("randomized", "store"), ("lanczos", "recompute")]
 
@@ -332,10 +340,7 @@ def compare(a, zpath: Path) -> str:
     runs: dict[tuple[str, str], list[dict]] = {c: [] for c in CHOICES}
     for _ in range(a.rounds):
         for solver, gram in CHOICES:
-            r = run_child(["--child", str(zpath), str(a.k), str(threads), json.dumps({"solver": solver, "gram": gram})],
-                          script=Path(__file__), warm=warm)
-            if r.get("error"):
-                sys.exit(f"{solver} / {gram}: {r['error']}")
+            r = run_fit(zpath, a.k, threads, {"solver": solver, "gram": gram}, warm, f"{solver} / {gram}")
             runs[solver, gram].append(r)
             print(f"{solver} / {gram}: fit {r['fit_s']:.2f} s ({r['solver']} / {r['gram']}, {r['passes']} passes)",
                   flush=True)
@@ -398,17 +403,11 @@ def main() -> None:
     warm = 0 if a.no_warm else warm_bytes(a.n, 3)
     for _ in range(a.rounds):
         if a.workers:
-            r = run_child(["--child", str(zpath), str(a.k), "1", json.dumps({**opts, "workers": a.workers})],
-                          script=Path(__file__), warm=warm)
-            if r.get("error"):
-                sys.exit(f"LocalCluster: {r['error']}")
+            r = run_fit(zpath, a.k, 1, {**opts, "workers": a.workers}, warm, "LocalCluster")
             cluster.append(r)
             print(f"LocalCluster {a.workers} x 1: fit {r['fit_s']:.2f} s", flush=True)
         for t in a.threads:
-            r = run_child(["--child", str(zpath), str(a.k), str(t), json.dumps(opts)], script=Path(__file__),
-                          warm=warm)
-            if r.get("error"):
-                sys.exit(f"{t} thread(s): {r['error']}")
+            r = run_fit(zpath, a.k, t, opts, warm, f"{t} thread(s)")
             runs[t].append(r)
             print(f"{t} thread(s): fit {r['fit_s']:.2f} s ({r['solver']} / {r['gram']}, {r['passes']} passes)",
                   flush=True)

@@ -4,7 +4,7 @@ Each file comes from a public source (:data:`SOURCES`: the URL, pinned to a
 commit, and the SHA-256 of its content) and is kept in a cache directory
 (:func:`data_home`), laid out as ``usps/zip.train.gz``, ``mnist/...``,
 ``pima/...``.  A download goes to a temporary file beside its destination,
-hashed while it is written, and is renamed into place only when its digest
+hashed once written, and is renamed into place only when its digest
 matches: a wrong or truncated file is refused, named, and not left behind.
 A file already in the cache is checked on every use.
 
@@ -181,15 +181,16 @@ def fetch(name: str, data_dir: str | os.PathLike | None = None) -> Path:
 def _cached(name: str, home: Path) -> Path:
     """``home / name``, downloaded first if it is not there, checked."""
     path = home / name
-    if not path.is_file():
-        try:
-            _download(name, path)
-        except ChecksumError:
-            raise
-        except (OSError, ValueError) as exc:  # no network, a refused connection, a bad URL
-            raise OSError(f"could not download {name} from {SOURCES[name].url} ({' '.join(str(exc).split())}); "
-                          f"without network, pass --data-dir (data_dir=) naming a copy laid out as {name}.") from exc
-    return _check(path, name)
+    if path.is_file():
+        return _check(path, name)
+    try:
+        _download(name, path)
+    except ChecksumError:
+        raise
+    except (OSError, ValueError) as exc:  # no network, a refused connection, a bad URL
+        raise OSError(f"could not download {name} from {SOURCES[name].url} ({' '.join(str(exc).split())}); "
+                      f"without network, pass --data-dir (data_dir=) naming a copy laid out as {name}.") from exc
+    return path  # checked by _download before it was renamed into place
 
 
 def load_usps(split: str = "train", data_dir: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:

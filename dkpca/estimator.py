@@ -38,22 +38,19 @@ import zarr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .eigensolve import solve_kernel_matrix
 from .incremental import PartialFit
 from .inverse import InverseTransform
 from .io import as_dask, open_input
 from .linalg import center_precomputed
 from .pipeline import fit_with
-from .planning import in_memory_solver, memory_precision
+from .planning import memory_precision
 from .projection import kernel_diag, project
 from .request import (
     check_kernel_pca_params,
-    check_n_components_spec,
     check_out_of_core_params,
 )
 from .sklearnparams import SklearnParams
 from .solvers import Solver
-from .solvers.spectrum import check_magnitude_ranking
 
 __all__ = ["KernelPCA"]
 
@@ -288,12 +285,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         self._out_dtype = X.dtype
         self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
         self.kernel_ = self._make_kernel(d)
-        spec = None if self.n_components is None else check_n_components_spec(self.n_components)
-        fraction = isinstance(spec, float)
-        k = n if spec is None else spec if fraction else min(n, spec)
-        solver = self.eigen_solver
-        if solver == "auto":
-            solver, _ = in_memory_solver(n, k, fraction)  # by measured cost, not scikit-learn's k < 10
+        k, solver = self._in_memory_choice(n)
         # K in X's precision unless asked otherwise: scikit-learn's arithmetic
         # (its pairwise kernels and eigensolvers keep float32), at half the
         # memory and product time of a float64 K -- but float32 input gets a
@@ -306,24 +298,8 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
              if self._is_precomputed() else self._training_kernel(X))
         # a non-symmetric precomputed K is centred as KernelCenterer centres it (row and column means apart)
         given = center_precomputed(K) if self._is_precomputed() else None
-        # arpack: scikit-learn's tolerance, iteration limit and starting vector
-        tol, passes = (self.tol, None) if solver == Solver.ARPACK else self._iteration_limits(in_memory=True)
-        res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter,
-                                             random_state=self.random_state,
-                                             remove_zero=self.remove_zero_eig or self.n_components is None,
-                                             X=None if self._is_precomputed() else X, kernel=self.kernel_,
-                                             kernel_name="precomputed" if self._is_precomputed() else
-                                             f"callable {getattr(self.kernel, '__name__', self.kernel)!r}")
-        if solver == Solver.RANDOMIZED and self._is_precomputed():  # a given matrix: scikit-learn's error (see there)
-            check_magnitude_ranking(res, K.dtype)
-        self.eigenvalues_, self.eigenvectors_, self.eigen_solver_ = res.eigenvalues, res.eigenvectors, solver
-        self.explained_variance_ratio_ = (res.eigenvalues / centering.trace if centering.trace > 0
-                                          else np.zeros_like(res.eigenvalues))
-        self._centering = centering if given is None else given
-        # K~_ii, for the feature-space distances of the Kwok-Tsang pre-image
-        self._kdiag_centered = centering.centered_diag(np.diag(K))
+        self._solve_in_memory(K, X, k, solver, given=given)
         del K
-        self.X_fit_ = X
         if self.fit_inverse_transform:
             self._fit_ridge(X)
 

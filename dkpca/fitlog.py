@@ -45,7 +45,7 @@ def log_plan(req: Any, plan: Any) -> None:
     """The one plan line of a fit of request ``req`` under ``plan`` (a FitPlan) at INFO; the reasons at DEBUG."""
     if logger.isEnabledFor(logging.INFO):
         n, d = req.X.shape
-        logger.info("%s", plan_line(n, d, plan.k, req.kernel.to_dict().get("name", req.kernel), plan.solver,
+        logger.info("%s", plan_line(n, d, plan.k, req.kernel.name, plan.solver,
                                     plan.gram, plan.dtype, plan.tile, req.store.path, req.fraction))
     for decision, reason in plan.reasons.items():  # DEBUG (the CLI's -v): each reason, as the report keeps it
         logger.debug("why %s: %s", decision, reason)

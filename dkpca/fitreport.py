@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
 from .grammode import GramMode
 from .jsonsafe import json_safe
@@ -36,16 +36,28 @@ _INT = ((int,), "an integer")
 _TEXT = ((str,), "a string")
 _OBJECT = ((dict,), "a JSON object")
 _LIST = ((list,), "a JSON list")
-#: each field's JSON type, as a schema-2 report holds it (null: not measured, accepted for every field)
-FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "solver": _TEXT, "solver_reason": _TEXT, "passes": _INT, "passes_over_K": _INT, "fused_passes": _INT,
-    "auto": _OBJECT, "converged": ((bool,), "true or false"), "tol": _NUMBER, "residuals": _LIST,
-    "max_relative_residual": _NUMBER, "history": _LIST, "pass_seconds": _LIST, "solver_info": _OBJECT,
-    "gram": _OBJECT, "timings": _OBJECT, "n_samples": _INT, "n_features": _INT,
-    "n_components_requested": _NUMBER, "zero_components_dropped": _INT, "precision": _OBJECT, "plan": _OBJECT,
-    "update": _OBJECT}
+_BOOL = ((bool,), "true or false")
+#: a field's declared Python type (``X | None``) -> the JSON types a report holds for it, in words
+_JSON_KINDS: Mapping[Any, tuple[tuple[type, ...], str]] = MappingProxyType(
+    {str: _TEXT, int: _INT, float: _NUMBER, bool: _BOOL, dict: _OBJECT, list: _LIST})
 #: the fields reports without a schema (dkpca before schema 2) were checked for, and are still
 LEGACY_FIELDS = ("gram", "timings", "solver_info", "max_relative_residual")
+
+
+def _json_kinds(cls: type, names: Any) -> dict[str, Any]:
+    """Each of ``names``' JSON kind from its annotation on ``cls``: (JSON types, words), or a nested
+    :class:`Record` class (null, the ``| None``, is accepted for every field)."""
+    hints, kinds = get_type_hints(cls), {}
+    for name in names:
+        types = [t for t in get_args(hints[name]) if t is not type(None)]
+        if types == [int, float]:
+            kinds[name] = _NUMBER
+        elif len(types) == 1 and isinstance(types[0], type) and issubclass(types[0], Record):
+            kinds[name] = types[0]
+        else:
+            (kind,) = types
+            kinds[name] = _JSON_KINDS[get_origin(kind) or kind]
+    return kinds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,13 +65,18 @@ class Record:
     """A JSON object of the report as a typed value: its declared keys as fields, any other key kept as read.
 
     ``keys``: the object's keys in their stored order (a declared key absent from it is absent, not null);
-    ``extra``: the values of the keys a subclass does not declare (a solver's own figures).  Subclasses
-    declare ``TYPES``: key -> (JSON types, words) or a nested :class:`Record` class.
+    ``extra``: the values of the keys a subclass does not declare (a solver's own figures).  A subclass
+    declares its keys once, as fields; ``TYPES`` (key -> (JSON types, words) or a nested :class:`Record`
+    class) is derived from their annotations.
     """
 
     keys: tuple[str, ...] = field(default=(), repr=False)
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
     TYPES: ClassVar[Mapping[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.TYPES = MappingProxyType(_json_kinds(cls, cls.__dict__.get("__annotations__", {})))
 
     def __post_init__(self) -> None:
         if not self.keys:  # made in code: the declared fields given (not None), then the extra keys
@@ -84,18 +101,7 @@ class Record:
         ValueError
             A declared key of the wrong JSON type, named with its path (``gram.mode``).
         """
-        values: dict[str, Any] = {}
-        for key, kind in cls.TYPES.items():
-            if key not in obj:
-                continue
-            v, name = obj[key], f"{where}.{key}"
-            if isinstance(kind, type) and issubclass(kind, Record):
-                if v is not None and not isinstance(v, dict):
-                    raise ValueError(f"has {name} {v!r}, not a JSON object")
-                v = None if v is None else kind.from_dict(v, name)
-            else:
-                _check_value(v, name, *kind)
-            values[key] = v
+        values = {key: _read(obj[key], f"{where}.{key}", kind) for key, kind in cls.TYPES.items() if key in obj}
         return cls(keys=tuple(obj), extra={k: v for k, v in obj.items() if k not in cls.TYPES}, **values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,9 +111,6 @@ class Record:
             v = getattr(self, key) if key in self.TYPES else self.extra[key]
             out[key] = v.to_dict() if isinstance(v, Record) else v
         return out
-
-
-_BOOL = ((bool,), "true or false")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,9 +129,6 @@ class GramReport(Record):
     computed_blocks: int | None = None
     build_seconds: float | None = None
     entries_per_second: float | None = None
-    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType({
-        "mode": _TEXT, "dtype": _TEXT, "block": _INT, "compiled_exp": _BOOL, "blocks": _INT,
-        "reused_blocks": _INT, "computed_blocks": _INT, "build_seconds": _NUMBER, "entries_per_second": _NUMBER})
 
     @property
     def tile(self) -> int | None:
@@ -145,8 +145,6 @@ class Timings(Record):
     gram: float | None = None
     solve: float | None = None
     total: float | None = None
-    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType(
-        {"validate": _NUMBER, "copy_data": _NUMBER, "gram": _NUMBER, "solve": _NUMBER, "total": _NUMBER})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,11 +167,6 @@ class SolverInfo(Record):
     relative_trace_error: float | None = None
     zero_eigenvalues_removed: int | None = None
     fraction: dict[str, Any] | None = None
-    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType({
-        "block_size": _INT, "basis_size": _INT, "max_basis": _INT, "restarts": _INT, "shift": _NUMBER,
-        "lowest_ritz": _NUMBER, "resumed_at_pass": _INT, "n_landmarks": _INT, "rank": _INT,
-        "trace_error": _NUMBER, "relative_trace_error": _NUMBER, "zero_eigenvalues_removed": _INT,
-        "fraction": _OBJECT})
 
     @property
     def width(self) -> int | None:
@@ -188,8 +181,6 @@ class StartRecord(Record):
     width: int | None = None
     landmarks: int | None = None
     serial_blas: bool | None = None
-    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType(
-        {"width": _INT, "landmarks": _INT, "serial_blas": _BOOL})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,9 +198,6 @@ class PlanRecord(Record):
     start: StartRecord | None = None
     compiled_exp: bool | None = None
     reasons: dict[str, str] | None = None
-    TYPES: ClassVar[Mapping[str, Any]] = MappingProxyType({
-        "solver": _TEXT, "gram": _TEXT, "block": _INT, "subspace": _INT, "dtype": _TEXT, "start": StartRecord,
-        "compiled_exp": _BOOL, "reasons": _OBJECT})
 
     @property
     def tile(self) -> int | None:
@@ -220,11 +208,6 @@ class PlanRecord(Record):
     def width(self) -> int | None:
         """The subspace width."""
         return self.subspace
-
-
-#: the report's typed nested objects
-RECORDS: Mapping[str, type[Record]] = MappingProxyType(
-    {"solver_info": SolverInfo, "gram": GramReport, "timings": Timings, "plan": PlanRecord})
 
 
 @dataclass(frozen=True)
@@ -280,24 +263,31 @@ class FitReport:
         ValueError
             A field of the wrong JSON type (named), or a Gram mode that is none.
         """
-        for key, (kinds, what) in FIELD_TYPES.items():
-            _check(report, key, kinds, what)
+        for key, kind in FIELD_TYPES.items():  # every field first, then the Gram mode, then the nested objects
+            _check_value(report.get(key), key, *_shape(kind))
         mode = (report.get("gram") or {}).get("mode")
         if mode is not None and mode != NO_GRAM and (not isinstance(mode, str) or mode not in set(GramMode)):
             raise ValueError(f"has gram mode {mode!r}, not one of {[*(m.value for m in GramMode), NO_GRAM]}")
-        values = {key: report.get(key) for key in FIELD_TYPES}
-        for key, record in RECORDS.items():
-            if values[key] is not None:
-                values[key] = record.from_dict(values[key], key)
-        return cls(**values)
+        return cls(**{key: _read(report.get(key), key, kind) for key, kind in FIELD_TYPES.items()})
+
+
+#: each field's JSON kind, as a schema-2 report holds it (null: not measured, accepted for every field)
+FIELD_TYPES: Mapping[str, Any] = MappingProxyType(_json_kinds(FitReport, [f.name for f in fields(FitReport)]))
 
 
 def _plain(value: Any) -> Any:
     return value.to_dict() if isinstance(value, Record) else value
 
 
-def _check(report: dict[str, Any], key: str, kinds: tuple[type, ...], what: str) -> None:
-    _check_value(report.get(key), key, kinds, what)
+def _shape(kind: Any) -> tuple[tuple[type, ...], str]:
+    """The JSON types of a kind, in words (a nested record's: an object)."""
+    return _OBJECT if isinstance(kind, type) else kind
+
+
+def _read(v: Any, name: str, kind: Any) -> Any:
+    """``v`` at ``name`` checked against its kind; a nested record's object read as that record."""
+    _check_value(v, name, *_shape(kind))
+    return kind.from_dict(v, name) if isinstance(kind, type) and v is not None else v
 
 
 def _check_value(v: Any, name: str, kinds: tuple[type, ...], what: str) -> None:
@@ -325,7 +315,7 @@ def read_report(report: Any, schema: Any, bad: Callable[[str, str], Exception]) 
         else:
             typed = None
             for key in LEGACY_FIELDS:
-                _check(report, key, *FIELD_TYPES[key])
+                _check_value(report.get(key), key, *_shape(FIELD_TYPES[key]))
         timings = report.get("timings") or {}
         if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in timings.values()):
             raise ValueError(f"has timings {timings!r}, not numbers of seconds")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
@@ -40,13 +40,24 @@ from .io import Fingerprint
 from .kernels import Kernel
 from .model import KPCAModel
 from .planning import StartPolicy
+from .planning.growthplan import growth_request
 from .request import FitRequest
 from .storage import FitStore, GramInfo, Lease
-from .storage.growth import Growth, find_growth, grow_gram, stored_tile, update_blocks
+from .storage.growth import Growth, grow_gram, update_blocks
 
-__all__ = ["Update", "find_update", "grow_store", "update_report"]
+__all__ = ["Update", "find_update", "grow_store", "nystroem_rows", "update_report"]
 
 logger = logging.getLogger("dkpca")
+
+
+def nystroem_rows(scores: np.ndarray, eigenvalues: np.ndarray) -> np.ndarray:
+    """New rows' eigenvector entries ``k~(x)^T U Lambda^-1`` (Nystroem) from their scores ``k~(x)^T U Lambda^-1/2``.
+
+    Columns with a non-positive eigenvalue extend by 0.  The one formula of the store update's warm start
+    (:meth:`Update.extension`) and ``partial_fit``'s (:func:`dkpca.incremental.extend_eigenvectors`).
+    """
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    return scores * np.divide(1.0, np.sqrt(np.maximum(lam, 0.0)), out=np.zeros_like(lam), where=lam > 0)
 
 
 @dataclass(frozen=True)
@@ -94,7 +105,7 @@ class Update:
             Z = model.centering.center_scores(KW, ksum / self.n_old, model.projection_weights())
         else:
             Z = np.asarray(model.transform(X[self.n_old:].compute()))
-        return Z / np.sqrt(model.eigenvalues_)
+        return nystroem_rows(Z, model.eigenvalues_)
 
     def start_block(self, info: GramInfo | None, X: da.Array, policy: StartPolicy, kernel: Kernel,
                     rng: np.random.Generator) -> np.ndarray | None:
@@ -136,12 +147,8 @@ def find_update(req: FitRequest, chunk_size: int | None, dtype: str | None) -> t
     """
     if req.overwrite or req.temporary is not None:
         return req, None
-    growth = find_growth(req.store, req.n, req.d, str(req.X.dtype), req.kernel.to_dict(), dtype, chunk_size)
+    req, growth = growth_request(req, chunk_size, dtype)  # a refit (after an update, too) keeps the stored tile
     if growth is None:
-        # a refit (after an update, too) keeps the stored tile: the fingerprint is per row chunk
-        edge = stored_tile(req.store, req.n, req.d) if chunk_size is None else None
-        if edge is not None and edge != req.tile:
-            req = replace(req, X=req.X.rechunk((edge, req.d)), tile=edge)
         return req, None
     model = None
     if growth.model_rows == growth.n_old:
@@ -151,7 +158,6 @@ def find_update(req: FitRequest, chunk_size: int | None, dtype: str | None) -> t
             logger.warning("the store's model cannot start the update (%s); starting as a fresh fit does", exc)
         if model is not None and model.kernel.to_dict() != req.kernel.to_dict():
             model = None
-    req = replace(req, X=req.X.rechunk((growth.block, req.d)), tile=growth.block)
     return req, Update(growth, model)
 
 

@@ -33,16 +33,14 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils.validation import validate_data
 
-from .eigensolve import solve_kernel_matrix
 from .execution import local_threads
+from .growth import nystroem_rows
 from .io import as_dask
 from .kernels import Kernel
 from .linalg import Centering, balanced_block, block_bounds, rows_per_block
 from .linalg.products import MEMORY_BLOCK
-from .planning import in_memory_solver
-from .request import as_generator, check_n_components_spec
+from .request import as_generator
 from .solvers import Solver, subspace_width
-from .solvers.spectrum import check_magnitude_ranking
 
 __all__ = ["PartialFit", "cross_kernel", "extend_eigenvectors", "grown_matrix", "warm_start"]
 
@@ -89,9 +87,7 @@ def extend_eigenvectors(cross: np.ndarray, eigenvalues: np.ndarray, eigenvectors
     """
     weights = centering.projection_weights(eigenvalues, eigenvectors)
     scores = centering.center_scores(cross @ weights.W, cross.mean(axis=1, dtype=np.float64), weights)
-    lam = np.asarray(eigenvalues, dtype=np.float64)
-    scale = np.divide(1.0, np.sqrt(np.maximum(lam, 0.0)), out=np.zeros_like(lam), where=lam > 0)
-    return np.vstack([eigenvectors, scores * scale])
+    return np.vstack([eigenvectors, nystroem_rows(scores, eigenvalues)])
 
 
 def warm_start(extended: np.ndarray, solver: Solver, k: int, rng: np.random.Generator) -> np.ndarray | None:
@@ -249,33 +245,17 @@ class PartialFit:
         The warm start needs ``K(X_new, X_old)``, which is K's block ``[n_old:, :n_old]`` (a view); it is
         computed only for a solver that takes it.
         """
-        precomputed, N = self._is_precomputed(), K.shape[0]
-        spec = None if self.n_components is None else check_n_components_spec(self.n_components)
-        fraction = isinstance(spec, float)
-        k = N if spec is None else spec if fraction else min(N, spec)
-        solver = self.eigen_solver if self.eigen_solver != "auto" else in_memory_solver(N, k, fraction)[0]
+        N = K.shape[0]
+        k, solver = self._in_memory_choice(N)
         typed = Solver.parse(solver)
         start = None
-        if not fraction and (typed is Solver.ARPACK or typed.spec.takes_start):
+        if not isinstance(k, float) and (typed is Solver.ARPACK or typed.spec.takes_start):
             extended = extend_eigenvectors(K[n_old:, :n_old], self.eigenvalues_, self.eigenvectors_, self._centering)
             start = warm_start(extended, typed, k, as_generator(self.random_state))
-        tol, passes = (self.tol, None) if typed is Solver.ARPACK else self._iteration_limits(in_memory=True)
-        res, centering = solve_kernel_matrix(
-            K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter, random_state=self.random_state,
-            remove_zero=self.remove_zero_eig or self.n_components is None, X=None if precomputed else X_all,
-            kernel=self.kernel_, kernel_name="precomputed" if precomputed else
-            f"callable {getattr(self.kernel, '__name__', self.kernel)!r}", start=start)
-        if typed is Solver.RANDOMIZED and precomputed:  # a given matrix: scikit-learn's error, as fit
-            check_magnitude_ranking(res, K.dtype)
+        started = "its own start" if start is None else f"the {self.eigenvectors_.shape[1]} extended eigenvectors"
+        res = self._solve_in_memory(K, X_all, k, solver, start=start)
         logger.info("partial_fit: %d + %d rows, solver %s from %s, %d passes", n_old, N - n_old, typed.value,
-                    "its own start" if start is None else f"the {self.eigenvectors_.shape[1]} extended eigenvectors",
-                    res.passes)
-        self.eigenvalues_, self.eigenvectors_, self.eigen_solver_ = res.eigenvalues, res.eigenvectors, solver
-        self.explained_variance_ratio_ = (res.eigenvalues / centering.trace if centering.trace > 0
-                                          else np.zeros_like(res.eigenvalues))
-        self._centering = centering
-        self._kdiag_centered = centering.centered_diag(np.diag(K))
-        self.X_fit_ = X_all
+                    started, res.passes)
         if self.fit_inverse_transform:
             self._fit_ridge(X_all)
         setattr(self, KEPT, K)

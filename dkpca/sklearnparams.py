@@ -3,8 +3,8 @@
 :class:`SklearnParams` is a mixin of :class:`dkpca.KernelPCA` (the estimator keeps its parameters, as
 scikit-learn requires; this module reads them): the resolved :class:`~dkpca.kernels.Kernel` or the adapter
 that evaluates callables and sparse input, the training kernel matrix, ``(tol, max_passes)`` from
-``tol`` / ``max_iter`` / ``iterated_power``, and the out-of-core fit's :class:`~dkpca.request.FitOptions`,
-built here once.
+``tol`` / ``max_iter`` / ``iterated_power``, the out-of-core fit's :class:`~dkpca.request.FitOptions`,
+built here once, and the in-memory solve of a kernel matrix that ``fit`` and ``partial_fit`` share.
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .eigensolve import memory_kernel_matrix
+from .eigensolve import memory_kernel_matrix, solve_kernel_matrix
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
+from .linalg import Centering
+from .planning import in_memory_solver
 from .request import FitOptions, check_n_components_spec
-from .solvers import Solver
+from .solvers import EigResult, Solver
+from .solvers.spectrum import check_magnitude_ranking
 
 __all__ = ["SklearnParams", "TOL_IN_MEMORY", "TOL_OUT_OF_CORE", "MAX_PASSES_IN_MEMORY"]
 
@@ -85,6 +88,45 @@ class SklearnParams:
         return FitOptions(n_components=spec if isinstance(spec, float) else min(spec, n), kernel=self._make_kernel(d),
                           solver=self.eigen_solver, store=self.store, chunk_size=self.chunk_size,
                           dtype=self.dtype or "auto", tol=tol, max_passes=passes, random_state=self.random_state)
+
+    def _in_memory_choice(self, n: int) -> tuple[int | float, str]:
+        """``(k, solver)`` of an in-memory fit of n rows (``fit`` and ``partial_fit`` alike).
+
+        k: the components kept (a float: the fraction of variance); the solver: ``eigen_solver``, or for
+        ``"auto"`` the one the measured cost picks (not scikit-learn's k < 10).
+        """
+        spec = None if self.n_components is None else check_n_components_spec(self.n_components)
+        k = n if spec is None else spec if isinstance(spec, float) else min(n, spec)
+        if self.eigen_solver != "auto":
+            return k, self.eigen_solver
+        return k, in_memory_solver(n, k, isinstance(k, float))[0]
+
+    def _solve_in_memory(self, K: np.ndarray, X: Any, k: int | float, solver: str, start: np.ndarray | None = None,
+                         given: Centering | None = None) -> EigResult:
+        """Solve K in memory and set the fitted attributes but the ridge map's (``fit`` and ``partial_fit`` alike).
+
+        ``X``: the rows K is of (``X_fit_``); ``start``: the solver's start (None: its own); ``given``: the
+        centring of a non-symmetric precomputed K (None: the solver's).
+        """
+        precomputed = self._is_precomputed()
+        # arpack: scikit-learn's tolerance, iteration limit and starting vector
+        tol, passes = (self.tol, None) if solver == Solver.ARPACK else self._iteration_limits(in_memory=True)
+        res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter,
+                                             random_state=self.random_state,
+                                             remove_zero=self.remove_zero_eig or self.n_components is None,
+                                             X=None if precomputed else X, kernel=self.kernel_,
+                                             kernel_name="precomputed" if precomputed else
+                                             f"callable {getattr(self.kernel, '__name__', self.kernel)!r}", start=start)
+        if solver == Solver.RANDOMIZED and precomputed:  # a given matrix: scikit-learn's error (see there)
+            check_magnitude_ranking(res, K.dtype)
+        self.eigenvalues_, self.eigenvectors_, self.eigen_solver_ = res.eigenvalues, res.eigenvectors, solver
+        self.explained_variance_ratio_ = (res.eigenvalues / centering.trace if centering.trace > 0
+                                          else np.zeros_like(res.eigenvalues))
+        self._centering = centering if given is None else given
+        # K~_ii, for the feature-space distances of the Kwok-Tsang pre-image
+        self._kdiag_centered = centering.centered_diag(np.diag(K))
+        self.X_fit_ = X
+        return res
 
     def _iteration_limits(self, in_memory: bool) -> tuple[float, int | None]:
         """``(tol, max_passes)`` of the iterative dkpca solvers from scikit-learn's parameters."""

@@ -17,8 +17,8 @@ import scipy.sparse as sp
 from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca.eigensolve
-import dkpca.estimator
 import dkpca.incremental
+import dkpca.sklearnparams
 from dkpca import KernelPCA
 from tests.conftest import reference_eigh
 
@@ -135,21 +135,22 @@ def test_the_start_is_the_nystroem_extension_and_saves_passes(monkeypatch, solve
     span the start block's first columns, and on data whose spectrum has gaps the solve needs fewer passes
     than the cold one ``fit`` makes (measured: randomized 14 vs 18, lanczos 6 vs 8 at tol 1e-6)."""
     X, n_old = latent(800), 720
-    seen = {}
+    seen, phase = {}, ["first"]
     original = dkpca.eigensolve.solve_kernel_matrix
 
-    def spy(K, k, name, module, **kw):
+    def spy(K, k, name, **kw):  # fit and partial_fit solve through one in-memory solve (dkpca.sklearnparams)
         res, c = original(K, k, name, **kw)
-        seen[module] = (kw.get("start"), res.passes)
+        seen[phase[0]] = (kw.get("start"), res.passes)
         return res, c
 
-    monkeypatch.setattr(dkpca.incremental, "solve_kernel_matrix", lambda *a, **kw: spy(*a, module="grow", **kw))
-    monkeypatch.setattr(dkpca.estimator, "solve_kernel_matrix", lambda *a, **kw: spy(*a, module="fit", **kw))
+    monkeypatch.setattr(dkpca.sklearnparams, "solve_kernel_matrix", spy)
     params = dict(n_components=8, kernel="rbf", gamma=1 / 20, eigen_solver=solver, tol=1e-6, random_state=0)
     est = KernelPCA(**params).partial_fit(X[:n_old])
     U, lam = est.eigenvectors_, est.eigenvalues_
+    phase[0] = "grow"
     est.partial_fit(X[n_old:])
     start, warm = seen["grow"]
+    phase[0] = "fit"
     KernelPCA(**params).fit(X)
     cold = seen["fit"][1]
     # the extension from its definition: k~(x) = k(x) - r - mean(k(x)) + c, u(x) = k~(x)^T U / lambda
@@ -174,7 +175,7 @@ def test_arpack_starts_from_the_extension(monkeypatch):
         got["v0"] = kw.get("start")
         return original(*a, **kw)
 
-    monkeypatch.setattr(dkpca.incremental, "solve_kernel_matrix", spy)
+    monkeypatch.setattr(dkpca.sklearnparams, "solve_kernel_matrix", spy)  # the last call: partial_fit's
     est = KernelPCA(6, kernel="rbf", gamma=1 / 20, eigen_solver="arpack", random_state=0).partial_fit(X[:300])
     U, lam, cen = est.eigenvectors_, est.eigenvalues_, est._centering
     est.partial_fit(X[300:])

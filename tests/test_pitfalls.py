@@ -54,6 +54,12 @@ def test_a_fit_in_float64_warns_too(tmp_path, source):
             pass
 
 
+def test_the_estimator_warns_with_dtype_float64_asked_for():
+    """KernelPCA(dtype='float64') measures no precision either: the same scale check as float64 input."""
+    with pytest.warns(KernelScaleWarning, match="numerically the identity"):
+        dkpca.KernelPCA(n_components=3, kernel="rbf", dtype="float64").fit(pixels())
+
+
 def test_the_estimator_warns_on_float64_input_too():
     """KernelPCA's float64 path measures no precision; its sample's kernel alone is checked."""
     with pytest.warns(KernelScaleWarning, match="rbf gamma=0.0156"):

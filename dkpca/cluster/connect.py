@@ -47,7 +47,7 @@ from .config import (
 )
 from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
 from .security import TLSOnlyNanny, batch_security, run_security, tls_only_worker_args
-from .spawning import quiet_interrupts, starting_workers
+from .spawning import add_log_filter, quiet_interrupts, starting_workers
 
 __all__ = ["connect", "close", "connected", "is_scheduler_address"]
 
@@ -361,9 +361,7 @@ def close(client: Any) -> None:
     """
     cluster = getattr(client, "cluster", None)
     if client.status == "connecting":
-        log = logging.getLogger("distributed.client")
-        if not any(isinstance(f, _GivenUpReconnection) for f in log.filters):
-            log.addFilter(_GivenUpReconnection())
+        add_log_filter("distributed.client", _GivenUpReconnection)
     client.close()
     if cluster is not None:
         cluster.close()

@@ -40,7 +40,7 @@ from distributed.client import AllExit
 from distributed.diagnostics.plugin import WorkerPlugin
 
 __all__ = ["UnguardedMainError", "check_main_guard", "unguarded_line", "starting_workers", "QuietClose",
-           "quiet_interrupts"]
+           "quiet_interrupts", "add_log_filter"]
 
 GUARD = 'if __name__ == "__main__":'
 
@@ -55,7 +55,7 @@ def _message(where: str) -> str:
             f"cluster again. Put the script's work under '{GUARD}' (see README, Clusters).")
 
 
-def unguarded_line(main: object | None = None) -> tuple[str, int] | None:
+def unguarded_line() -> tuple[str, int] | None:
     """``(script, line)`` where ``__main__``'s top level is running this call outside a ``__name__`` test.
 
     None where there is no script to rerun (an interactive session, Jupyter,
@@ -63,7 +63,7 @@ def unguarded_line(main: object | None = None) -> tuple[str, int] | None:
     line is that of the script's outermost frame, so a function the script
     calls at its top level counts as that call.
     """
-    main = sys.modules.get("__main__") if main is None else main
+    main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     namespace = getattr(main, "__dict__", None)
     if not path or namespace is None:
@@ -142,7 +142,8 @@ class _AbandonedGather(logging.Filter):
         return not (record.exc_info and isinstance(record.exc_info[1], AllExit))
 
 
-def _add_filter(name: str, kind: type[logging.Filter]) -> None:
+def add_log_filter(name: str, kind: type[logging.Filter]) -> None:
+    """A ``kind`` filter on logger ``name``, added once (the noise dkpca drops: these, and connect's)."""
     log = logging.getLogger(name)
     if not any(isinstance(f, kind) for f in log.filters):
         log.addFilter(kind())
@@ -154,10 +155,10 @@ class QuietClose(WorkerPlugin):
     name = "dkpca-quiet-close"
 
     def setup(self, worker: Any) -> None:
-        _add_filter("distributed.worker.state_machine", _CutOffByClose)
+        add_log_filter("distributed.worker.state_machine", _CutOffByClose)
 
 
 def quiet_interrupts(client: Any) -> None:
     """After a Ctrl-C only dkpca's line: the client's abandoned waits and its workers' closing notes say nothing."""
-    _add_filter("asyncio", _AbandonedGather)
+    add_log_filter("asyncio", _AbandonedGather)
     client.register_plugin(QuietClose())

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 
 from ..execution import n_workers_threads
-from ..solvers import subspace_width
+from ..solvers import Solver, subspace_width
 from ..solvers.fraction import DEFAULT_MAX_PASSES
 from ..solvers.randomized import iteration_width
 from ..storage import fit_footprint, gram_bytes
@@ -244,11 +244,13 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     requested = requested_dtype(dtype)
     kw = dict(X=X, kernel=kernel, block=block, store=store, tol=tol, max_passes=max_passes, free_bytes=free_bytes,
               memory_bytes=memory_bytes, measured=measured, workers=workers, temporary=temporary, fraction=fraction)
-    first = _choose_modes(n, k, solver, gram, dtype="float64" if requested == "float64" else "float32", **kw)
-    precision = choose_precision(requested, X, kernel, k, single_products=first.solver == "arpack",
-                                 stored=stored_dtype)
-    choice = first if precision.dtype == np.dtype(first.details["dtype"]).name else \
-        _choose_modes(n, k, solver, gram, dtype=precision.dtype, **kw)
+    choice = _choose_modes(n, k, solver, gram, dtype="float64" if requested == "float64" else "float32", **kw)
+    precision = choose_precision(requested, X, kernel, k, stored=stored_dtype,
+                                 single_products=Solver.parse(choice.solver).spec.float32_products)
+    if precision.dtype != np.dtype(choice.details["dtype"]).name:  # again in K's precision: its blocks timed again,
+        if measured is None and "measured" in choice.details:  # the spectrum's passes kept
+            kw["measured"] = {"passes": choice.details["measured"]["passes"]}
+        choice = _choose_modes(n, k, solver, gram, dtype=precision.dtype, **kw)
     choice.precision = precision
     return choice
 
@@ -368,11 +370,13 @@ def gram_rule(n: int, k: int, name: str, gram: str, *, memory: bool, k_memory: i
 def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers,
                   details) -> tuple[str, str, str]:
     """``(mode, reason, solver)``: the fastest of ``solvers`` x ``grams`` from measured rates and expected passes."""
-    if measured is None:
+    if measured is None or "kernel_block" not in measured:  # not measured, or only the passes (another dtype's)
         if X is None or kernel is None:
             return grams[0], "no data to measure a pass on; storing K (the default)", solvers[0]
+        known = (measured or {}).get("passes")
         measured = dict(measure_blocks(X, kernel, blk, np.dtype(dtype), ell, store))
-        measured["passes"], _ = estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")
+        measured["passes"] = known if known is not None else \
+            estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")[0]
     if workers is None:
         workers = max(1, n_workers_threads())
     p = int(measured.get("passes", max_passes))

@@ -27,23 +27,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..linalg import PassCost
+from ..solvers import Solver
+from ..solvers.randomized import single_switch
 from .estimate import PASS_SECONDS, EntryRates, estimate
 
-__all__ = ["ModeCost", "mode_cost", "cheapest", "single_passes", "SINGLE_RESIDUAL"]
-
-#: the randomized solver multiplies in single precision while its residual is above
-#: ``max(SINGLE_RESIDUAL, 100 tol)`` (``solvers/randomized.py``)
-SINGLE_RESIDUAL = 1e-4
+__all__ = ["ModeCost", "mode_cost", "cheapest", "single_passes"]
 
 
 def single_passes(passes: int, tol: float) -> int:
     """How many of subspace iteration's ``passes`` multiply in single precision.
 
     Its residual falls geometrically from about 1 to ``tol`` over the passes,
-    and the products are single while it is above ``max(1e-4, 100 tol)``:
+    and the products are single while it is above :func:`~dkpca.solvers.randomized.single_switch`:
     that share of the passes, the log of the one over the log of the other.
     """
-    switch = max(SINGLE_RESIDUAL, 1e2 * tol)
+    switch = single_switch(tol)
     if not 0 < tol < 1 or switch >= 1:
         return 0
     return int(min(passes, np.floor(passes * np.log(switch) / np.log(tol))))
@@ -82,7 +80,7 @@ def mode_cost(n: int, block: int, *, solver: str, gram: str, passes: int, tol: f
     ``single_ok``: subspace iteration's early products may be single (K in float32).
     Each pass adds :data:`~dkpca.planning.estimate.PASS_SECONDS` (graph, round trip, the algebra between).
     """
-    single = single_passes(passes, tol) if solver == "randomized" and single_ok else 0
+    single = single_passes(passes, tol) if single_ok and Solver.parse(solver).spec.float32_early_passes else 0
     kw = dict(gram=gram, itemsize=itemsize, concurrency=concurrency, rates=rates, task_seconds=0.0,
               distributed=False)
     build, double = estimate(n, block, **kw)

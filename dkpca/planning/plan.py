@@ -382,8 +382,8 @@ max_passes, gram
     fp = decide(req, measure=measure, store_path=path)  # the one decision dkpca.fit makes and runs
     res = cluster_resources(cluster)
     dtype, ell = fp.dtype, fp.width
-    rates = EntryRates.measured(measure_blocks(req.X, req.kernel, req.tile, dtype, ell, path), req.tile) \
-        if measure else None
+    timed = measure and (fp.details.get("measured") or measure_blocks(req.X, req.kernel, req.tile, dtype, ell, path))
+    rates = EntryRates.measured(timed, req.tile) if timed else None  # the decision's timing where it timed blocks
     X, block = req.X, req.tile
     why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
     if chunk_size is None and cluster_block and res["distributed"]:

@@ -345,17 +345,16 @@ def memory_precision(X: Any, kernel: Kernel | None, dtype: Any, k: int, single_p
     input are not sampled.  A float32 asked for that the sample says loses
     the eigenvalues warns (:class:`PrecisionWarning`); a kernel matrix that
     is numerically the identity or constant on the sample warns
-    (:class:`KernelScaleWarning`), float64 X too: its sample's kernel alone
-    (~1 ms), where nothing else is measured.
+    (:class:`KernelScaleWarning`), for float64 too (X's own or asked for):
+    :func:`choose_precision` then checks the sample's kernel alone (~1 ms).
     """
-    if dtype is None and X.dtype != np.float32:
-        if kernel is not None and not sp.issparse(X):
-            warn_scale(sample_rows(X), kernel, stacklevel=5)
-        return None
-    requested = "auto" if dtype is None else requested_dtype(dtype)
-    sampled = kernel is not None and not sp.issparse(X) and requested != "float64"
+    own = dtype is None and X.dtype != np.float32  # X's float64 kept: choose_precision checks the scale only
+    requested = "float64" if own else "auto" if dtype is None else requested_dtype(dtype)
+    sampled = kernel is not None and not sp.issparse(X)
     precision = choose_precision(requested, kernel=kernel if sampled else None, k=int(k),
                                  single_products=single_products, sample=sample_rows(X) if sampled else None)
+    if own:
+        return None
     if precision.lossy:
         warnings.warn(precision.warning(), PrecisionWarning, stacklevel=4)
     return precision

@@ -37,11 +37,21 @@ import scipy.linalg
 from ..execution import row_blocks
 from .result import DEFAULT_MAX_PASSES, Callback, EigResult, report
 
-__all__ = ["solve", "iteration_width", "block_size", "start_block", "next_shift", "wanted_width", "MAX_WIDENING"]
+__all__ = ["solve", "iteration_width", "block_size", "start_block", "next_shift", "wanted_width", "single_switch",
+           "MAX_WIDENING", "SINGLE_RESIDUAL"]
 
 #: an indefinite spectrum may widen the subspace up to this many times iteration_width's width
 #: (:func:`wanted_width`); beyond, the iteration shifts instead (:func:`next_shift`)
 MAX_WIDENING = 3
+
+#: the products are single precision while the residual is above ``max(SINGLE_RESIDUAL, 100 tol)``
+#: (:func:`single_switch`; the plan counts those passes: ``planning.modes.single_passes``)
+SINGLE_RESIDUAL = 1e-4
+
+
+def single_switch(tol: float) -> float:
+    """The residual above which a pass multiplies in single precision: ``max(SINGLE_RESIDUAL, 100 tol)``."""
+    return max(SINGLE_RESIDUAL, 1e2 * tol)
 
 
 def iteration_width(n: int, k: int, oversampling: int | None = None) -> int:
@@ -169,7 +179,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = DEFAULT_MAX_
         # Single-precision products while far from converged: their ~1e-6
         # relative error is corrected by the following passes, which switch to
         # float64 accumulation well before the residual reaches tol.
-        single = not history or history[-1] > max(1e-4, 1e2 * tol)
+        single = not history or history[-1] > single_switch(tol)
         Y = operator.matmat(Q, single=single)
         B = rows.inner(Q, Y)
         B = 0.5 * (B + B.T)

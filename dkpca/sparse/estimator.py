@@ -185,16 +185,20 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         if not 0 < p < 1:
             raise ValueError(f"prune_threshold={p!r} is invalid; it must be a number in (0, 1), e.g. 0.01.")
         check_int("candidate_set_size", self.candidate_set_size, 2, allow_none=True)
-        if not (isinstance(self.block_size, str) and self.block_size == "deprecated"):
+        if self._former_name_given():
             check_int("block_size", self.block_size, 2, allow_none=True)
             if self.candidate_set_size is not None:
                 raise ValueError("block_size is the former name of candidate_set_size; pass candidate_set_size only.")
         check_bool("center", self.center)
 
+    def _former_name_given(self) -> bool:
+        """Whether ``block_size``, the former name of ``candidate_set_size``, was passed (not its placeholder)."""
+        return not (isinstance(self.block_size, str) and self.block_size == "deprecated")
+
     def _candidate_set_size(self) -> int:
         """Candidates fitted together (``block_size``, its former name, with a FutureWarning)."""
         size = self.candidate_set_size
-        if not (isinstance(self.block_size, str) and self.block_size == "deprecated"):
+        if self._former_name_given():
             warnings.warn("block_size was renamed candidate_set_size and will be removed in a later release; pass "
                           "candidate_set_size instead.", FutureWarning, stacklevel=3)
             size = self.block_size

@@ -25,7 +25,6 @@ is saved.  Arrays are Zarr, metadata JSON: nothing is pickled.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import logging
 import os
 import time
@@ -39,7 +38,7 @@ from ..config import setting
 from ..jsonsafe import json_safe
 from .chunks import ChunkWriter
 from .fitstore import FitStore, remove_member
-from .integrity import create_array
+from .integrity import content_digest, create_array
 
 __all__ = ["SolverCheckpoint", "CheckpointState"]
 
@@ -47,14 +46,6 @@ logger = logging.getLogger("dkpca")
 
 GROUP = "solver"
 _SLOTS = ("s0", "s1")
-
-
-def _checksum(a: np.ndarray) -> str:
-    a = np.ascontiguousarray(a)
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{a.dtype.str}{a.shape}".encode())
-    h.update(memoryview(a).cast("B"))
-    return h.hexdigest()
 
 
 @dataclass
@@ -143,7 +134,7 @@ class SolverCheckpoint:
         try:
             for name, digest in sums.items():
                 arr = g[slot][name][:]
-                if _checksum(arr) != digest:
+                if content_digest([arr]) != digest:
                     logger.warning("solver checkpoint array %s/%s fails its checksum; starting afresh", slot, name)
                     return None
                 arrays[name] = arr
@@ -191,7 +182,7 @@ class SolverCheckpoint:
                     writer.write((i,) + (0,) * (arr.ndim - 1), arr[r0:r0 + chunks[0]])
             else:
                 z[...] = arr
-            sums[name] = _checksum(arr)
+            sums[name] = content_digest([arr])
         # The pointer goes last, in one atomic JSON write.
         g.attrs.put(json_safe({
             "key": self.key, "slot": slot, "passes": int(passes), "history": list(history),

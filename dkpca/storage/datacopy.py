@@ -53,17 +53,17 @@ DATA = "data"
 RECOPY = "rerun the fit with overwrite=True (CLI: --overwrite) to copy the data again"
 
 
+def _chunk_digest(block: np.ndarray, edge: tuple[int, int]) -> np.ndarray:
+    """The digest a chunk holding ``block`` (zero-padded) records: written with it, compared with an input's rows."""
+    return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
+
+
 def _copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], offset: int = 0,
                 block_info: dict | None = None) -> np.ndarray:
     """Write one row block of X into the data copy (``target``, maybe fenced) at row ``offset`` on; its digest."""
     (r0, r1), (c0, c1) = block_info[0]["array-location"]
     target[offset + r0:offset + r1, c0:c1] = block
-    return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
-
-
-def _chunk_digest(block: np.ndarray, edge: tuple[int, int]) -> np.ndarray:
-    """The digest a chunk holding ``block`` (zero-padded) records: to compare an input's rows with the copy's."""
-    return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
+    return _chunk_digest(block, edge)
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class StoredData:
             check_layout(arr, shape, None, RECOPY)
         return arr, attrs, rows, growing
 
-    def training_array(self, rows: int | None = None) -> VerifiedArray | RowPrefix:
+    def training_array(self, rows: int | None = None) -> VerifiedArray:
         """The stored training data for tasks reading rows: every read verified, damage names its chunk.
 
         ``rows``: a model's own rows (default: all the copy holds, complete):
@@ -234,7 +234,7 @@ class StoredData:
         if None in kept:
             raise CorruptChunkError(self.path, DATA, None, f"records no digest of the chunk holding row {rows - 1}; "
                                     f"{RECOPY}")
-        return RowPrefix(arr, kept, rows)
+        return RowPrefix(array=arr, digests=kept, rows=rows)
 
     def data_extent(self) -> DataExtent:
         """The complete rows, features and earlier row counts of the copy (a model load checks its own)."""
@@ -245,7 +245,7 @@ class StoredData:
                           edge=int(arr.chunks[0]), fingerprint=fingerprint if isinstance(fingerprint, dict) else None,
                           growing=growing, digested=attrs.get("digests") is not None and bool(attrs.get("complete")))
 
-    def check_data(self) -> VerifiedArray | RowPrefix:
+    def check_data(self) -> VerifiedArray:
         """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it.
 
         Returns the copy as :meth:`training_array` does, every chunk now known present.
@@ -258,7 +258,7 @@ class StoredData:
         return data
 
     @staticmethod
-    def _check_present(data: VerifiedArray | RowPrefix) -> None:
+    def _check_present(data: VerifiedArray) -> None:
         check_chunks(data.array, data.chunk_coords if isinstance(data, RowPrefix) else None)
 
     def training_data(self, rows: int | None = None) -> da.Array:
@@ -267,7 +267,7 @@ class StoredData:
         self._check_present(data)
         return self._lazy(data)
 
-    def _lazy(self, data: VerifiedArray | RowPrefix) -> da.Array:
+    def _lazy(self, data: VerifiedArray) -> da.Array:
         """``data`` (checked present) as a dask array, every chunk verified when read."""
         # named by store, content and rows, so graphs reading the same data share their keys
         digest = dict(self.open()[DATA].attrs).get("fingerprint", {}).get("checksum", uuid.uuid4().hex)

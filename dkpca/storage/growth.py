@@ -35,7 +35,7 @@ from .fitstore import FitStore
 from .gramcheck import GROUP
 from .integrity import CorruptChunkError, writable
 
-__all__ = ["GROWN_ARRAYS", "Growth", "find_growth", "grow_gram", "gram_growth", "stored_tile", "update_blocks"]
+__all__ = ["Growth", "find_growth", "grow_gram", "stored_tile", "update_blocks"]
 
 
 @dataclass(frozen=True)
@@ -144,11 +144,9 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
     return Growth(n_old=int(n_old), n_new=int(n), block=block, copy_data=copy, gram=gram is not None,
                   model_rows=model_rows)
 
-#: the Gram arrays an update resizes, and their shapes for n rows in tiles of ``block``
-GROWN_ARRAYS = ("K", "partial_sums", "diag", "done", "row_sums")
-
 
 def _shapes(n: int, block: int) -> dict[str, tuple[int, ...]]:
+    """The Gram arrays an update resizes, and their shapes for n rows in tiles of ``block``."""
     nb = n_blocks(n, block)
     return {"K": (n, n), "partial_sums": (nb, n), "diag": (n,), "done": (nb, nb), "row_sums": (n,)}
 
@@ -166,15 +164,6 @@ def update_blocks(n_old: int, n_new: int, block: int) -> tuple[int, int, int]:
     edge = kept * block  # rows whose blocks among themselves are kept
     entries = (n_new - edge) * edge + (n_new - edge) ** 2
     return reused, computed, int(entries)
-
-
-def gram_growth(store: FitStore) -> dict[str, Any] | None:
-    """The Gram store's ``growing`` record (target ``n`` and fingerprint) while an update resizes it; else None."""
-    root = store.open()
-    if GROUP not in root:
-        return None
-    growing = root[GROUP].attrs.get("growing")
-    return growing if isinstance(growing, dict) else None
 
 
 def grow_gram(store: FitStore, n_old: int, want: dict[str, Any]) -> bool:

@@ -15,7 +15,8 @@ walked (:func:`check_layout`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +29,9 @@ from zarr.storage import LocalStore
 
 __all__ = ["CHECKSUM_BYTES", "CorruptChunkError", "checksum_codecs", "write_config", "writable", "create_array",
            "has_checksum", "chunk_key", "chunk_exists", "store_name", "DIGEST", "digest", "padded_digest",
-           "verify_crc", "verify_digest", "check_layout", "present_chunks", "check_chunks", "damaged_chunks",
-           "chunk_coords", "chunk_region", "read_verified", "read_whole", "VerifiedArray", "encode_digests",
-           "decode_digests"]
+           "content_digest", "verify_crc", "verify_digest", "check_layout", "present_chunks", "check_chunks",
+           "damaged_chunks", "chunk_coords", "chunk_region", "read_verified", "read_whole", "VerifiedArray",
+           "encode_digests", "decode_digests"]
 
 #: bytes the crc32c codec appends to each chunk (little-endian CRC-32C of the chunk's bytes)
 CHECKSUM_BYTES = 4
@@ -142,6 +143,18 @@ def padded_digest(data: np.ndarray, chunks: tuple[int, ...]) -> int:
         padded[tuple(slice(0, e) for e in data.shape)] = data
         data = padded
     return digest(np.ascontiguousarray(data))
+
+
+def content_digest(arrays: Iterable[np.ndarray], extra: bytes = b"") -> str:
+    """BLAKE2b-128 (hex) of the arrays' dtypes, shapes and bytes, then ``extra``: their content, not their names
+    (a solver checkpoint's arrays, one each; the model a transform output was projected with)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.reshape(-1).view(np.uint8))
+    h.update(extra)
+    return h.hexdigest()
 
 
 def verify_crc(store: str, array: str, coords: tuple[int, ...], crc: int, trailer: Any) -> None:

@@ -31,7 +31,6 @@ projections) whose attribute ``dkpca_transform`` records what made it::
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -49,6 +48,7 @@ from .integrity import (
     CorruptChunkError,
     checksum_codecs,
     chunk_region,
+    content_digest,
     present_chunks,
     read_verified,
     writable,
@@ -82,13 +82,7 @@ def model_digest(arrays: Sequence[np.ndarray], facts: dict[str, Any]) -> str:
     Content, not a name: a refit that switches the store to another model
     changes it; the same model read from a moved store does not.
     """
-    h = hashlib.blake2b(digest_size=16)
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.reshape(-1).view(np.uint8))
-    h.update(json.dumps(facts, sort_keys=True, default=str).encode())
-    return h.hexdigest()
+    return content_digest(arrays, json.dumps(facts, sort_keys=True, default=str).encode())
 
 
 def _grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:

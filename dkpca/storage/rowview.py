@@ -16,39 +16,29 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import zarr
 
-from .integrity import check_chunks, padded_digest, read_verified, store_name, verify_digest
+from .integrity import VerifiedArray, check_chunks, padded_digest, read_verified, store_name, verify_digest
 
 __all__ = ["RowPrefix"]
 
 
-@dataclass(frozen=True)
-class RowPrefix:
+@dataclass(frozen=True, kw_only=True)
+class RowPrefix(VerifiedArray):
     """Rows ``[0, rows)`` of ``array`` (one chunk across its columns), each chunk checked against ``digests``.
 
     ``digests[c]``: the padded digest of chunk ``c``'s rows below ``rows``
     (for the chunk the boundary falls in, the one recorded when that
-    boundary was the copy's end).  Offers what
-    :class:`~.integrity.VerifiedArray` offers readers (``shape``, ``dtype``,
-    ``ndim``, row slicing, ``array``, ``digests``).
+    boundary was the copy's end).  A :class:`~.integrity.VerifiedArray`
+    (its ``array``, ``digests``, ``dtype``, ``ndim``) whose ``shape`` and
+    row slicing stop at ``rows``.
     """
 
-    array: zarr.Array
     digests: tuple[int, ...]
     rows: int
 
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.rows, *self.array.shape[1:])
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.array.ndim
 
     @property
     def chunk_coords(self) -> list[tuple[int, ...]]:

@@ -125,12 +125,13 @@ def _model(store: FitStore, kind: str) -> Finding | None:
             return Finding(kind, False, f"{kind}: {exc}")
         return None if kind != "model" else Finding(kind, True, "model: none yet; a rerun of the fit solves")
     name = store.model_group(kind)
-    old = _unchecked(list(store.open()[name].array_values())) if name is not None else ""
+    group = store.open()[name] if name is not None else None
+    old = _unchecked(list(group.array_values())) if group is not None else ""
     try:  # the data copy's own damage is the data finding's to name
-        rows = store.data_extent().rows if kind == "model" and name is not None else None
+        rows = store.data_extent().rows if kind == "model" and group is not None else None
     except (CorruptChunkError, ValueError):
         rows = None
-    n = store.open()[name]["eigenvectors"].shape[0] if rows is not None else None
+    n = group["eigenvectors"].shape[0] if rows is not None else None
     if n is not None and n < rows:  # the data copy grew (an update under way): the model still reads its own
         old += (f" (fitted on the first {n} of the {rows} rows the store holds: an update under way; it loads "
                 "and transforms as before, and a rerun of the same update replaces it)")
