@@ -37,10 +37,10 @@ from .linalg import (
     block_products,
     gather_sum,
     group_products,
+    kernel_block_products,
     matrix_product,
     pair_weights,
     scatter_sum,
-    scratch,
     touched_rows,
     upper_pairs,
 )
@@ -50,15 +50,13 @@ __all__ = ["CenteredKernelOperator", "StoredKernelOperator", "MatrixFreeKernelOp
 
 
 def _stored_product(reader: ChunkReader, I: int, J: int, shape: tuple[int, int], VI: np.ndarray, VJ: np.ndarray,
-                    expect: int | None = None):
-    return block_products(reader.read(I, J, shape, expect=expect), VI, VJ, I != J)
+                    expect: int | None = None, compiled: bool = False):
+    return block_products(reader.read(I, J, shape, expect=expect), VI, VJ, I != J, compiled)
 
 
 def _matrix_free_product(I: int, J: int, XI: np.ndarray, XJ: np.ndarray, kernel: Kernel, dtype: str,
-                         VI: np.ndarray, VJ: np.ndarray):
-    buf = scratch("op-block", (XI.shape[0], XJ.shape[0]), dtype)
-    blk = kernel.block(XI, None if I == J else XJ, dtype, out=buf)
-    return block_products(blk, VI, VJ, I != J)
+                         VI: np.ndarray, VJ: np.ndarray, compiled: bool = False):
+    return kernel_block_products(kernel, XI, XJ, VI, VJ, dtype, I == J, compiled)
 
 
 def _diag_sum(X: np.ndarray, kernel: Kernel, dtype: str) -> float:
@@ -233,9 +231,10 @@ class StoredKernelOperator(CenteredKernelOperator):
 
     kind = "stored"
 
-    def __init__(self, gram: GramInfo) -> None:
+    def __init__(self, gram: GramInfo, compiled: bool = False) -> None:
         super().__init__()
         self.gram = gram
+        self.compiled = compiled  # the products' compiled loop (block_products): the plan's compiled exp
         self.n = gram.n
         self.block = gram.block
         self.dtype = gram.dtype
@@ -248,7 +247,7 @@ class StoredKernelOperator(CenteredKernelOperator):
 
     def block_args(self, graph, I, J, VI, VJ):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
-        return (self.reader, I, J, (i1 - i0, j1 - j0), VI, VJ, self.gram.expected_digest(I, J))
+        return (self.reader, I, J, (i1 - i0, j1 - j0), VI, VJ, self.gram.expected_digest(I, J), self.compiled)
 
     def read_block(self, I, J):
         (i0, i1), (j0, j1) = self.bounds[I], self.bounds[J]
@@ -288,8 +287,10 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
     kind = "matrix-free"
 
     def __init__(self, X: da.Array, kernel: Kernel, dtype: Any = np.float64,
-                 probe: np.ndarray | None = None, block: int | None = None, statistics: bool = True) -> None:
+                 probe: np.ndarray | None = None, block: int | None = None, statistics: bool = True,
+                 compiled: bool = False) -> None:
         super().__init__()
+        self.compiled = compiled  # kernel_block_products' compiled loops: the plan's compiled exp
         if not isinstance(X, da.Array):
             X = np.asarray(X)
             X = da.from_array(X, chunks=(block or X.shape[0], X.shape[1]))
@@ -327,7 +328,8 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
     block_func = staticmethod(_matrix_free_product)
 
     def block_args(self, graph, I, J, VI, VJ):
-        return (I, J, graph.ref(self._rows[I]), graph.ref(self._rows[J]), self.kernel, self.dtype.name, VI, VJ)
+        return (I, J, graph.ref(self._rows[I]), graph.ref(self._rows[J]), self.kernel, self.dtype.name, VI, VJ,
+                self.compiled)
 
     def graph_inputs(self) -> list:
         return list(self._rows[:1])  # the row blocks share one graph (to_delayed)

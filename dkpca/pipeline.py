@@ -334,16 +334,18 @@ def _make_operator(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.Arr
         # Only n x m kernel slices are evaluated (in the solver); the
         # centering statistics are those of the approximation.
         gram_report["mode"] = "none"
-        return MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, statistics=False), gram_report, solver_opts
+        return MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, statistics=False,
+                                         compiled=plan.compiled_exp), gram_report, solver_opts
     if plan.gram is not GramMode.STORE:
-        return MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, probe=probe), gram_report, solver_opts
+        op = MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, probe=probe, compiled=plan.compiled_exp)
+        return op, gram_report, solver_opts
     # Only a solver whose early passes may be float32 (not Lanczos: every product stays in its Krylov relation).
     single = probe is not None and dt == np.float32 and plan.spec.float32_early_passes
     need = fit_footprint(n, req.d, block, dt, iteration_width(n, req.n_components), Xs.dtype.itemsize)
     info = build_gram(req.store, Xs, evaluator, fp, dtype=dt, overwrite=req.overwrite,
                       probe=update.probe() if warm else probe.astype(np.float32) if single else probe,
                       progress=req.progress, needed_bytes=need, lease=lease, partial=warm)
-    op = StoredKernelOperator(info)
+    op = StoredKernelOperator(info, compiled=plan.compiled_exp)
     if warm:  # the build's product is the extension's sums over the blocks it computed, not K times a start
         solver_opts["start"] = update.start_block(info, Xs, plan.start, req.kernel, rng)
     elif info.probe_product is not None:

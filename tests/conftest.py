@@ -234,6 +234,14 @@ def proc_cluster(tmp_path_factory):
     yield from start_proc_cluster(tmp_path_factory)
 
 
+@pytest.fixture
+def nothing_compiled(monkeypatch):
+    """This process as if no test before had run the compiled loops (planning weighs the compilation then)."""
+    from dkpca.kernels import fastexp
+
+    monkeypatch.setattr(fastexp, "_READY", set())
+
+
 def checkpoint_passes(store: str) -> int:
     """Passes recorded by the solver checkpoint in ``store`` (0 if none yet).
 

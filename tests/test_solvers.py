@@ -602,7 +602,7 @@ def test_choose_rules(kw, solver, gram, why):
 
 
 @pytest.mark.parametrize("n, solver, gram, passes, threads, compiled", [
-    (20_000, "randomized", "store", None, 2, False),      # 1e8 entries a thread: not worth 1.7 s of compiling
+    (20_000, "randomized", "store", None, 2, False),      # 1e8 entries a thread: not worth ~3 s of compiling
     (60_000, "randomized", "store", None, 2, False),      # 9e8
     (80_000, "randomized", "store", None, 2, True),       # 1.6e9
     (40_000, "lanczos", "recompute", None, 2, True),      # 4 assumed passes: 1.6e9
@@ -612,7 +612,7 @@ def test_choose_rules(kw, solver, gram, why):
     (5_000, "arpack", "memory", None, 2, False),
     (500_000, "nystrom", "recompute", 5, 2, False),       # n x m slices only
 ])
-def test_use_compiled_exp_counts_entries_a_thread(n, solver, gram, passes, threads, compiled):
+def test_use_compiled_exp_counts_entries_a_thread(n, solver, gram, passes, threads, compiled, nothing_compiled):
     from dkpca.planning import use_compiled_exp
 
     got, why = use_compiled_exp(n, solver, gram, passes, threads)
@@ -648,7 +648,7 @@ def test_a_bad_dask_config_compiled_exp_is_refused_by_name():
         choose(200_000, 10, "lanczos", "recompute", workers=2, memory_bytes=16 * 10**9)
 
 
-def test_choose_records_the_exp_decision():
+def test_choose_records_the_exp_decision(nothing_compiled):
     c = choose(200_000, 10, "lanczos", "recompute", workers=2, memory_bytes=16 * 10**9)
     assert c.compiled_exp and "G kernel entries a thread" in c.details["exp"]
     assert not choose(2000, 10, "lanczos", "store", workers=2).compiled_exp

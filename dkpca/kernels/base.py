@@ -87,6 +87,14 @@ class Kernel:
         -------
         K : ndarray of shape (n_x, n_y), C-contiguous, of ``dtype``.
         """
+        Xf, Yf = self._operands(X, Y, dtype)
+        # With Y = X every subclass returns an exactly symmetric block: the
+        # store keeps only the upper half of K, so k(x_i, x_j) and k(x_j, x_i)
+        # must not differ by rounding.
+        return self._block(Xf, Yf, Y is None or Y is X, out)
+
+    def _operands(self, X: np.ndarray, Y: np.ndarray | None, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+        """X and Y as the block's evaluation takes them: contiguous, of ``dtype``, shifted if stationary."""
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise ValueError(f"dtype={dtype} is not supported; use float32 or float64.")
@@ -98,10 +106,18 @@ class Kernel:
             shift = Xf.mean(axis=0, dtype=np.float64).astype(dtype)
             Xf = Xf - shift
             Yf = Xf if Y is None or Y is X else Yf - shift
-        # With Y = X every subclass returns an exactly symmetric block: the
-        # store keeps only the upper half of K, so k(x_i, x_j) and k(x_j, x_i)
-        # must not differ by rounding.
-        return self._block(Xf, Yf, Y is None or Y is X, out)
+        return Xf, Yf
+
+    def exp_operands(self, X: np.ndarray, Y: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(A, B)`` with ``block(X, Y) = exp(min(A B^T, 0))`` under the compiled exp, or None.
+
+        A capability, not a duty: a kernel that is one GEMM and the compiled
+        exp (the compiled rbf) returns its operands, so that a pass can
+        multiply its block strip by strip without forming it
+        (:func:`dkpca.kernels.fastexp.exp_gemm_products`); every other kernel
+        returns None and its blocks are formed.  ``Y`` is not ``X``.
+        """
+        return None
 
     def diag(self, X: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
         """Diagonal ``k(x_i, x_i)`` of shape (n_x,), without forming a block."""
@@ -126,7 +142,7 @@ class Kernel:
 
         Kernels built on ``exp`` (rbf, laplacian) return a variant that uses
         :func:`dkpca.kernels.fastexp.exp_nonpositive` where numba is
-        installed; the others return themselves.  Compiling costs about 1.7 s
+        installed; the others return themselves.  Compiling costs about 3 s
         once per process, so planning asks for it only for large fits
         (:func:`dkpca.planning.use_compiled_exp`).
         """

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["STRIP_BYTES", "mirror_upper", "gemm_strips", "sq_dist_exponent", "clamped_exp", "safe_inv_norms",
-           "integer_power"]
+__all__ = ["STRIP_BYTES", "mirror_upper", "gemm_strips", "sq_dist_exponent", "sq_dist_operands", "clamped_exp",
+           "safe_inv_norms", "integer_power"]
 
 #: bytes of one row strip of a block; the elementwise steps after the GEMM
 #: run on a strip while it is still in the per-core L2 cache (measured: a
@@ -64,6 +64,22 @@ def sq_dist_exponent(X: np.ndarray, Y: np.ndarray, same: bool, gamma: float, out
     result must stay below ``then(0)`` (:func:`clamped_exp`, or the compiled
     exp, which clamps in the same pass).
     """
+    A, B = sq_dist_operands(X, Y, same, gamma)
+
+    def post(G, rows, cols):
+        if same:
+            # exact zeros on the diagonal: k(x, x) = 1 without rounding
+            # (the strip's diagonal starts at its first column)
+            d = np.arange(G.shape[0])
+            G[d, d] = 0.0
+        if then is not None:
+            then(G, out=G)
+
+    return gemm_strips(A, B, same, out, post)
+
+
+def sq_dist_operands(X: np.ndarray, Y: np.ndarray, same: bool, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """The augmented operands ``[2g x, -g|x|^2, -1]`` and ``[y, 1, g|y|^2]`` whose GEMM is ``-g |x - y|^2``."""
     dt = X.dtype
     xx = np.einsum("ij,ij->i", X, X, dtype=np.float64) * gamma
     yy = xx if same else np.einsum("ij,ij->i", Y, Y, dtype=np.float64) * gamma
@@ -76,17 +92,7 @@ def sq_dist_exponent(X: np.ndarray, Y: np.ndarray, same: bool, gamma: float, out
     B[:, :-2] = Y
     B[:, -2] = 1.0
     B[:, -1] = yy
-
-    def post(G, rows, cols):
-        if same:
-            # exact zeros on the diagonal: k(x, x) = 1 without rounding
-            # (the strip's diagonal starts at its first column)
-            d = np.arange(G.shape[0])
-            G[d, d] = 0.0
-        if then is not None:
-            then(G, out=G)
-
-    return gemm_strips(A, B, same, out, post)
+    return A, B
 
 
 def clamped_exp(G: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 from scipy.spatial.distance import cdist, pdist, squareform
 
 from .base import Kernel, check_positive, check_real
-from .blocks import clamped_exp, gemm_strips, integer_power, safe_inv_norms, sq_dist_exponent
+from .blocks import clamped_exp, gemm_strips, integer_power, safe_inv_norms, sq_dist_exponent, sq_dist_operands
 from .fastexp import available as compiled_exp_available
 from .fastexp import exp_nonpositive
 
@@ -92,6 +92,9 @@ class CompiledRBF(RBF):
     """:class:`RBF` whose exp runs compiled (:mod:`dkpca.kernels.fastexp`); the same spec (``to_dict``)."""
 
     exp = staticmethod(exp_nonpositive)
+
+    def exp_operands(self, X, Y, dtype):
+        return sq_dist_operands(*self._operands(X, Y, dtype), False, self.gamma)
 
 
 class CompiledLaplacian(Laplacian):

@@ -16,28 +16,35 @@ from typing import Any
 import dask
 import numpy as np
 
+from ..kernels.fastexp import exp_gemm_products, widened_products
 from .grid import FAN_IN, balanced_block, block_bounds, product_strip_rows, rows_per_block, upper_pairs
 from .taskgraph import TaskGraph
 from .workspace import scratch
 
-__all__ = ["block_products", "add", "add_outputs", "tree_sum", "touched_rows", "group_products",
-           "scatter_sum", "gather_sum", "dense_rows", "kernel_product", "kernel_matrix", "matrix_product",
-           "MEMORY_BLOCK"]
+__all__ = ["block_products", "kernel_block_products", "add", "add_outputs", "tree_sum", "touched_rows",
+           "group_products", "scatter_sum", "gather_sum", "dense_rows", "kernel_product", "kernel_matrix",
+           "matrix_product", "MEMORY_BLOCK"]
 
 
 def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
-                   symmetric_pair: bool) -> tuple[np.ndarray, np.ndarray | None]:
+                   symmetric_pair: bool, compiled: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """``(blk @ VJ, blk.T @ VI)`` in float64 (the second is None on the diagonal).
 
     ``V`` in float32 asks for a single-precision product (solvers use it for
     early passes, whose errors later passes correct): no widening, half the
     GEMM cost.  Otherwise a float32 block is widened strip by strip into a
-    reused buffer, so the product is exactly that of ``fl32(K)`` in float64.
+    reused buffer, so the product is exactly that of ``fl32(K)`` in float64;
+    ``compiled`` runs that loop as one call without the GIL
+    (:func:`dkpca.kernels.fastexp.widened_products`: a fit that planned the
+    compiled exp has paid for numba already).
     """
     bi, bj = blk.shape
     if VI.dtype == np.float32 and blk.dtype == np.float32:
         yI = (blk @ VJ).astype(np.float64)
         return yI, (blk.T @ VI).astype(np.float64) if symmetric_pair else None
+    if compiled and blk.dtype == np.float32 and VI.dtype == np.float64:
+        w, part = _product_buffers(bj, VI.shape[1])
+        return widened_products(blk, _rows(VI), _rows(VJ), symmetric_pair, w, part)
     yI = np.empty((bi, VJ.shape[1]), dtype=np.float64)
     yJ = np.zeros((bj, VI.shape[1]), dtype=np.float64) if symmetric_pair else None
     if blk.dtype == np.float64:
@@ -60,6 +67,38 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
             np.matmul(strip.T, VI[s:e], out=part)
             yJ += part
     return yI, yJ
+
+
+def kernel_block_products(kernel: Any, XI: np.ndarray, XJ: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
+                          dtype: str, same: bool, compiled: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`block_products` of the kernel block ``K(XI, XJ)`` (``same``: XJ is XI, a diagonal block).
+
+    A kernel that gives its block as ``exp(A B^T)`` (:meth:`~dkpca.kernels.Kernel.exp_operands`)
+    is multiplied strip by strip as it is evaluated, without the GIL and
+    without the block ever leaving the cache; any other is formed in a
+    reused buffer first.
+    """
+    operands = None
+    if not same and compiled and np.dtype(dtype) == np.float32 and VI.dtype == np.float64:
+        operands = kernel.exp_operands(XI, XJ, dtype)
+    if operands is not None:
+        A, B = operands
+        w, part = _product_buffers(B.shape[0], VI.shape[1])
+        G = scratch("op-exp-strip", (w.shape[0], B.shape[0]), A.dtype)
+        return exp_gemm_products(A, B, _rows(VI), _rows(VJ), G, w, part)
+    buf = scratch("op-block", (XI.shape[0], XJ.shape[0]), dtype)
+    blk = kernel.block(XI, None if same else XJ, dtype, out=buf)
+    return block_products(blk, VI, VJ, not same, compiled)
+
+
+def _product_buffers(cols: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's strip buffer (float64, a strip of ``cols`` columns) and transposed-product buffer."""
+    return (scratch("op-strip", (product_strip_rows(width), cols), np.float64),
+            scratch("op-strip-product", (cols, width), np.float64))
+
+
+def _rows(V: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(V, dtype=np.float64)
 
 
 def add(*parts: np.ndarray) -> np.ndarray:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..execution import config_switch, n_workers_threads
+from ..execution import active_client, config_switch, n_workers_threads
+from ..kernels import fastexp
 
-__all__ = ["use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "ASSUMED_PASSES"]
+__all__ = ["use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "ASSUMED_PASSES", "WARM_MIN_N"]
 
 #: kernel entries per thread from which a fit evaluates exp-based kernels with the compiled exp
 #: (``Kernel.compiled``, :mod:`dkpca.kernels.fastexp`).  Measured on the 2-core AMD EPYC (znver1),
@@ -12,8 +13,15 @@ __all__ = ["use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "ASSUMED_PASSES"]
 #: 5.94-5.95 ns an entry off the diagonal (5.38-5.43 -> 4.26-4.37 on it), float64 19.7-20.2 -> 16.8-16.9;
 #: numba's import and the first compilation cost 1.7 s once per process.  At 2.1 ns saved an entry,
 #: 1.5e9 entries a thread save 3.2 s: twice the compilation, a margin for CPUs whose numpy exp is faster
-#: (AVX-512), where the saving is smaller.
+#: (AVX-512), where the saving is smaller.  The products' loops compiled with it (fastexp) bring the
+#: compilation to ~3 s and save more on many threads, where numpy's strip loops wait for the GIL:
+#: measured on a 16-core Xeon (issue 40), n = 100,000 recomputed, 16 threads, 1.9e9 entries a thread:
+#: 22.5 s -> 11.5 s after compilation; n = 40,000 (2e8 a thread): 4.3 s -> 2.8 s, less than it costs.
 COMPILED_EXP_MIN_ENTRIES = 1.5e9
+
+#: points from which a process that compiled already uses the compiled code whatever the count (a smaller
+#: fit gains milliseconds, and keeps numpy's exp, whatever ran before it in the process)
+WARM_MIN_N = 20_000
 
 #: passes assumed for a matrix-free fit whose passes were not estimated (the fewest measured: 4)
 ASSUMED_PASSES = 4
@@ -37,11 +45,14 @@ def use_compiled_exp(n: int, solver: str, gram: str, passes: int | None = None,
     if forced is not None:
         return forced, ("dask config dkpca.compiled-exp=true: exp compiled (numba) where the kernel has one"
                         if forced else "dask config dkpca.compiled-exp=false: numpy's exp")
+    if active_client() is None and fastexp.ready() and n >= WARM_MIN_N:
+        # local threads of a process that has compiled already (a second fit, a notebook): nothing to pay
+        return True, "exp and products compiled in this process already (numba): no compilation to pay"
     entries = n * (n + 1) / 2 * (1 if gram == "store" else (passes or ASSUMED_PASSES))
     threads = threads or max(1, n_workers_threads())
     per_thread = entries / threads
     if per_thread < COMPILED_EXP_MIN_ENTRIES:
         return False, (f"{per_thread / 1e9:.2g} G kernel entries a thread (< {COMPILED_EXP_MIN_ENTRIES / 1e9:g} G): "
                        "numpy's exp, no compilation")
-    return True, (f"{per_thread / 1e9:.2g} G kernel entries a thread: exp compiled (numba, ~1.7 s once per "
-                  "process) where the kernel has one")
+    return True, (f"{per_thread / 1e9:.2g} G kernel entries a thread: exp and products compiled (numba, ~3 s "
+                  "once per process) where the kernel has one")
