@@ -241,12 +241,13 @@ def test_solver_algebra_on_threads_equals_the_serial_algebra(name, monkeypatch):
 
 
 def test_a_small_input_is_scanned_by_the_clients_threads_beside_a_cluster(monkeypatch):
-    """A scan of X up to LOCAL_SCAN_BYTES runs in this process although a Client is Dask's scheduler (issue 40:
+    """A scan of X up to LOCAL_BYTES runs in this process although a Client is Dask's scheduler (issue 40:
     2.3 s on 16 fresh workers against 0.07 s on threads at 40,000 x 50); a larger one goes to the workers.
     Reference: the process each block's scan ran in; the fingerprint is the same either way."""
     import dask.array as da
     from distributed import Client, LocalCluster
 
+    from dkpca import execution
     from dkpca.io import inputs
 
     pids: list[int] = []
@@ -256,6 +257,40 @@ def test_a_small_input_is_scanned_by_the_clients_threads_beside_a_cluster(monkey
     with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster):
         small = inputs.scan(X)
         assert pids == [os.getpid()] * 3
-        monkeypatch.setattr(inputs, "LOCAL_SCAN_BYTES", 0)
+        monkeypatch.setattr(execution, "LOCAL_BYTES", 0)
         pids.clear()
         assert inputs.scan(X) == small and pids == []  # the workers' appends land in their own process
+
+
+def test_a_small_input_is_copied_and_sampled_by_the_clients_threads_beside_a_cluster(tmp_path):
+    """Beside a cluster a small input's copy into the store and the plan's samples of it (precision, rates,
+    spectrum) are no work for the workers (issue 40: 2.4 s and ~2 s on 16 fresh workers at 40,000 x 50);
+    the Gram build and the passes are.  Reference: the keys of the tasks the workers ran."""
+    from dask.utils import key_split
+    from distributed import Client, LocalCluster, get_task_stream
+
+    import dkpca
+
+    path = write_data(tmp_path / "x.zarr", make_data(1200, d=4))
+    with (LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster),
+          get_task_stream() as ts):
+        dkpca.fit(path, n_components=2, store=str(tmp_path / "s.dkpca.zarr"), solver="lanczos", gram="store")
+    names = {key_split(t["key"]) for t in ts.data}
+    assert any(name.startswith("dkpca-gram") for name in names), names
+    assert not any(name.startswith(("dkpca-copy", "getitem", "shuffle", "array")) for name in names), names
+
+
+def _imported(name: str) -> bool:
+    return name in sys.modules
+
+
+def test_the_workers_of_a_cluster_dkpca_starts_import_the_fit_before_its_first_task():
+    """Fresh workers imported each module at their first task of each kind, a wait in every early computation
+    of a fit; they now import dkpca's pipeline as they start (distributed's worker preload)."""
+    from distributed import get_client
+
+    from dkpca.cluster import connected
+    from dkpca.cluster.resources import PRELOAD
+
+    with connected({"dkpca": {"cluster": {"local": {"n_workers": 1}}}}):
+        assert list(get_client().run(_imported, PRELOAD).values()) == [True]

@@ -22,6 +22,10 @@ __all__ = ["local_arguments", "local_housekeeping", "distributed_default", "LOCA
            "sizing_job"]
 
 
+#: the module a LocalCluster's workers import as they start (by name: this layer does not import it)
+PRELOAD = "dkpca.pipeline"
+
+
 def local_arguments(spec: ClusterSpec) -> dict[str, Any]:
     """LocalCluster arguments: ``dkpca.cluster.local`` over dkpca's defaults.
 
@@ -38,6 +42,11 @@ def local_arguments(spec: ClusterSpec) -> dict[str, Any]:
     kw.setdefault("processes", True)
     kw.setdefault("host", "127.0.0.1")
     kw.setdefault("dashboard_address", "127.0.0.1:8787")
+    if kw["processes"]:
+        # every worker imports what a fit's tasks need as it starts, all at once, not one module at a time at
+        # its first task of each kind: each early computation of a fit on fresh workers waited for imports
+        # (a 5,000-point fit's Gram build 1.27 s on 2 fresh workers against 0.25 s on the same ones after)
+        kw.setdefault("preload", [PRELOAD])
     return kw
 
 

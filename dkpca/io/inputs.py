@@ -18,7 +18,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from ..execution import compute
+from ..execution import compute, for_the_client
 from ..linalg import default_block_size
 from .formats import open_path
 
@@ -115,17 +115,11 @@ def _scan_block(block: np.ndarray) -> tuple[str, int]:
     return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad
 
 
-#: inputs up to this size are scanned by the client's own threads, even with a cluster: measured (issue 40)
-#: at n = 40,000, d = 50 (8 MB) 2.0 s on a 16-worker LocalCluster against 0.07 s on local threads, and
-#: 1.2-1.6 s against 0.04 s with 2 workers at 20,000 (the round trip and each worker's first Zarr reads)
-LOCAL_SCAN_BYTES = 256 * 2**20
-
-
 def scan(X: da.Array) -> Fingerprint:
     """Check X is finite and fingerprint it, reading each row block once.
 
-    An X of at most :data:`LOCAL_SCAN_BYTES` is read by this process's
-    threads even with a cluster; a larger one by the cluster's workers.
+    An X of at most :data:`dkpca.execution.LOCAL_BYTES` is read by this
+    process's threads even with a cluster; a larger one by the cluster's workers.
 
     Raises
     ------
@@ -133,7 +127,7 @@ def scan(X: da.Array) -> Fingerprint:
         X holds NaN or infinity; the message names the first bad row.
     """
     parts = [dask.delayed(_scan_block, pure=True)(b) for b in X.to_delayed().ravel()]
-    results = compute(*parts, local=X.nbytes <= LOCAL_SCAN_BYTES)
+    results = compute(*parts, local=for_the_client(X.nbytes))
     offset = 0
     h = hashlib.blake2b(digest_size=16)
     for (digest, bad), rows in zip(results, X.chunks[0], strict=True):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
-from ..execution import compute, n_workers_threads, serial_blas
+from ..execution import compute, for_the_client, n_workers_threads, serial_blas
 from ..kernels import Kernel
 from ..linalg import Centering, block_products
 from ..storage import ChunkReader, ChunkWriter, probe_array
@@ -59,7 +59,7 @@ def measure_blocks(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int
     (bytes/s) of the tasks that run at once, for blocks of at least :data:`BANDWIDTH_EDGE`."""
     n = X.shape[0]
     edge = min(block, MAX_MEASURE_EDGE, n)
-    rows = compute(X[: min(n, 2 * edge)])[0]
+    rows = compute(X[: min(n, 2 * edge)], local=for_the_client(X.nbytes))[0]
     # one thread's rates, as a block task runs (BLAS on one thread): the plan multiplies them by the
     # threads, and a GEMM timed on all of them would count the cores twice
     with serial_blas():
@@ -198,7 +198,7 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
             f"ARPACK: ~{ARPACK_PRODUCTS_PER_NCV:g} x ncv={ncv} one-vector products (measured, not estimated)")
     m = min(n, SPECTRUM_SAMPLE)
     idx = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
-    S = np.asarray(compute(X[idx])[0], dtype=np.float64)
+    S = np.asarray(compute(X[idx], local=for_the_client(X.nbytes))[0], dtype=np.float64)
     K = kernel.block(S, None, np.float64)
     Centering.of_matrix(K).center_matrix(K)
     lam = scipy.linalg.eigh(K, eigvals_only=True)[::-1]

@@ -40,7 +40,7 @@ import scipy.linalg
 import scipy.sparse as sp
 from scipy.spatial.distance import pdist
 
-from ..execution import active_client, compute, serial_blas
+from ..execution import active_client, compute, for_the_client, serial_blas
 from ..kernels import RBF, Kernel, Laplacian
 from ..linalg import Centering
 from ..request.options import DTYPES  # the values ``dtype`` takes: ``auto`` decides by choose_precision
@@ -198,8 +198,9 @@ def sample_rows(X: Any, m: int = PRECISION_SAMPLE) -> np.ndarray:
     if isinstance(rows, np.ndarray):
         return rows
     # a few chunks: read here without a thread pool's start-up (1.4 ms against 2-20 ms measured at n = 2,000),
-    # or through the cluster whose workers can read the input
-    return np.asarray(rows.compute(scheduler="sync") if active_client() is None else compute(rows)[0])
+    # or, for a large input, through the cluster whose workers can read it
+    local = active_client() is None or for_the_client(X.nbytes)
+    return np.asarray(rows.compute(scheduler="sync") if local else compute(rows)[0])
 
 
 def measure_precision(S: np.ndarray, kernel: Kernel, k: int) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from ..execution import compute
+from ..execution import compute, for_the_client
 from .integrity import (
     DIGEST,
     CorruptChunkError,
@@ -156,7 +156,8 @@ class StoredData:
         # each task writes its block and returns the digest of the chunk as stored, recorded with `complete`
         digests = X.map_blocks(_copy_block, target, edge, dtype=np.uint64, drop_axis=1,
                                chunks=((1,) * len(X.chunks[0]),), name=f"dkpca-copy-{uuid.uuid4().hex}")
-        (values,) = compute(digests, label="copying X into the store", progress=progress)
+        (values,) = compute(digests, label="copying X into the store", progress=progress,
+                            local=for_the_client(X.nbytes))
         g.attrs.update({"complete": True, "digest": DIGEST, "digests": encode_digests(values)})
         return self.training_data()
 
