@@ -316,5 +316,55 @@ def test_a_process_that_compiled_uses_the_compiled_code_for_large_fits(monkeypat
     cold = use_compiled_exp(WARM_MIN_N, "lanczos", "recompute", 4, threads=16)
     monkeypatch.setattr(fastexp, "_READY", {"float32"})
     warm = use_compiled_exp(WARM_MIN_N, "lanczos", "recompute", 4, threads=16)
-    assert cold[0] is False and warm == (True, warm[1]) and "compiled in this process already" in warm[1]
+    assert cold[0] is False and warm == (True, warm[1]) and "compiled already" in warm[1]
     assert use_compiled_exp(WARM_MIN_N - 1, "lanczos", "recompute", 4, threads=16)[0] is False
+
+
+def _compile_loops() -> bool:
+    """Run the compiled loops once (in a worker): what an earlier compiled fit leaves there."""
+    from dkpca.linalg import kernel_block_products
+
+    X = np.random.default_rng(0).standard_normal((64, 3))
+    kernel_block_products(K.RBF(0.1).compiled(), X[:32], X[32:], np.ones((32, 1)), np.ones((32, 1)), "float32",
+                          False, True)
+    return True
+
+
+def test_a_cluster_whose_workers_compiled_uses_the_compiled_code(nothing_compiled):
+    """The same rule beside a cluster, asked of every worker: none compiled, the count decides; all, no cost."""
+    from distributed import Client, LocalCluster
+
+    from dkpca.planning.compiledexp import WARM_MIN_N, compiled_already, use_compiled_exp
+
+    with (LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster,
+          Client(cluster) as client):
+        assert compiled_already() is False
+        assert use_compiled_exp(WARM_MIN_N, "lanczos", "recompute", 4, threads=16)[0] is False
+        assert list(client.run(_compile_loops).values()) == [True]
+        assert compiled_already() is True
+        assert use_compiled_exp(WARM_MIN_N, "lanczos", "recompute", 4, threads=16)[0] is True
+
+
+def test_read_only_blocks_and_columns_meet_the_one_compiled_signature(rng):
+    """A worker's V blocks arrive read-only and K's chunks are read so: the same machine code takes them (one
+    signature each, compiled once), with the products of writable copies."""
+    from dkpca.kernels import fastexp
+    from dkpca.linalg import block_products, kernel_block_products
+
+    def read_only(a):
+        a = a.copy()
+        a.flags.writeable = False
+        return a
+
+    X = rng.standard_normal((200, 6))
+    V = rng.standard_normal((200, 4))
+    blk = K.RBF(0.2).block(X[:120], X[120:], np.float32)
+    kernel = K.RBF(0.2).compiled()
+    for got, want in ((block_products(read_only(blk), read_only(V[:120]), read_only(V[120:]), True, True),
+                       block_products(blk, V[:120], V[120:], True, True)),
+                      (kernel_block_products(kernel, X[:120], X[120:], read_only(V[:120]), read_only(V[120:]),
+                                             "float32", False, True),
+                       kernel_block_products(kernel, X[:120], X[120:], V[:120], V[120:], "float32", False, True))):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert [len(f.signatures) for f in fastexp._build_products("float32")] == [1, 1]

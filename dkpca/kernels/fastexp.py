@@ -125,10 +125,23 @@ def _build(dtype_name: str) -> Callable[[np.ndarray, int, int, int], None]:
 
 @cache
 def _build_products(dtype_name: str) -> tuple[Callable, Callable]:
-    """The compiled product loops for blocks of one precision (float64 products), built on first use."""
-    from numba import njit
+    """The compiled product loops for blocks of one precision (float64 products), built on first use.
+
+    Compiled here, once, for the signatures below: their inputs typed read-only, which writable arrays
+    convert to, so that the read-only arrays a worker receives (V's blocks) or reads (K's chunks) meet
+    the same machine code (lazily typed, each such variant compiled again, ~1 s, measured in every
+    worker process of a LocalCluster inside its first pass).
+    """
+    from numba import njit, types
 
     exp = _build(dtype_name)
+    ft = getattr(types, dtype_name)
+    f64, b1 = types.Array(types.float64, 2, "C"), types.boolean
+    ro = dict(readonly=True)
+    blk_t, a_t, bt_t = types.Array(ft, 2, "C", **ro), types.Array(ft, 2, "C", **ro), types.Array(ft, 2, "F", **ro)
+    v_t = types.Array(types.float64, 2, "C", **ro)
+    widened_sig = types.void(blk_t, v_t, v_t, f64, f64, f64, f64, b1)
+    exp_gemm_sig = types.void(a_t, bt_t, v_t, v_t, f64, f64, types.Array(ft, 2, "C"), f64, f64)
 
     @njit(nogil=True)
     def widen_multiply(strip, VI, VJ, yI, yJ, w, part, s, symmetric):
@@ -144,13 +157,13 @@ def _build_products(dtype_name: str) -> tuple[Callable, Callable]:
             np.dot(ws.T, VI[s:s + r], part)
             yJ += part
 
-    @njit(nogil=True)
+    @njit(widened_sig, nogil=True)
     def widened(blk, VI, VJ, yI, yJ, w, part, symmetric):
         rows = w.shape[0]
         for s in range(0, blk.shape[0], rows):
             widen_multiply(blk[s:min(s + rows, blk.shape[0])], VI, VJ, yI, yJ, w, part, s, symmetric)
 
-    @njit(nogil=True)
+    @njit(exp_gemm_sig, nogil=True)
     def exp_gemm(A, Bt, VI, VJ, yI, yJ, G, w, part):
         rows, cols = G.shape
         for s in range(0, A.shape[0], rows):
@@ -179,6 +192,7 @@ def widened_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray, symmetric_
     """
     yI = np.empty((blk.shape[0], VJ.shape[1]))
     yJ = np.zeros((blk.shape[1], VI.shape[1])) if symmetric_pair else part
+    blk, VI, VJ = (np.require(a, requirements=("C", "A")) for a in (blk, VI, VJ))  # the compiled signature's
     _products(blk.dtype.name)[0](blk, VI, VJ, yI, yJ, w, part, symmetric_pair)
     return yI, yJ if symmetric_pair else None
 
@@ -194,6 +208,7 @@ def exp_gemm_products(A: np.ndarray, B: np.ndarray, VI: np.ndarray, VJ: np.ndarr
     """
     yI = np.empty((A.shape[0], VJ.shape[1]))
     yJ = np.zeros((B.shape[0], VI.shape[1]))
+    A, B, VI, VJ = (np.require(a, requirements=("C", "A")) for a in (A, B, VI, VJ))  # the compiled signature's
     _products(A.dtype.name)[1](A, B.T, VI, VJ, yI, yJ, G, w, part)
     _READY.add(A.dtype.name)  # the exp and both loops compiled (exp_gemm calls the others)
     return yI, yJ

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..execution import active_client, config_switch, n_workers_threads
 from ..kernels import fastexp
 
-__all__ = ["use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "ASSUMED_PASSES", "WARM_MIN_N"]
+__all__ = ["use_compiled_exp", "compiled_already", "COMPILED_EXP_MIN_ENTRIES", "ASSUMED_PASSES", "WARM_MIN_N"]
 
 #: kernel entries per thread from which a fit evaluates exp-based kernels with the compiled exp
 #: (``Kernel.compiled``, :mod:`dkpca.kernels.fastexp`).  Measured on the 2-core AMD EPYC (znver1),
@@ -27,6 +27,18 @@ WARM_MIN_N = 20_000
 ASSUMED_PASSES = 4
 
 
+def compiled_already() -> bool:
+    """Whether the compiled loops are built where the fit's blocks run: this process, or every worker."""
+    client = active_client()
+    if client is None:
+        return fastexp.ready()
+    try:
+        answers = client.run(fastexp.ready)
+    except Exception:  # a worker that cannot answer has not compiled, as far as a plan can tell
+        return False
+    return bool(answers) and all(answers.values())
+
+
 def use_compiled_exp(n: int, solver: str, gram: str, passes: int | None = None,
                      threads: int | None = None) -> tuple[bool, str]:
     """``(compile, reason)``: whether the fit's kernel blocks are worth numba's one-off compilation.
@@ -45,9 +57,9 @@ def use_compiled_exp(n: int, solver: str, gram: str, passes: int | None = None,
     if forced is not None:
         return forced, ("dask config dkpca.compiled-exp=true: exp compiled (numba) where the kernel has one"
                         if forced else "dask config dkpca.compiled-exp=false: numpy's exp")
-    if active_client() is None and fastexp.ready() and n >= WARM_MIN_N:
-        # local threads of a process that has compiled already (a second fit, a notebook): nothing to pay
-        return True, "exp and products compiled in this process already (numba): no compilation to pay"
+    if n >= WARM_MIN_N and compiled_already():
+        # a process (or every worker) that has compiled in an earlier fit, a notebook's second: nothing to pay
+        return True, "exp and products compiled already (numba), here or on every worker: no compilation to pay"
     entries = n * (n + 1) / 2 * (1 if gram == "store" else (passes or ASSUMED_PASSES))
     threads = threads or max(1, n_workers_threads())
     per_thread = entries / threads
