@@ -235,6 +235,17 @@ def proc_cluster(tmp_path_factory):
 
 
 @pytest.fixture
+def worker_process():
+    """A fresh LocalCluster of one single-thread worker process, its client the active one (a test's own: what
+    the test leaves in the worker, an import or a compilation, dies with it)."""
+    from distributed import Client, LocalCluster
+
+    with (LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster,
+          Client(cluster) as client):
+        yield client
+
+
+@pytest.fixture
 def nothing_compiled(monkeypatch):
     """This process as if no test before had run the compiled loops (planning weighs the compilation then)."""
     from dkpca.kernels import fastexp

@@ -330,19 +330,15 @@ def _compile_loops() -> bool:
     return True
 
 
-def test_a_cluster_whose_workers_compiled_uses_the_compiled_code(nothing_compiled):
+def test_a_cluster_whose_workers_compiled_uses_the_compiled_code(nothing_compiled, worker_process):
     """The same rule beside a cluster, asked of every worker: none compiled, the count decides; all, no cost."""
-    from distributed import Client, LocalCluster
-
     from dkpca.planning.compiledexp import WARM_MIN_N, compiled_already, use_compiled_exp
 
-    with (LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster,
-          Client(cluster) as client):
-        assert compiled_already() is False
-        assert use_compiled_exp(WARM_MIN_N, "lanczos", "recompute", 4, threads=16)[0] is False
-        assert list(client.run(_compile_loops).values()) == [True]
-        assert compiled_already() is True
-        assert use_compiled_exp(WARM_MIN_N, "lanczos", "recompute", 4, threads=16)[0] is True
+    assert compiled_already() is False
+    assert use_compiled_exp(WARM_MIN_N, "lanczos", "recompute", 4, threads=16)[0] is False
+    assert list(worker_process.run(_compile_loops).values()) == [True]
+    assert compiled_already() is True
+    assert use_compiled_exp(WARM_MIN_N, "lanczos", "recompute", 4, threads=16)[0] is True
 
 
 def test_read_only_blocks_and_columns_meet_the_one_compiled_signature(rng):

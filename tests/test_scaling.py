@@ -240,12 +240,11 @@ def test_solver_algebra_on_threads_equals_the_serial_algebra(name, monkeypatch):
     np.testing.assert_allclose(a.eigenvalues, np.geomspace(100.0, 0.1, 30)[:10] + 1e-3, rtol=1e-8)
 
 
-def test_a_small_input_is_scanned_by_the_clients_threads_beside_a_cluster(monkeypatch):
+def test_a_small_input_is_scanned_by_the_clients_threads_beside_a_cluster(monkeypatch, worker_process):
     """A scan of X up to LOCAL_BYTES runs in this process although a Client is Dask's scheduler (issue 40:
     2.3 s on 16 fresh workers against 0.07 s on threads at 40,000 x 50); a larger one goes to the workers.
     Reference: the process each block's scan ran in; the fingerprint is the same either way."""
     import dask.array as da
-    from distributed import Client, LocalCluster
 
     from dkpca import execution
     from dkpca.io import inputs
@@ -254,26 +253,24 @@ def test_a_small_input_is_scanned_by_the_clients_threads_beside_a_cluster(monkey
     scan_block = inputs._scan_block
     monkeypatch.setattr(inputs, "_scan_block", lambda b: (pids.append(os.getpid()), scan_block(b))[1])
     X = da.from_array(make_data(600, d=4), chunks=(200, 4))
-    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster):
-        small = inputs.scan(X)
-        assert pids == [os.getpid()] * 3
-        monkeypatch.setattr(execution, "LOCAL_BYTES", 0)
-        pids.clear()
-        assert inputs.scan(X) == small and pids == []  # the workers' appends land in their own process
+    small = inputs.scan(X)
+    assert pids == [os.getpid()] * 3
+    monkeypatch.setattr(execution, "LOCAL_BYTES", 0)
+    pids.clear()
+    assert inputs.scan(X) == small and pids == []  # the workers' appends land in their own process
 
 
-def test_a_small_input_is_copied_and_sampled_by_the_clients_threads_beside_a_cluster(tmp_path):
+def test_a_small_input_is_copied_and_sampled_by_the_clients_threads_beside_a_cluster(tmp_path, worker_process):
     """Beside a cluster a small input's copy into the store and the plan's samples of it (precision, rates,
     spectrum) are no work for the workers (issue 40: 2.4 s and ~2 s on 16 fresh workers at 40,000 x 50);
     the Gram build and the passes are.  Reference: the keys of the tasks the workers ran."""
     from dask.utils import key_split
-    from distributed import Client, LocalCluster, get_task_stream
+    from distributed import get_task_stream
 
     import dkpca
 
     path = write_data(tmp_path / "x.zarr", make_data(1200, d=4))
-    with (LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster),
-          get_task_stream() as ts):
+    with get_task_stream() as ts:
         dkpca.fit(path, n_components=2, store=str(tmp_path / "s.dkpca.zarr"), solver="lanczos", gram="store")
     names = {key_split(t["key"]) for t in ts.data}
     assert any(name.startswith("dkpca-gram") for name in names), names

@@ -55,7 +55,7 @@ _PARAMS = {
 }
 
 
-#: the precisions whose product loops have run in this process (numba compiles at a loop's first call)
+#: the precisions whose exp and product loops this process has compiled (:func:`_build_products`)
 _READY: set[str] = set()
 
 
@@ -173,6 +173,7 @@ def _build_products(dtype_name: str) -> tuple[Callable, Callable]:
             exp(Gs.reshape(-1), e - s, cols, cols)
             widen_multiply(Gs, VI, VJ, yI, yJ, w, part, s, True)
 
+    _READY.add(dtype_name)  # compiled above, for their signatures (exp_gemm calls the exp and widen_multiply)
     return widened, exp_gemm
 
 
@@ -192,7 +193,8 @@ def widened_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray, symmetric_
     """
     yI = np.empty((blk.shape[0], VJ.shape[1]))
     yJ = np.zeros((blk.shape[1], VI.shape[1])) if symmetric_pair else part
-    blk, VI, VJ = (np.require(a, requirements=("C", "A")) for a in (blk, VI, VJ))  # the compiled signature's
+    blk = np.require(blk, requirements=("C", "A"))  # the compiled signature's layout
+    VI, VJ = (np.require(V, np.float64, ("C", "A")) for V in (VI, VJ))
     _products(blk.dtype.name)[0](blk, VI, VJ, yI, yJ, w, part, symmetric_pair)
     return yI, yJ if symmetric_pair else None
 
@@ -208,9 +210,9 @@ def exp_gemm_products(A: np.ndarray, B: np.ndarray, VI: np.ndarray, VJ: np.ndarr
     """
     yI = np.empty((A.shape[0], VJ.shape[1]))
     yJ = np.zeros((B.shape[0], VI.shape[1]))
-    A, B, VI, VJ = (np.require(a, requirements=("C", "A")) for a in (A, B, VI, VJ))  # the compiled signature's
+    A, B = (np.require(a, requirements=("C", "A")) for a in (A, B))  # the compiled signature's layout
+    VI, VJ = (np.require(V, np.float64, ("C", "A")) for V in (VI, VJ))
     _products(A.dtype.name)[1](A, B.T, VI, VJ, yI, yJ, G, w, part)
-    _READY.add(A.dtype.name)  # the exp and both loops compiled (exp_gemm calls the others)
     return yI, yJ
 
 

@@ -44,7 +44,7 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
         return yI, (blk.T @ VI).astype(np.float64) if symmetric_pair else None
     if compiled and blk.dtype == np.float32 and VI.dtype == np.float64:
         w, part = _product_buffers(bj, VI.shape[1])
-        return widened_products(blk, _rows(VI), _rows(VJ), symmetric_pair, w, part)
+        return widened_products(blk, VI, VJ, symmetric_pair, w, part)
     yI = np.empty((bi, VJ.shape[1]), dtype=np.float64)
     yJ = np.zeros((bj, VI.shape[1]), dtype=np.float64) if symmetric_pair else None
     if blk.dtype == np.float64:
@@ -85,7 +85,7 @@ def kernel_block_products(kernel: Any, XI: np.ndarray, XJ: np.ndarray, VI: np.nd
         A, B = operands
         w, part = _product_buffers(B.shape[0], VI.shape[1])
         G = scratch("op-exp-strip", (w.shape[0], B.shape[0]), A.dtype)
-        return exp_gemm_products(A, B, _rows(VI), _rows(VJ), G, w, part)
+        return exp_gemm_products(A, B, VI, VJ, G, w, part)
     buf = scratch("op-block", (XI.shape[0], XJ.shape[0]), dtype)
     blk = kernel.block(XI, None if same else XJ, dtype, out=buf)
     return block_products(blk, VI, VJ, not same, compiled)
@@ -95,10 +95,6 @@ def _product_buffers(cols: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """This thread's strip buffer (float64, a strip of ``cols`` columns) and transposed-product buffer."""
     return (scratch("op-strip", (product_strip_rows(width), cols), np.float64),
             scratch("op-strip-product", (cols, width), np.float64))
-
-
-def _rows(V: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(V, dtype=np.float64)
 
 
 def add(*parts: np.ndarray) -> np.ndarray:
