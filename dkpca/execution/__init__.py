@@ -64,8 +64,9 @@ from .threads import Joined, kept_pool, local_threads, row_blocks, serial_blas
 from .watch import LostComputationError, SchedulerLostError, StalledComputationError, Watch
 
 __all__ = ["LostComputationError", "SchedulerLostError", "StalledComputationError", "active_client",
-           "config_switch", "n_workers_threads", "serial_blas", "row_blocks", "local_threads", "balance", "placement",
-           "shares", "placed", "compute", "Progress", "ProgressCallback", "LOCAL_BYTES", "for_the_client"]
+           "config_switch", "local_thread_count", "n_workers_threads", "serial_blas", "row_blocks", "local_threads",
+           "balance", "placement", "shares", "placed", "compute", "Progress", "ProgressCallback", "LOCAL_BYTES",
+           "for_the_client"]
 
 #: input arrays up to this size are read (the scan, the plan's samples) and copied into the store by the
 #: client's own threads, even with a cluster.  Measured on a 16-core machine (issue 40), n = 40,000, d = 50

@@ -48,7 +48,7 @@ import dask.array as da
 import numpy as np
 import scipy.linalg
 
-from ..execution import compute
+from ..execution import compute, for_the_client
 from ..kernels import Kernel
 from ..linalg import DEFAULT_BLOCK, cholesky_qr
 from .nystrompasses import landmark_rows, nystrom_features, two_passes
@@ -175,11 +175,19 @@ def start_block(X: da.Array | np.ndarray, kernel: Kernel, ell: int, rng,
     this one with 500 landmarks (first residual 8e-2); 1,000 or 2,000
     landmarks also gave 4.  None when the approximation's rank is below
     ``ell`` (nearly duplicate landmarks): the caller keeps a random block.
+
+    A small ``X`` (:func:`~dkpca.execution.for_the_client`) makes both passes
+    on the client's threads even beside a cluster, as its scan does: the
+    passes are light (``n x m`` kernel entries) and a cluster adds a round
+    trip per step of the graph.  Measured at n = 20,000 on a LocalCluster of
+    2 workers here: 0.20 s on the workers against 0.065 s on 2 threads.
     """
+    X, kernel = _data(None, X, kernel)
     n = X.shape[0]
     m = min(n, max(int(n_landmarks), ell))
+    idx, _ = select_landmarks(X, kernel, m, "uniform", np.random.default_rng(rng))
     try:
-        U = solve(None, ell, rng=rng, n_landmarks=m, landmarks="uniform", X=X, kernel=kernel).eigenvectors
+        U = two_passes(X, kernel, idx, ell, local=for_the_client(X.nbytes))[1][:, :ell]
     except ValueError:
         return None
     try:  # the Nystroem eigenvectors are orthonormal but for rounding

@@ -19,19 +19,23 @@ import numpy as np
 import scipy.linalg
 from dask.task_spec import TaskRef
 
-from ..execution import compute, n_workers_threads, placed, placement
+from ..execution import compute, local_thread_count, n_workers_threads, placed, placement
 from ..kernels import Kernel
 from ..linalg import TaskGraph
 
 __all__ = ["landmark_rows", "nystrom_features", "two_passes"]
 
 
-def two_passes(X: da.Array, kernel: Kernel, idx: np.ndarray, k: int) -> tuple[dict[str, Any], np.ndarray]:
-    """Both passes over X from landmarks ``idx``: :func:`_spectrum`'s dict, and ``[U | row means]`` (n x (k + 1))."""
+def two_passes(X: da.Array, kernel: Kernel, idx: np.ndarray, k: int,
+               local: bool = False) -> tuple[dict[str, Any], np.ndarray]:
+    """Both passes over X from landmarks ``idx``: :func:`_spectrum`'s dict, and ``[U | row means]`` (n x (k + 1)).
+
+    ``local``: on this process's threads even beside a cluster (:func:`dkpca.execution.compute`).
+    """
     n = X.shape[0]
     rows = X.to_delayed().ravel()
     edges = np.cumsum((0,) + X.chunks[0]).tolist()
-    shares = _row_shares(n, edges)
+    shares = _row_shares(n, edges, local)
     graph = TaskGraph("dkpca-nystrom", rows[:1])
     ordered = np.sort(idx)
     cut = np.searchsorted(ordered, edges)
@@ -40,7 +44,7 @@ def two_passes(X: da.Array, kernel: Kernel, idx: np.ndarray, k: int) -> tuple[di
     parts = [_share_task(graph, rows, edges, share, _gram_share, kernel, idx, pieces) for share in shares]
     spec = graph.task(_spectrum, n, k, kernel, idx, pieces, *parts)
     vectors = [_share_task(graph, rows, edges, share, _vector_share, kernel, idx, pieces, spec) for share in shares]
-    spec, *outs = compute(*graph.outputs([spec, *vectors]), label="")
+    spec, *outs = compute(*graph.outputs([spec, *vectors]), label="", local=local)
     return spec, np.concatenate(outs, axis=0)
 
 
@@ -96,7 +100,7 @@ def _slices(start: int, stop: int, offsets: Sequence[int], blocks: Sequence[np.n
                                                                                               strict=True)]
 
 
-def _row_shares(n: int, edges: list[int]) -> list[tuple[str | None, int, int, list[int]]]:
+def _row_shares(n: int, edges: list[int], local: bool = False) -> list[tuple[str | None, int, int, list[int]]]:
     """Equal row ranges, one per worker thread: ``(worker, start, stop, row blocks overlapped)``.
 
     ``edges``: the first row of each of X's row blocks, and n.  A pass over X
@@ -105,11 +109,13 @@ def _row_shares(n: int, edges: list[int]) -> list[tuple[str | None, int, int, li
     equal rows per thread keeps both busy (:func:`execution.placement` puts
     each where it was given).
     """
-    cuts = np.linspace(0, n, min(n_workers_threads(), n) + 1).astype(int).tolist()
+    threads = local_thread_count() if local else n_workers_threads()
+    cuts = np.linspace(0, n, min(threads, n) + 1).astype(int).tolist()
     bounds = list(zip(cuts[:-1], cuts[1:], strict=True))
+    workers = [None] * len(bounds) if local else placement([b - a for a, b in bounds])
     return [(worker, a, b, list(range(int(np.searchsorted(edges, a, side="right")) - 1,
                                       int(np.searchsorted(edges, b, side="left")))))
-            for worker, (a, b) in zip(placement([b - a for a, b in bounds]), bounds, strict=True)]
+            for worker, (a, b) in zip(workers, bounds, strict=True)]
 
 
 def _spectrum(n: int, k: int, kernel: Kernel, idx: np.ndarray, pieces: list[np.ndarray], *parts: tuple
