@@ -115,6 +115,25 @@ def _ritz(T: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
 #: passes in a row whose Ritz pairs may be left out (:func:`_worth_ritz`)
 MAX_SKIPPED_RITZ = 2
 
+#: a pass's Ritz pairs are computed, whatever :func:`_worth_ritz` predicts, when they are expected to cost at
+#: most this share of the pass's product (:func:`_cheap_ritz`)
+RITZ_SHARE = 0.05
+
+
+def _cheap_ritz(last: tuple[float, int] | None, size: int, product_seconds: float) -> bool:
+    """Whether this pass's Ritz pairs cost little next to its product: leaving them out saves nothing.
+
+    ``last``: the latest Ritz step's seconds and T's order then; T's eigenproblem grows as the cube of its
+    order (``size`` now).  Leaving a pass's pairs out risks the pass after it when the prediction is wrong:
+    measured after a grown fit's warm start (n = 9,600, rbf, k = 10, tol 1e-6), residuals 1.5e-2 and 1.4e-3
+    predicted 1.2e-5 at pass 4, which was then left out; it was 5.9e-7, and the fit made a fifth pass for a
+    Ritz step of under a millisecond.
+    """
+    if last is None:
+        return False
+    seconds, order = last
+    return seconds * (size / max(order, 1)) ** 3 <= RITZ_SHARE * product_seconds
+
 #: a pass's Ritz pairs are computed when its residual is predicted below this many times tol
 RITZ_MARGIN = 10.0
 
@@ -124,10 +143,11 @@ def _worth_ritz(history: list[float], tol: float) -> bool:
 
     Their geometric rate, carried forward to this pass, must come within
     :data:`RITZ_MARGIN` of ``tol``; a Krylov method's rate only improves as
-    it goes (superlinear convergence), so the prediction errs on the late side
-    and a skipped pass had no chance to stop.  Measured on USPS (k = 256, tol
-    1e-10): residuals 1.3e-5 and 8.9e-7 at passes 4 and 5 predict 6e-8 and
-    4e-9 at 6 and 7 (computed: 4.4e-8 and 1.6e-9).  Never more than
+    it goes (superlinear convergence), so the prediction errs on the late side.
+    Measured on USPS (k = 256, tol 1e-10): residuals 1.3e-5 and 8.9e-7 at
+    passes 4 and 5 predict 6e-8 and 4e-9 at 6 and 7 (computed: 4.4e-8 and
+    1.6e-9).  Late by more than the margin, a skipped pass may have met tol
+    (:func:`_cheap_ritz`, where skipping is worth that risk).  Never more than
     :data:`MAX_SKIPPED_RITZ` in a row, never when the residual stalls.
     """
     known = [(i, r) for i, r in enumerate(history) if np.isfinite(r) and r > 0]
@@ -296,9 +316,11 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
     restarts = 0
     # where the previous panel starts: the newest panels a product is orthogonalised against first
     local_from = 0
+    ritz_cost: tuple[float, int] | None = None  # the latest Ritz step: seconds, T's order
     for _ in range(max(1, max_passes - resumed)):
         t0 = time.perf_counter()
         W = operator.matmat(V)
+        product_seconds = time.perf_counter() - t0
         # The new panel joins the basis; T gains V_j's row and column.
         m = basis.shape[1]
         space[:, m:m + V.shape[1]] = V
@@ -317,14 +339,17 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
         # USPS's 8th pass), and a pass whose residual cannot reach tol only
         # reports it.  A checkpoint, a restart and the last pass need them.
         due = (scale is None or checkpoint is not None or full or done >= max_passes
-               or basis.shape[1] + ell > cap or _worth_ritz(history, tol))
+               or basis.shape[1] + ell > cap or _cheap_ritz(ritz_cost, T.shape[0], product_seconds)
+               or _worth_ritz(history, tol))
         # A pass that would skip them makes its next panel first: if there is
         # none (no new direction: an invariant subspace), its Ritz pairs are
         # exact and due after all.
         nxt = None if due else _next_panel(W, basis, scale, rows)
         due = due or nxt.shape[1] == 0
         if due:
+            t1 = time.perf_counter()
             theta_all, S, res, scale = _ritz_pairs(T, W, m, k, 2 * ell if checkpoint is not None else 0)
+            ritz_cost = (time.perf_counter() - t1, T.shape[0])
         history.append(_relative(res, scale, k) if due else float("nan"))
         converged = due and res.size == k and history[-1] <= tol
         stop = converged or full
