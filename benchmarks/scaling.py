@@ -123,7 +123,7 @@ def instrument(clock: Clock) -> None:
     """Wrap what ``dkpca.pipeline`` calls, so each stage is timed (nothing in dkpca changes)."""
     import dkpca.pipeline as pipeline
     from dkpca.model import KPCAModel
-    from dkpca.operator import CenteredKernelOperator
+    from dkpca.operator import CenteredKernelOperator, MatrixFreeKernelOperator
     from dkpca.storage import FitStore
 
     def wrap(owner, attr, name):
@@ -140,6 +140,9 @@ def instrument(clock: Clock) -> None:
     wrap(FitStore, "store_data", "data copy")
     wrap(pipeline, "initial_block", "start block")
     wrap(pipeline, "build_gram", "Gram build")
+    # K recomputed: the operator's construction is the pass of the centring statistics (K 1, fused with the
+    # start block's product)
+    wrap(MatrixFreeKernelOperator, "__init__", "centring pass (K recomputed)")
     wrap(pipeline, "postprocess", "spectrum policy")
     wrap(KPCAModel, "save", "model write")
     wrap(CenteredKernelOperator, "matmat", lambda args: f"pass {args[0].passes + 1}")
