@@ -28,7 +28,6 @@ import shutil
 import statistics
 import tempfile
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -57,17 +56,17 @@ def before(self, I, J, shape, purpose="op-block", expect=None):
 @contextlib.contextmanager
 def arm(name: str):
     """Readers under test; ``now, unchecked`` stubs the checks out (set once: tasks run on several threads)."""
-    saved = chunks.google_crc32c, chunks.verify_crc, chunks.digest, chunks.verify_digest
+    saved = chunks.checksum, chunks.verify_crc, chunks.digest, chunks.verify_digest
     ChunkReader.read = before if name == "before" else NOW
     if name == "now, unchecked":
-        chunks.google_crc32c = types.SimpleNamespace(value=lambda data: 0)
+        chunks.checksum = lambda data, crc=0: 0
         chunks.verify_crc = chunks.verify_digest = lambda *args: None
         chunks.digest = lambda data: 0
     try:
         yield
     finally:
         ChunkReader.read = NOW
-        chunks.google_crc32c, chunks.verify_crc, chunks.digest, chunks.verify_digest = saved
+        chunks.checksum, chunks.verify_crc, chunks.digest, chunks.verify_digest = saved
 
 
 def main() -> None:
@@ -97,7 +96,7 @@ def main() -> None:
     # what each check costs on its own, per pass (all threads): one chunk hashed on this thread, scaled
     chunk = np.frombuffer((Path(op.reader.raw_dir) / "0" / "0").read_bytes()[:-4], dtype=np.float32)
     per_byte = {}
-    for label, fn in (("CRC-32C", lambda: chunks.google_crc32c.value(chunk)), ("XXH3", lambda: chunks.digest(chunk))):
+    for label, fn in (("CRC-32C", lambda: chunks.checksum(chunk)), ("XXH3", lambda: chunks.digest(chunk))):
         fn()
         t = time.perf_counter()
         for _ in range(5):

@@ -127,6 +127,21 @@ def test_raw_chunks_are_zarrs_own_format(tmp_path):
                                   M[200:, 200:] * 2)
 
 
+def test_a_chunk_checksummed_strip_by_strip_carries_the_crc_zarr_checks(tmp_path):
+    """The raw path continues one CRC-32C over a chunk's strips (dkpca's own, computed without the GIL);
+    zarr's codec (google_crc32c) checks the whole chunk's: 30 strips of 8 rows, read back by zarr."""
+    import google_crc32c
+
+    from dkpca.storage.chunks import checksum
+
+    M = np.random.default_rng(1).standard_normal((240, 240))
+    assert checksum(M[8:], checksum(M[:8])) == checksum(M) == google_crc32c.value(M)
+    g = zarr.open_group(str(tmp_path / "a.zarr"), mode="w")
+    arr = create_array(g, "K", shape=(240, 240), chunks=(240, 240), dtype="float64")
+    ChunkWriter.of(str(tmp_path / "a.zarr"), arr).write((0, 0), M, strip_bytes=8 * M[0].nbytes)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.zarr"), path="K")[...], M)
+
+
 def test_stores_written_before_checksums_still_read(tmp_path):
     """An array without the crc32c codec: size and presence are still checked, content cannot be."""
     g = zarr.open_group(str(tmp_path / "a.zarr"), mode="w")

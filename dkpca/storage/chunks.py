@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import google_crc32c
+import crc32c
 import numpy as np
 import psutil
 import xxhash
@@ -49,8 +49,8 @@ from .integrity import (
     writable,
 )
 
-__all__ = ["chunk_file", "ChunkWriter", "ChunkReader", "write_direct", "use_direct_io", "DIRECT_IO_FRACTION",
-           "partials", "remove_partials"]
+__all__ = ["chunk_file", "checksum", "ChunkWriter", "ChunkReader", "write_direct", "use_direct_io",
+           "DIRECT_IO_FRACTION", "partials", "remove_partials"]
 
 #: K larger than this fraction of the machine's memory is written with O_DIRECT
 DIRECT_IO_FRACTION = 0.5
@@ -95,6 +95,19 @@ def use_direct_io(nbytes: int) -> bool:
     """
     forced = config_switch("dkpca.direct-io")
     return nbytes > DIRECT_IO_FRACTION * psutil.virtual_memory().total if forced is None else forced
+
+
+def checksum(data: np.ndarray, crc: int = 0) -> int:
+    """The CRC-32C of ``data``'s bytes continued from ``crc``: zarr's ``crc32c`` codec's value, without the GIL.
+
+    zarr computes it with ``google_crc32c``, which holds the GIL throughout:
+    measured here on a 64 MB chunk, 4.8-5.4 ms in which a Python thread beside
+    it ran at 37 % of its rate (99 % with ``crc32c``, which releases the GIL
+    for large buffers, 4.1-4.2 ms).  Every thread of a Gram build checksums its
+    chunks, so that time was serial: 55 chunks, ~0.28 s, of a build at
+    n = 40,000, whatever the threads.
+    """
+    return crc32c.crc32c(data, crc)
 
 
 @dataclass(frozen=True)
@@ -172,15 +185,15 @@ class ChunkWriter:
                         if visit is not None:
                             visit(s, e)
                         strip = np.asarray(data[s:e])
-                        if self.crc:  # google_crc32c takes arrays (not memoryviews)
-                            crc = google_crc32c.extend(crc, strip)
+                        if self.crc:
+                            crc = checksum(strip, crc)
                         hashed.update(strip)
                         f.write(memoryview(strip).cast("B"))
                     if self.crc:
                         f.write(crc.to_bytes(CHECKSUM_BYTES, "little"))
             else:
                 hashed.update(data)
-                trailer = google_crc32c.value(data).to_bytes(CHECKSUM_BYTES, "little") if self.crc else b""
+                trailer = checksum(data).to_bytes(CHECKSUM_BYTES, "little") if self.crc else b""
                 if not write_direct(tmp, data, trailer):
                     with open(tmp, "wb", buffering=0) as f:
                         f.write(memoryview(data).cast("B"))
@@ -279,7 +292,7 @@ class ChunkReader:
         if expect is not None:
             verify_digest(self.store, self.path, (I, J), digest(full), expect)
         if self.crc and (expect is None or both):
-            verify_crc(self.store, self.path, (I, J), google_crc32c.value(full), trailer)
+            verify_crc(self.store, self.path, (I, J), checksum(full), trailer)
         return full.reshape(self.chunks)
 
 
