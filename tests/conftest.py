@@ -143,17 +143,26 @@ def blas_threads() -> set[int]:
     return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
 
 
-def spy_blas_threads(monkeypatch, module, name: str) -> list[set[int]]:
-    """Replace ``module.name`` by a wrapper that records :func:`blas_threads` at each call; the records."""
-    seen: list[set[int]] = []
+def spy_calls(monkeypatch, module, name: str, record) -> list:
+    """Replace ``module.name`` by a wrapper that appends ``record()`` at each call; the records.
+
+    Called in another process (a worker's task), the wrapper appends to that process's copy: the list
+    here stays as it was.
+    """
+    seen: list = []
     real = getattr(module, name)
 
     def spy(*args, **kwargs):
-        seen.append(blas_threads())
+        seen.append(record())
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, name, spy)
     return seen
+
+
+def spy_blas_threads(monkeypatch, module, name: str) -> list[set[int]]:
+    """Replace ``module.name`` by a wrapper that records :func:`blas_threads` at each call; the records."""
+    return spy_calls(monkeypatch, module, name, blas_threads)
 
 
 def wait_until(cond, timeout: float, interval: float = 0.01, what: str = "condition"):

@@ -17,7 +17,7 @@ from dkpca.planning.estimate import EntryRates
 from dkpca.planning.modes import cheapest, single_passes
 from dkpca.storage import gram_bytes
 
-from .conftest import ROOT, make_data, write_data
+from .conftest import ROOT, make_data, spy_calls, write_data
 
 BLOCK = 4000
 
@@ -249,9 +249,7 @@ def test_a_small_input_is_scanned_by_the_clients_threads_beside_a_cluster(monkey
     from dkpca import execution
     from dkpca.io import inputs
 
-    pids: list[int] = []
-    scan_block = inputs._scan_block
-    monkeypatch.setattr(inputs, "_scan_block", lambda b: (pids.append(os.getpid()), scan_block(b))[1])
+    pids = spy_calls(monkeypatch, inputs, "_scan_block", os.getpid)
     X = da.from_array(make_data(600, d=4), chunks=(200, 4))
     small = inputs.scan(X)
     assert pids == [os.getpid()] * 3
@@ -270,9 +268,7 @@ def test_a_small_inputs_nystroem_start_block_is_made_by_the_clients_threads_besi
     from dkpca.kernels import make_kernel
     from dkpca.solvers import nystrom, nystrompasses
 
-    pids: list[int] = []
-    share = nystrompasses._gram_share
-    monkeypatch.setattr(nystrompasses, "_gram_share", lambda *a: (pids.append(os.getpid()), share(*a))[1])
+    pids = spy_calls(monkeypatch, nystrompasses, "_gram_share", os.getpid)
     X = make_data(600, d=4)
     kernel = make_kernel("rbf").resolve(4)
     small = nystrom.start_block(X, kernel, 6, 0, n_landmarks=50)
