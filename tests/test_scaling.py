@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -122,6 +123,64 @@ def test_measure_blocks_reports_the_filesystems_aggregate_rates(tmp_path):
     # a small block's files measure their fixed costs, not a bandwidth: none is reported
     small = measure_blocks(X[:600], make_kernel("rbf").resolve(6), 300, np.dtype("float32"), 12, None)
     assert "write_bandwidth" not in small and EntryRates.measured(small, 300).write_bandwidth is None
+
+
+def _measure_both(monkeypatch, tmp_path, threads: int, passes: int | None = None):
+    """``measure_and_estimate`` at BANDWIDTH_EDGE on ``threads`` local threads, recording where and when its
+    subsample estimate ran and when the filesystem probe started; ``(result, X, estimates, probe starts)``."""
+    import threading
+
+    import dask
+    import dask.array as da
+
+    from dkpca.kernels import make_kernel
+    from dkpca.planning import measure
+    from dkpca.planning.measure import BANDWIDTH_EDGE
+
+    estimates, probes = [], spy_calls(monkeypatch, measure, "disk_bandwidth", time.perf_counter)
+    real = measure.estimate_passes
+
+    def recorded(*args, **kwargs):
+        start = time.perf_counter()
+        out = real(*args, **kwargs)
+        estimates.append((threading.current_thread() is threading.main_thread(), start, time.perf_counter(), out))
+        return out
+
+    monkeypatch.setattr(measure, "estimate_passes", recorded)
+    edge = BANDWIDTH_EDGE
+    X = da.from_array(make_data(2 * edge, d=6).astype(np.float32), chunks=(edge, 6))
+    with dask.config.set(num_workers=threads):
+        got = measure.measure_and_estimate(X, make_kernel("rbf").resolve(6), edge, np.dtype("float32"), 12,
+                                           str(tmp_path / "s.zarr"), k=4, tol=1e-6, max_passes=30, passes=passes)
+    return got, X, estimates, probes
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
+def test_the_plans_spectrum_estimate_runs_beside_its_block_timings_and_before_its_disk_probe(monkeypatch, tmp_path):
+    """Both are a fit's serial part; with a core to spare the estimate takes it, done before the probe that
+    uses every core; the passes are estimate_passes' own and the timings measure_blocks' (same keys)."""
+    from dkpca.kernels import make_kernel
+    from dkpca.planning import estimate_passes
+
+    timed, X, estimates, probes = _measure_both(monkeypatch, tmp_path, threads=2)
+    [(on_main, _, finished, out)] = estimates
+    assert not on_main and len(probes) == 1 and finished <= probes[0]
+    alone = estimate_passes(X, make_kernel("rbf").resolve(6), 4, 12, 1e-6, 30, "randomized")[0]
+    assert timed["passes"] == out[0] == alone
+    assert {"kernel_block", "product_block", "write_bandwidth", "read_bandwidth"} <= set(timed)
+
+
+def test_the_plans_spectrum_estimate_stays_on_the_calling_thread_with_one_thread(monkeypatch, tmp_path):
+    """On one thread the estimate would slow the blocks being timed: it runs after them, on the caller."""
+    timed, _, estimates, probes = _measure_both(monkeypatch, tmp_path, threads=1)
+    [(on_main, started, _, out)] = estimates
+    assert on_main and started >= probes[0] and timed["passes"] == out[0] and "kernel_block" in timed
+
+
+def test_the_plans_known_passes_are_not_estimated_again(monkeypatch, tmp_path):
+    """Passes kept from a decision in another precision: the blocks are timed, the subsample left alone."""
+    timed, _, estimates, probes = _measure_both(monkeypatch, tmp_path, threads=2, passes=7)
+    assert estimates == [] and timed["passes"] == 7 and len(probes) == 1 and "kernel_block" in timed
 
 
 def _scaling_module():

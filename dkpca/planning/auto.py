@@ -22,7 +22,7 @@ from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
 from .compiledexp import COMPILED_EXP_MIN_ENTRIES, use_compiled_exp
 from .estimate import EntryRates
-from .measure import estimate_passes, lanczos_passes, measure_blocks
+from .measure import lanczos_passes, measure_and_estimate
 from .modes import cheapest
 from .precision import Precision, choose_precision, requested_dtype
 
@@ -373,10 +373,8 @@ def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, 
     if measured is None or "kernel_block" not in measured:  # not measured, or only the passes (another dtype's)
         if X is None or kernel is None:
             return grams[0], "no data to measure a pass on; storing K (the default)", solvers[0]
-        known = (measured or {}).get("passes")
-        measured = dict(measure_blocks(X, kernel, blk, np.dtype(dtype), ell, store))
-        measured["passes"] = known if known is not None else \
-            estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")[0]
+        measured = measure_and_estimate(X, kernel, blk, np.dtype(dtype), ell, store, k=k, tol=tol,
+                                        max_passes=max_passes, passes=(measured or {}).get("passes"))
     if workers is None:
         workers = max(1, n_workers_threads())
     p = int(measured.get("passes", max_passes))
