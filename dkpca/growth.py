@@ -45,7 +45,7 @@ from .request import FitRequest
 from .storage import FitStore, GramInfo, Lease
 from .storage.growth import Growth, grow_gram, update_blocks
 
-__all__ = ["Update", "find_update", "grow_store", "nystroem_rows", "update_report"]
+__all__ = ["Update", "fill_start", "find_update", "grow_store", "nystroem_rows", "update_report"]
 
 logger = logging.getLogger("dkpca")
 
@@ -58,6 +58,23 @@ def nystroem_rows(scores: np.ndarray, eigenvalues: np.ndarray) -> np.ndarray:
     """
     lam = np.asarray(eigenvalues, dtype=np.float64)
     return scores * np.divide(1.0, np.sqrt(np.maximum(lam, 0.0)), out=np.zeros_like(lam), where=lam > 0)
+
+
+def fill_start(U: np.ndarray, usual: np.ndarray) -> np.ndarray:
+    """An orthonormal start of ``usual``'s width: ``U``'s span, then the directions of ``usual`` that U lacks most.
+
+    ``usual`` (a Nystroem start block: the top eigenvectors of an approximation, in order) mostly repeats
+    U's span in its first columns; its directions outside that span, by their size there (an SVD of the
+    remainder), fill the other columns.  Taking its first columns instead (a QR of ``[U, usual]``) kept
+    their near-noise remainders and dropped the next eigenvectors: grown fits took 5 passes where a fresh
+    fit took 4 (20,000 -> 24,000 rows, two seeds of four).
+    """
+    Q, _ = np.linalg.qr(U)
+    rest = usual - Q @ (Q.T @ usual)
+    rest -= Q @ (Q.T @ rest)  # twice is enough (Kahan): the remainder orthogonal to U to rounding
+    W = np.linalg.svd(rest, full_matrices=False)[0][:, : usual.shape[1] - Q.shape[1]]
+    # Householder QR keeps U's span first and the columns orthonormal even where usual adds nothing to U
+    return np.linalg.qr(np.hstack([Q, W]))[0]
 
 
 @dataclass(frozen=True)
@@ -126,8 +143,7 @@ class Update:
         usual = initial_block(policy, X, kernel, rng)
         # the policy's BLAS threads for a start block's algebra (one for narrow blocks: measured faster)
         with serial_blas() if policy.serial else contextlib.nullcontext():
-            Q, _ = np.linalg.qr(np.hstack([U, usual]))  # Householder QR keeps U's span in the first columns
-        return Q[:, : policy.width]
+            return fill_start(U, usual)
 
     @property
     def warm(self) -> str:
@@ -135,7 +151,7 @@ class Update:
         if self.model is None:
             return "none: no model of the old rows with this kernel in the store; the solver's usual start"
         return (f"the old model's {self.model.n_components} eigenvectors extended to the new rows (Nystroem), "
-                "plus the usual start block's columns")
+                "plus the usual start block's directions beyond them")
 
 
 def find_update(req: FitRequest, chunk_size: int | None, dtype: str | None) -> tuple[FitRequest, Update | None]:
