@@ -70,10 +70,9 @@ def fill_start(U: np.ndarray, usual: np.ndarray) -> np.ndarray:
     fit took 4 (20,000 -> 24,000 rows, two seeds of four).
     """
     Q, _ = np.linalg.qr(U)
-    rest = usual - Q @ (Q.T @ usual)
-    rest -= Q @ (Q.T @ rest)  # twice is enough (Kahan): the remainder orthogonal to U to rounding
-    W = np.linalg.svd(rest, full_matrices=False)[0][:, : usual.shape[1] - Q.shape[1]]
-    # Householder QR keeps U's span first and the columns orthonormal even where usual adds nothing to U
+    W = np.linalg.svd(usual - Q @ (Q.T @ usual), full_matrices=False)[0][:, : usual.shape[1] - Q.shape[1]]
+    # Householder QR keeps U's span first and makes the columns orthonormal to rounding, also where usual
+    # adds nothing to U (W is then noise)
     return np.linalg.qr(np.hstack([Q, W]))[0]
 
 

@@ -85,11 +85,10 @@ def measure_and_estimate(X: Any, kernel: Kernel, block: int, dtype: np.dtype, el
     cores hide more of the estimate.
     """
     estimate = (X, kernel, k, ell, tol, max_passes, "randomized")
-    if passes is not None:
-        return {**measure_blocks(X, kernel, block, dtype, ell, store), "passes": passes}
-    if min(local_thread_count(), os.cpu_count() or 1) < 2:  # one core: both at once would slow the timed blocks
+    # known passes, or one core (both at once would slow the timed blocks): the blocks, then the estimate
+    if passes is not None or min(local_thread_count(), os.cpu_count() or 1) < 2:
         timed = measure_blocks(X, kernel, block, dtype, ell, store)
-        return {**timed, "passes": estimate_passes(*estimate)[0]}
+        return {**timed, "passes": passes if passes is not None else estimate_passes(*estimate)[0]}
     with serial_blas(), ThreadPoolExecutor(1, thread_name_prefix="dkpca-plan") as pool:
         estimated = pool.submit(estimate_passes, *estimate)
         timed = measure_blocks(X, kernel, block, dtype, ell, store, beside=estimated)
