@@ -156,17 +156,19 @@ class CenteredKernelOperator:
         """``V`` as a pass multiplies it: float32 when ``single`` is asked and K is float32, else float64."""
         return np.ascontiguousarray(V, dtype=np.float32 if single and self.dtype == np.float32 else np.float64)
 
-    def raw_matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
+    def raw_matmat(self, V: np.ndarray, single: bool = False, zero_above: int = 0) -> np.ndarray:
         """``K @ V`` (uncentred), one pass over the upper-triangular blocks.
 
         ``single=True`` computes the products in float32 when K is stored in
         float32 (relative error ~1e-6; for early solver passes only).
+        ``zero_above``: V's rows before it are zero, so only the blocks reaching past it are read (a grown
+        fit's new rows: :mod:`dkpca.growth`).
         """
         V = self.operand(V, single)
         bounds = self.bounds
         graph = TaskGraph("dkpca-pass", self.graph_inputs())
         nb = len(bounds)
-        pairs = upper_pairs(nb)
+        pairs = [(I, J) for I, J in upper_pairs(nb) if bounds[J][1] > zero_above]
         groups = shares(pair_weights(bounds, pairs))
         # A small cluster's few shares carry their pieces of V in their own
         # arguments: one message per worker, no piece tasks and no transfers
@@ -356,7 +358,7 @@ class InMemoryKernelOperator(CenteredKernelOperator):
         self.dtype = K.dtype
         self.centering = Centering.of_matrix(K)
 
-    def raw_matmat(self, V: np.ndarray, single: bool = False) -> np.ndarray:
+    def raw_matmat(self, V: np.ndarray, single: bool = False, zero_above: int = 0) -> np.ndarray:
         # K is in memory: K itself is the one block.  A float32 K (the
         # estimator keeps a float32 X's precision, as scikit-learn does) is
         # multiplied in float32 only when asked (``single``: ARPACK in single

@@ -34,7 +34,7 @@ from .eigensolve import (
 from .execution import compute, serial_blas
 from .fitlog import log_done, log_gram, log_plan, log_solved, log_stage
 from .gram import build_gram
-from .growth import Update, find_update, grow_store, update_report
+from .growth import Update, find_update, grow_store, ritz_count, save_ritz, update_report
 from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
 from .linalg import Centering
@@ -225,6 +225,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
         evaluator = req.kernel.compiled() if plan.compiled_exp else req.kernel
         op, gram_report, res = _build_and_solve(req, plan, evaluator, Xs, fp, rng, ckpt, timings, lease, update)
         t = time.perf_counter()
+        ritz = res.info.pop("ritz", None)  # arrays for the store (save_ritz), not for the report
         centering = res.info.pop("centering", None)
         if centering is not None:  # nystrom: statistics of the approximation it solved
             op.centering = Centering(centering["row_means"], centering["grand_mean"], centering["diag_sum"])
@@ -245,7 +246,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
         report = fit_report(res, op, plan, tol=req.tol, gram=gram_report, timings=timings,
                             pass_seconds=pass_seconds, d=req.d,
                             requested=req.n_components if req.fraction is None else req.fraction,
-                            update=None if update is None else update_report(update, gram_report, res.passes))
+                            update=None if update is None else update_report(update, gram_report, res.passes,
+                                                                              op.fused_passes > 0))
         model = KPCAModel(
             eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
             grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.tile,
@@ -255,6 +257,10 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
             # A temporary store is the model's own and dies with it: nobody can load a model from it, so
             # it is written there only by an explicit model.save() (0.05-0.07 s of a 0.3 s fit at n=2,000).
             model.save()
+            if ritz is not None:  # after the model, whose group it names
+                save_ritz(req.store, ritz, op.centering, req.kernel, op.dtype, req.tile)
+            else:  # the model it belonged to is gone
+                req.store.withdraw_ritz()
         log_done(req.store.path, req.temporary is None, timings["total"])
         ckpt.clear()
     return model
@@ -341,13 +347,17 @@ def _make_operator(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.Arr
         return op, gram_report, solver_opts
     # Only a solver whose early passes may be float32 (not Lanczos: every product stays in its Krylov relation).
     single = probe is not None and dt == np.float32 and plan.spec.float32_early_passes
+    if warm:  # under the fit's lock: the record that belongs to the store's model now
+        update = update.with_ritz(req.store, dt)
     need = fit_footprint(n, req.d, block, dt, iteration_width(n, req.n_components), Xs.dtype.itemsize)
     info = build_gram(req.store, Xs, evaluator, fp, dtype=dt, overwrite=req.overwrite,
                       probe=update.probe() if warm else probe.astype(np.float32) if single else probe,
                       progress=req.progress, needed_bytes=need, lease=lease, partial=warm)
     op = StoredKernelOperator(info, compiled=plan.compiled_exp)
+    if plan.solver.spec.ritz and plan.start is not None and req.fraction is None and req.temporary is None:
+        solver_opts["ritz"] = ritz_count(plan.start.width)  # recorded for an update of this fit (dkpca.growth)
     if warm:  # the build's product is the extension's sums over the blocks it computed, not K times a start
-        solver_opts["start"] = update.start_block(info, Xs, plan.start, req.kernel, rng)
+        solver_opts["start"] = update.start_block(info, Xs, plan.start, req.kernel, rng, op)
     elif info.probe_product is not None:
         op.prime(probe, info.probe_product)
     nblocks = info.reused_blocks + info.computed_blocks

@@ -71,13 +71,17 @@ def _files(root: str) -> dict[str, tuple[int, str]]:
     return out
 
 
-@pytest.fixture
-def grown(tmp_path):
+def grown_store(tmp_path) -> tuple[np.ndarray, str]:
     """``(X, store)``: X of 400 rows; the store holds a fit of its first 300."""
     X = make_data(400, seed=3)
     store = str(tmp_path / "s.dkpca.zarr")
     _fit(X[:300], store)
     return X, store
+
+
+@pytest.fixture
+def grown(tmp_path):
+    return grown_store(tmp_path)
 
 
 def test_grown_input_is_an_update_equal_to_a_fresh_fit(grown):
@@ -88,7 +92,9 @@ def test_grown_input_is_an_update_equal_to_a_fresh_fit(grown):
     # 300 rows = 4 whole tiles + 44: the 4 x 5 / 2 = 10 blocks among the whole tiles are kept; of the 7 x 8 / 2
     # = 28 blocks of 400 rows, the other 18 (the partial row block's and the new rows') are computed
     assert (u["rows_before"], u["rows_after"], u["blocks_reused"], u["blocks_computed"]) == (300, 400, 10, 18)
-    assert "extended to the new rows" in u["warm_start"] and u["passes"] == model.report["passes"]
+    assert "extension to the new rows" in u["warm_start"] and u["passes"] == model.report["passes"]
+    # the old fit's Ritz record started it: its first product read only the blocks touching new rows
+    assert u["first_pass_fused"] and model.report["fused_passes"] == 1
     again = _fit(X, store)  # the same data again: a plain reuse, no update
     assert "update" not in again.report and again.report["gram"]["computed_blocks"] == 0
 

@@ -86,6 +86,26 @@ def test_a_solver_checkpoints_exactly_when_it_declares_so(problem, name, tmp_pat
 
 
 @pytest.mark.parametrize("name", list(Solver))
+def test_a_solver_returns_ritz_pairs_with_exact_products_exactly_when_it_declares_so(problem, name):
+    """Declared: ``ritz=p`` gives ``(theta, U, K~ U)`` with U orthonormal and ``K~ U`` equal to the dense product
+    to 1e-12 theta_1 (rounding: the products are the Krylov relation's, made in float64, not a second pass);
+    not declared: ``ritz=`` is refused (TypeError)."""
+    _, _, K, op = problem
+    assert ("ritz" in inspect.signature(get_solver(name)).parameters) == name.spec.ritz
+    if not name.spec.ritz:
+        with pytest.raises(TypeError):
+            _run(name, problem, ritz=5)
+        return
+    res = _run(name, problem, ritz=2 * K_COMP, tol=1e-10, max_passes=60)
+    theta, U, KtU = res.info["ritz"]
+    assert U.shape == KtU.shape == (N, 2 * K_COMP) and theta.shape == (2 * K_COMP,)
+    np.testing.assert_allclose(U.T @ U, np.eye(2 * K_COMP), rtol=0, atol=1e-12)
+    Kt = op.centering.center_matrix(K.copy())
+    np.testing.assert_allclose(KtU, Kt @ U, rtol=0, atol=1e-12 * theta[0])
+    np.testing.assert_allclose(theta, np.diag(U.T @ Kt @ U), rtol=0, atol=1e-12 * theta[0])
+
+
+@pytest.mark.parametrize("name", list(Solver))
 def test_an_iterative_solver_may_stop_short_and_the_others_never_do(name):
     """Declared iterative: one pass (one ARPACK iteration) to an unreachable tol on a flat spectrum (rbf,
     gamma=5: K near I) stops short -- ``converged=False``, or ARPACK's ArpackNoConvergence as in

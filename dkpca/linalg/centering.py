@@ -111,14 +111,22 @@ class Centering:
         return float(self.n * self.grand_mean)
 
     # -- training-side formulas -------------------------------------------
+    def _correction(self, V: np.ndarray) -> np.ndarray:
+        """``K V - K~ V = 1 (r^T V) + r (1^T V) - c 1 (1^T V)``: what centring takes from a product."""
+        sV = V.sum(axis=0)
+        corr = np.outer(self.row_means, sV)
+        corr += (self.row_means @ V - self.grand_mean * sV)[None, :]
+        return corr
+
     def center_product(self, KV: np.ndarray, V: np.ndarray) -> np.ndarray:
         """``K~ V`` from ``K V`` by the rank-one corrections (``KV`` is overwritten)."""
-        r, c = self.row_means, self.grand_mean
-        sV = V.sum(axis=0)
-        KV -= (r @ V)[None, :]
-        KV -= np.outer(r, sV)
-        KV += c * sV[None, :]
+        KV -= self._correction(V)
         return KV
+
+    def uncenter_product(self, KtV: np.ndarray, V: np.ndarray) -> np.ndarray:
+        """``K V`` from ``K~ V`` (``KtV`` is overwritten): an old fit's exact products, kept for an update."""
+        KtV += self._correction(V)
+        return KtV
 
     def center_block(self, blk: np.ndarray, r_rows: np.ndarray, r_cols: np.ndarray) -> np.ndarray:
         """:func:`center_block` with this matrix's grand mean (in place)."""

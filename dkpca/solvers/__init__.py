@@ -104,6 +104,9 @@ class SolverSpec:
         in the choice of K's precision.
     float32_early_passes : bool
         Its early products may run in float32, corrected by later passes: so may the fused first product.
+    ritz : bool
+        Returns its leading Ritz pairs with their exact products with K~ when asked (``ritz=p``:
+        ``info["ritz"] = (theta, U, K~ U)``, no extra pass): the record a later update starts from.
     """
 
     name: Solver
@@ -115,6 +118,7 @@ class SolverSpec:
     fraction: bool
     float32_products: bool = False
     float32_early_passes: bool = False
+    ritz: bool = False
 
     @property
     def forms_kernel(self) -> bool:
@@ -127,9 +131,9 @@ SOLVER_SPECS: Mapping[Solver, SolverSpec] = MappingProxyType({spec.name: spec fo
     SolverSpec(Solver.DENSE, in_memory_only=False, exact=True, iterative=False, takes_start=False,
                checkpoints=False, fraction=True),
     SolverSpec(Solver.RANDOMIZED, in_memory_only=False, exact=True, iterative=True, takes_start=True,
-               checkpoints=True, fraction=True, float32_early_passes=True),
+               checkpoints=True, fraction=True, float32_early_passes=True, ritz=True),
     SolverSpec(Solver.LANCZOS, in_memory_only=False, exact=True, iterative=True, takes_start=True,
-               checkpoints=True, fraction=True),
+               checkpoints=True, fraction=True, ritz=True),
     SolverSpec(Solver.NYSTROM, in_memory_only=False, exact=False, iterative=False, takes_start=False,
                checkpoints=False, fraction=False),
     SolverSpec(Solver.ARPACK, in_memory_only=True, exact=True, iterative=True, takes_start=False,

@@ -231,7 +231,7 @@ def _next_panel(R: np.ndarray, basis: np.ndarray, scale: float, rows: RowBlocks)
 
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAULT_MAX_PASSES, rng=None,
           callback: Callback | None = None, width: int | None = None, max_basis: int | None = None,
-          start: np.ndarray | None = None, checkpoint=None, block: int | None = None) -> EigResult:
+          start: np.ndarray | None = None, checkpoint=None, block: int | None = None, ritz: int = 0) -> EigResult:
     """Top-``k`` eigenpairs of K~ (largest eigenvalues by value) by block Lanczos.
 
     Parameters
@@ -270,6 +270,10 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
         ``basis_size`` (final Krylov dimension), ``max_basis`` and ``restarts``.
     block : int, optional
         Deprecated: the former name of ``width`` (a FutureWarning).
+    ritz : int
+        Also return the leading ``ritz`` Ritz pairs (fewer if the basis is smaller) with their exact
+        products, ``info["ritz"] = (theta, U, K~ U)``: ``K~ U = U diag(theta) + W S_last`` by the Krylov
+        relation, no extra pass (a grown fit's first product, :mod:`dkpca.growth`).
     """
     n = operator.n
     max_passes = DEFAULT_MAX_PASSES if max_passes is None else int(max_passes)
@@ -348,7 +352,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
         due = due or nxt.shape[1] == 0
         if due:
             t1 = time.perf_counter()
-            theta_all, S, res, scale = _ritz_pairs(T, W, m, k, 2 * ell if checkpoint is not None else 0)
+            theta_all, S, res, scale = _ritz_pairs(T, W, m, k, max(ritz, 2 * ell if checkpoint is not None else 0))
             ritz_cost = (time.perf_counter() - t1, T.shape[0])
         history.append(_relative(res, scale, k) if due else float("nan"))
         converged = due and res.size == k and history[-1] <= tol
@@ -380,5 +384,9 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
     info = {"block_size": ell, "basis_size": int(basis.shape[1]), "max_basis": cap, "restarts": restarts}
     if resumed:
         info["resumed_at_pass"] = resumed
+    if ritz:
+        p = min(ritz, S.shape[1])
+        Up = rows.times(basis, S[:, :p])
+        info["ritz"] = (theta_all[:p].copy(), Up, Up * theta_all[:p] + rows.times(W, S[m:, :p]))
     return EigResult(theta, U, passes=resumed + operator.passes - start_passes, residuals=res,
                      converged=bool(converged), solver="lanczos", history=history, info=info)

@@ -116,7 +116,7 @@ def wanted_width(theta: np.ndarray, k: int, ell: int, base: int) -> int:
 
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = DEFAULT_MAX_PASSES, rng=None,
           callback: Callback | None = None, oversampling: int | None = None, start: np.ndarray | None = None,
-          checkpoint=None) -> EigResult:
+          checkpoint=None, ritz: int = 0) -> EigResult:
     """Top-``k`` eigenpairs of K~ (largest eigenvalues by value) by subspace iteration.
 
     Parameters
@@ -142,6 +142,10 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = DEFAULT_MAX_
         every pass, and to resume from: a saved state of the same problem replaces
         ``start``, and its passes count towards ``max_passes`` (at least one
         new pass is made).  ``info["resumed_at_pass"]`` says where it resumed.
+    ritz : int
+        Also return the leading ``min(ritz, l)`` Ritz pairs of the last pass with their products,
+        ``info["ritz"] = (theta, Q S, (K~ Q) S)``, when that pass was in float64 (exact; a grown fit's first
+        product, :mod:`dkpca.growth`).
 
     Returns
     -------
@@ -181,6 +185,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = DEFAULT_MAX_
         # float64 accumulation well before the residual reaches tol.
         single = not history or history[-1] > single_switch(tol)
         Y = operator.matmat(Q, single=single)
+        Q_last = Q
         B = rows.inner(Q, Y)
         B = 0.5 * (B + B.T)
         theta, S = scipy.linalg.eigh(B)
@@ -223,5 +228,8 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = DEFAULT_MAX_
     info = {"block_size": ell, "shift": sigma, "lowest_ritz": lowest}
     if resumed:
         info["resumed_at_pass"] = resumed
+    if ritz and history and not single:  # Q and Y are the last pass's: before the next basis replaced Q
+        p = min(ritz, S.shape[1])
+        info["ritz"] = (theta[:p].copy(), rows.times(Q_last, S[:, :p]), rows.times(Y, S[:, :p]))
     return EigResult(theta[:k].copy(), U, passes=resumed + operator.passes - start_passes, residuals=res,
                      converged=converged, solver="randomized", history=history, info=info)

@@ -12,6 +12,8 @@ knows the store's layout::
                             ``model`` names the current one (see "Models" below)
       sparse_model.<hex>/   a saved :class:`~dkpca.sparse.SparseKernelPCA`; root attribute
                             ``sparse_model`` names the current one
+      ritz.<hex>/           the model's leading Ritz pairs and K times them (an update's start,
+                            :mod:`dkpca.growth`); root attribute ``ritz`` names the current one
 
 Every array is created by :func:`dkpca.storage.chunks.create_array`: each
 chunk carries a CRC-32C, verified on every read, and a chunk that is missing,
@@ -119,6 +121,8 @@ READ_ATTEMPTS = 20
 
 MODEL = "model"
 SPARSE_MODEL = "sparse_model"
+#: the model's leading Ritz pairs with their products with K: a later update's first product (dkpca.growth)
+RITZ = "ritz"
 
 
 def remove_member(group: zarr.Group, name: str) -> None:
@@ -348,6 +352,7 @@ class FitStore(StoredData):
         the caller holds the store lock.
         """
         self._withdraw(MODEL)
+        self._withdraw(RITZ)
 
     def write_model(self, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]], attrs: dict) -> None:
         """Replace the model by ``arrays`` (name -> (data, chunks or None)) and JSON ``attrs``.
@@ -367,6 +372,18 @@ class FitStore(StoredData):
         again when a refit switches the model meanwhile; ``also``'s errors are raised if none did.
         """
         return self._read_group(MODEL, f"model; run dkpca fit with --store {self.path}.", also)
+
+    def write_ritz(self, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]], attrs: dict) -> None:
+        """Replace the Ritz record (:data:`RITZ`), as a model is replaced; ``attrs`` name the model it belongs to."""
+        self._write_group(RITZ, arrays, attrs)
+
+    def withdraw_ritz(self) -> None:
+        """No Ritz record (a model whose solver makes none replaced the one it belonged to)."""
+        self._withdraw(RITZ)
+
+    def read_ritz(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """``(arrays, attrs)`` of the Ritz record, checked as a model is (``ValueError`` if there is none)."""
+        return self._read_group(RITZ, "record of Ritz pairs")[:2]
 
     def write_sparse_model(self, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]], attrs: dict) -> None:
         """Replace the sparse model (a :class:`~dkpca.sparse.SparseKernelPCA`) by ``arrays`` and ``attrs``.

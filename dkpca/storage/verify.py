@@ -17,7 +17,7 @@ import zarr
 
 from .checkpoint import GROUP as CHECKPOINT
 from .chunks import partials
-from .fitstore import DATA, FitStore
+from .fitstore import DATA, RITZ, FitStore
 from .gramstore import GROUP as GRAM
 from .gramstore import GramStore, read_done_markers
 from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified, read_whole
@@ -138,6 +138,18 @@ def _model(store: FitStore, kind: str) -> Finding | None:
     return Finding(kind, True, f"{kind}: all arrays verified{old}")
 
 
+def _ritz(store: FitStore) -> Finding | None:
+    """The record of the model's Ritz pairs (an update's start): damage there only costs an update a pass."""
+    if store.model_group(RITZ) is None:
+        return None
+    try:
+        store.read_ritz()
+    except ValueError as exc:  # damaged (DamagedModelError, CorruptChunkError), or withdrawn while we read
+        return Finding("ritz", True, f"update start: {exc}; harmless: an update of this fit starts as a fresh "
+                                     "fit does (one more pass), and the next fit writes it again")
+    return Finding("ritz", True, "update start (the model's Ritz pairs and K times them): all arrays verified")
+
+
 def _checkpoint(root: zarr.Group) -> Finding | None:
     if CHECKPOINT not in root:
         return None
@@ -171,5 +183,5 @@ def verify_store(path: str | os.PathLike | FitStore) -> list[Finding]:
     store = FitStore.at(path)
     root = store.open()
     found = [_data(store, root), _gram(store, root), _model(store, "model"), _model(store, "sparse_model"),
-             _checkpoint(root), _temporaries(store)]
+             _ritz(store), _checkpoint(root), _temporaries(store)]
     return [f for f in found if f is not None]
