@@ -17,7 +17,7 @@ import numpy as np
 
 from .execution import local_threads, serial_blas
 from .kernels import Kernel, NonFiniteKernelError
-from .linalg import Centering, kernel_matrix
+from .linalg import Centering, extend_basis, kernel_matrix
 from .operator import CenteredKernelOperator, InMemoryKernelOperator
 from .planning import StartPolicy, start_policy
 from .request import as_generator
@@ -155,7 +155,11 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str | Solver, *, 
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))
         # dense X only: the landmarks' kernel slices need rows of X (sparse X starts at random)
         if solver.spec.takes_start and fraction is None and start is not None and start.ndim == 2:
-            opts["start"] = start
+            # a warm start's columns, then the usual start's directions beyond them (random without dense X)
+            policy = start_policy(solver, K.shape[0], k)
+            usual = (initial_block(policy, X, kernel, opts["rng"]) if isinstance(X, np.ndarray) and kernel is not None
+                     else random_start.start_block(K.shape[0], policy.width, opts["rng"]))
+            opts["start"] = extend_basis(start, usual) if start.shape[1] < policy.width else start
         elif solver.spec.takes_start and fraction is None and isinstance(X, np.ndarray) and kernel is not None:
             opts["start"] = initial_block(start_policy(solver, X.shape[0], k), X, kernel, opts["rng"])
         res = solve(solver, op, k, fraction, **opts)

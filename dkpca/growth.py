@@ -21,7 +21,7 @@
    fresh fit's first pass is fused into its build.  Without the record (a
    model of another solver, a damaged record: both logged) the start is the
    old eigenvectors extended plus the usual start block's other directions
-   (:func:`fill_start`), and the first pass reads all of K.  No kernel entry is
+   (``extend_basis``), and the first pass reads all of K.  No kernel entry is
    evaluated twice.
 
 Crash safety is the store's: every step is idempotent and recorded, the old
@@ -47,7 +47,7 @@ from .eigensolve import initial_block
 from .execution import serial_blas
 from .io import Fingerprint
 from .kernels import Kernel
-from .linalg import Centering, ProjectionWeights
+from .linalg import Centering, ProjectionWeights, extend_basis
 from .model import KPCAModel
 from .operator import CenteredKernelOperator
 from .planning import StartPolicy
@@ -57,7 +57,7 @@ from .storage import FitStore, GramInfo, Lease
 from .storage.fitstore import RITZ
 from .storage.growth import Growth, grow_gram, update_blocks
 
-__all__ = ["RitzRecord", "Update", "fill_start", "find_update", "grow_store", "load_ritz", "nystroem_rows",
+__all__ = ["RitzRecord", "Update", "find_update", "grow_store", "load_ritz", "nystroem_rows",
            "ritz_count", "ritz_start", "save_ritz", "update_report"]
 
 logger = logging.getLogger("dkpca")
@@ -71,22 +71,6 @@ def nystroem_rows(scores: np.ndarray, eigenvalues: np.ndarray) -> np.ndarray:
     """
     lam = np.asarray(eigenvalues, dtype=np.float64)
     return scores * np.divide(1.0, np.sqrt(np.maximum(lam, 0.0)), out=np.zeros_like(lam), where=lam > 0)
-
-
-def fill_start(U: np.ndarray, usual: np.ndarray) -> np.ndarray:
-    """An orthonormal start of ``usual``'s width: ``U``'s span, then the directions of ``usual`` that U lacks most.
-
-    ``usual`` (a Nystroem start block: the top eigenvectors of an approximation, in order) mostly repeats
-    U's span in its first columns; its directions outside that span, by their size there (an SVD of the
-    remainder), fill the other columns.  Taking its first columns instead (a QR of ``[U, usual]``) kept
-    their near-noise remainders and dropped the next eigenvectors: grown fits took 5 passes where a fresh
-    fit took 4 (20,000 -> 24,000 rows, two seeds of four).
-    """
-    Q, _ = np.linalg.qr(U)
-    W = np.linalg.svd(usual - Q @ (Q.T @ usual), full_matrices=False)[0][:, : usual.shape[1] - Q.shape[1]]
-    # Householder QR keeps U's span first and makes the columns orthonormal to rounding, also where usual
-    # adds nothing to U (W is then noise)
-    return np.linalg.qr(np.hstack([Q, W]))[0]
 
 
 #: Ritz pairs a fit records beyond its subspace width (:func:`ritz_count`).  Measured by Rayleigh-Ritz starts
@@ -251,13 +235,13 @@ class Update:
 
     def start_block(self, info: GramInfo | None, X: da.Array, policy: StartPolicy, kernel: Kernel,
                     rng: np.random.Generator, op: CenteredKernelOperator | None = None) -> np.ndarray | None:
-        """The solver's start: :func:`ritz_start` where it can, else :func:`fill_start` of ``[U; U_ext]``.
+        """The solver's start: :func:`ritz_start` where it can, else ``extend_basis`` of ``[U; U_ext]``.
 
         ``info``: the build's, whose product (:meth:`probe`) holds the extension's sums when it computed every
         block touching a new row (not a rerun that found some built); else the old model projects the new rows.
         ``op``: the stored K's operator, primed with the start's product by :func:`ritz_start` (None: no K stored).
 
-        :func:`fill_start` adds the policy's block (Nystroem or random, :func:`dkpca.planning.start_policy`)
+        ``extend_basis`` adds the policy's block (Nystroem or random, :func:`dkpca.planning.start_policy`)
         beyond the extension for the oversampling columns, as in a fresh fit.
         """
         _, computed, _ = update_blocks(self.n_old, self.n_new, self.growth.block)
@@ -273,7 +257,7 @@ class Update:
         usual = initial_block(policy, X, kernel, rng)
         # the policy's BLAS threads for a start block's algebra (one for narrow blocks: measured faster)
         with serial_blas() if policy.serial else contextlib.nullcontext():
-            return fill_start(U, usual)
+            return extend_basis(U, usual)
 
     def warm(self, fused: bool) -> str:
         """The start, in words (the report's ``warm_start``); ``fused``: :func:`ritz_start` gave it."""

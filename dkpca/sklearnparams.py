@@ -89,17 +89,18 @@ class SklearnParams:
                           solver=self.eigen_solver, store=self.store, chunk_size=self.chunk_size,
                           dtype=self.dtype or "auto", tol=tol, max_passes=passes, random_state=self.random_state)
 
-    def _in_memory_choice(self, n: int) -> tuple[int | float, str]:
+    def _in_memory_choice(self, n: int, warm: bool = False) -> tuple[int | float, str]:
         """``(k, solver)`` of an in-memory fit of n rows (``fit`` and ``partial_fit`` alike).
 
         k: the components kept (a float: the fraction of variance); the solver: ``eigen_solver``, or for
-        ``"auto"`` the one the measured cost picks (not scikit-learn's k < 10).
+        ``"auto"`` the one the measured cost picks (not scikit-learn's k < 10); ``warm``: a later
+        ``partial_fit`` call, which starts from the extended eigenvectors.
         """
         spec = None if self.n_components is None else check_n_components_spec(self.n_components)
         k = n if spec is None else spec if isinstance(spec, float) else min(n, spec)
         if self.eigen_solver != "auto":
             return k, self.eigen_solver
-        return k, in_memory_solver(n, k, isinstance(k, float))[0]
+        return k, in_memory_solver(n, k, isinstance(k, float), warm)[0]
 
     def _solve_in_memory(self, K: np.ndarray, X: Any, k: int | float, solver: str, start: np.ndarray | None = None,
                          given: Centering | None = None) -> EigResult:

@@ -336,15 +336,15 @@ def test_the_store_s_own_data_followed_by_new_rows_is_an_update(grown):
 
 
 def test_the_warm_start_keeps_the_extended_eigenvectors_and_adds_the_directions_the_usual_block_has_beyond_them():
-    """fill_start: U's span first; the other columns are the usual block's directions outside it (here two
+    """extend_basis: U's span first; the other columns are the usual block's directions outside it (here two
     unit ones), not its first columns, which repeat U; orthonormal to rounding (tolerance 1e-12)."""
-    from dkpca.growth import fill_start
+    from dkpca.linalg import extend_basis
 
     rng = np.random.default_rng(0)
     U = np.linalg.qr(rng.standard_normal((200, 3)))[0]
     new = np.linalg.qr(np.hstack([U, rng.standard_normal((200, 2))]))[0][:, 3:]  # orthogonal to U
     usual = np.hstack([U @ rng.standard_normal((3, 3)) + 1e-6 * rng.standard_normal((200, 3)), new])
-    Q = fill_start(U, usual)
+    Q = extend_basis(U, usual)
     assert Q.shape == (200, 5)
     np.testing.assert_allclose(Q.T @ Q, np.eye(5), atol=1e-12)
     np.testing.assert_allclose(np.linalg.svd(U.T @ Q[:, :3], compute_uv=False), 1.0, atol=1e-12)  # span(U)
@@ -353,10 +353,10 @@ def test_the_warm_start_keeps_the_extended_eigenvectors_and_adds_the_directions_
 
 def test_the_warm_start_is_orthonormal_where_the_usual_block_adds_nothing_to_it():
     """A usual block inside U's span leaves no direction to add: the start is still orthonormal, U's span first."""
-    from dkpca.growth import fill_start
+    from dkpca.linalg import extend_basis
 
     rng = np.random.default_rng(1)
     U = np.linalg.qr(rng.standard_normal((100, 4)))[0]
-    Q = fill_start(U, np.hstack([U, U[:, :2]]))
+    Q = extend_basis(U, np.hstack([U, U[:, :2]]))
     np.testing.assert_allclose(Q.T @ Q, np.eye(6), atol=1e-12)
     np.testing.assert_allclose(np.linalg.svd(U.T @ Q[:, :4], compute_uv=False), 1.0, atol=1e-12)

@@ -165,6 +165,28 @@ def test_the_start_is_the_nystroem_extension_and_saves_passes(monkeypatch, solve
     np.testing.assert_allclose(est.eigenvalues_, reference_eigh(K, 8)[0], rtol=1e-5)  # tol=1e-6 here
 
 
+@pytest.mark.parametrize("n, m", [(1, 1), (300, 1), (1000, 700), (5, 3000)])
+def test_the_grown_matrix_is_the_old_one_bordered_by_the_batch_s_rows(n, m):
+    """``grown_matrix`` (strips of rows on threads) against ``np.block`` of its pieces, exactly."""
+    A = np.random.default_rng(n + m).standard_normal((n + m, n + m))
+    A += A.T
+    got = dkpca.incremental.grown_matrix(A[:n, :n].copy(), A[n:, :n].copy(), A[n:, n:].copy())
+    np.testing.assert_array_equal(got, A)
+
+
+def test_auto_solves_a_warm_call_by_block_lanczos_where_a_fit_would_take_arpack():
+    """``eigen_solver="auto"``: the first call (a fit of 300 rows, k = 5) by ARPACK, a later call by block Lanczos
+    from the extended eigenvectors (``planning.inmemory.WARM_SOLVER``); an explicit "arpack" stays ARPACK.  Both equal
+    eigh of the concatenation."""
+    X = data(500)
+    est = KernelPCA(5, kernel="rbf", gamma=GAMMA, random_state=0).partial_fit(X[:300])
+    assert est.eigen_solver_ == "arpack"
+    est.partial_fit(X[300:])
+    assert est.eigen_solver_ == "lanczos"
+    assert_matches_eigh(est, X)
+    assert grown([X[:300], X[300:]], eigen_solver="arpack").eigen_solver_ == "arpack"
+
+
 def test_arpack_starts_from_the_extension(monkeypatch):
     """ARPACK's v0 lies in the span of the extended eigenvectors (a random v0 would not)."""
     X = latent(400)

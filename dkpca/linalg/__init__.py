@@ -23,7 +23,7 @@ from .grid import (
     task_memory,
     upper_pairs,
 )
-from .orthonormal import cholesky_qr
+from .orthonormal import cholesky_qr, extend_basis
 from .products import (
     add,
     add_outputs,
@@ -51,4 +51,4 @@ __all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", 
            "upper_pairs", "add", "add_outputs", "block_products", "kernel_block_products", "as_dense", "dense_rows",
            "kernel_product",
            "scatter_sum", "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire",
-           "kernel_matrix", "matrix_product", "TaskGraph", "cholesky_qr", "RowBlocks"]
+           "kernel_matrix", "matrix_product", "TaskGraph", "cholesky_qr", "extend_basis", "RowBlocks"]

@@ -1,4 +1,4 @@
-"""Orthonormalising a block that is orthonormal already but for rounding."""
+"""Orthonormal blocks: one orthonormal already but for rounding, and a basis extended by another block's directions."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from .rowblocks import RowBlocks
 
-__all__ = ["cholesky_qr"]
+__all__ = ["cholesky_qr", "extend_basis"]
 
 
 def cholesky_qr(Q: np.ndarray, rows: RowBlocks | None = None) -> np.ndarray:
@@ -23,3 +23,19 @@ def cholesky_qr(Q: np.ndarray, rows: RowBlocks | None = None) -> np.ndarray:
     """
     rows = rows or RowBlocks()
     return rows.times(Q, np.linalg.inv(np.linalg.cholesky(rows.inner(Q, Q))).T)
+
+
+def extend_basis(U: np.ndarray, usual: np.ndarray) -> np.ndarray:
+    """An orthonormal start of ``usual``'s width: ``U``'s span, then the directions of ``usual`` that U lacks most.
+
+    ``usual`` (a Nystroem start block: the top eigenvectors of an approximation, in order) mostly repeats
+    U's span in its first columns; its directions outside that span, by their size there (an SVD of the
+    remainder), fill the other columns.  Taking its first columns instead (a QR of ``[U, usual]``) kept
+    their near-noise remainders and dropped the next eigenvectors: grown fits took 5 passes where a fresh
+    fit took 4 (20,000 -> 24,000 rows, two seeds of four).  A warm start (an update's, ``partial_fit``'s).
+    """
+    Q, _ = np.linalg.qr(U)
+    W = np.linalg.svd(usual - Q @ (Q.T @ usual), full_matrices=False)[0][:, : usual.shape[1] - Q.shape[1]]
+    # Householder QR keeps U's span first and makes the columns orthonormal to rounding, also where usual
+    # adds nothing to U (W is then noise)
+    return np.linalg.qr(np.hstack([Q, W]))[0]
