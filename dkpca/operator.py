@@ -176,7 +176,8 @@ class CenteredKernelOperator:
         # piece tasks instead, so that V does not pass through the scheduler
         # once per share.
         inline = len(groups) <= FAN_IN
-        pieces = [V[a:b] if inline else graph.data(V[a:b]) for a, b in bounds]
+        # a row block wholly in the zero rows multiplies nothing (None: block_products skips its K^T V_I)
+        pieces = [None if b <= zero_above else V[a:b] if inline else graph.data(V[a:b]) for a, b in bounds]
         # a single-precision pass's partial sums cross the network in float32
         # (measured at n = 20,000 on two workers: 6.4 MB a pass otherwise)
         wire = "float32" if V.dtype == np.float32 and groups[0][0] is not None else None

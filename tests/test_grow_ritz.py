@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import dkpca
+from dkpca import operator as operator_module
 from dkpca.linalg import Centering
 from dkpca.operator import StoredKernelOperator
 from dkpca.storage import FitStore, GramStore, verify_store
@@ -121,9 +122,15 @@ def test_a_product_that_skips_zero_rows_reads_fewer_blocks_and_equals_the_whole_
     V[200:] = np.random.default_rng(0).standard_normal((100, 4))
     whole = op.raw_matmat(V)
     read = _blocks_read(monkeypatch)
+    transposed: list[bool] = []  # per block read: whether its rows' piece of V was handed over as zero (None)
+    real = operator_module.block_products
+    monkeypatch.setattr(operator_module, "block_products",
+                        lambda blk, VI, *rest: transposed.append(VI is None) or real(blk, VI, *rest))
     np.testing.assert_allclose(op.raw_matmat(V, zero_above=200), whole, rtol=1e-13, atol=0)
     # 300 rows in tiles of 64: 5 row blocks; rows 0-199 end inside block 3 (192-255): blocks with J >= 3 are read
     assert EDGE * 3 < 200 < EDGE * 4 and sorted(read) == sorted((i, j) for j in (3, 4) for i in range(j + 1))
+    # of those 9, the 6 with I in blocks 0-2 (wholly zero rows) make no K^T V_I
+    assert transposed.count(True) == 6 and len(transposed) == 9
 
 
 def test_uncentring_a_product_undoes_its_centring():

@@ -28,7 +28,7 @@ __all__ = ["block_products", "kernel_block_products", "add", "add_outputs", "tre
 
 def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
                    symmetric_pair: bool, compiled: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(blk @ VJ, blk.T @ VI)`` in float64 (the second is None on the diagonal).
+    """``(blk @ VJ, blk.T @ VI)`` in float64 (the second is None on the diagonal, and where ``VI`` is None: zero).
 
     ``V`` in float32 asks for a single-precision product (solvers use it for
     early passes, whose errors later passes correct): no widening, half the
@@ -39,6 +39,9 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
     compiled exp has paid for numba already).
     """
     bi, bj = blk.shape
+    if VI is None:  # V is zero on rows I (a product that skips zero rows): K^T V_I is zero, not computed
+        yI = block_products(blk, np.zeros((bi, VJ.shape[1]), VJ.dtype), VJ, False, compiled)[0]
+        return yI, np.zeros((bj, VJ.shape[1])) if symmetric_pair else None
     if VI.dtype == np.float32 and blk.dtype == np.float32:
         yI = (blk @ VJ).astype(np.float64)
         return yI, (blk.T @ VI).astype(np.float64) if symmetric_pair else None
@@ -78,6 +81,8 @@ def kernel_block_products(kernel: Any, XI: np.ndarray, XJ: np.ndarray, VI: np.nd
     without the block ever leaving the cache; any other is formed in a
     reused buffer first.
     """
+    if VI is None:  # V zero on rows I: the fused kernel loop makes both products; its K^T V_I is zero
+        VI = np.zeros((XI.shape[0], VJ.shape[1]), VJ.dtype)
     operands = None
     if not same and compiled and np.dtype(dtype) == np.float32 and VI.dtype == np.float64:
         operands = kernel.exp_operands(XI, XJ, dtype)
