@@ -26,7 +26,7 @@ from .solvers import randomized as random_start
 from .solvers.fraction import solve_fraction, working_k
 from .solvers.spectrum import keep_fraction
 
-__all__ = ["log_pass", "initial_block", "solve", "keep_fraction_warned", "in_memory_operator",
+__all__ = ["log_pass", "algebra_blas", "initial_block", "solve", "keep_fraction_warned", "in_memory_operator",
            "memory_kernel_matrix", "solve_kernel_matrix"]
 
 logger = logging.getLogger("dkpca")
@@ -153,15 +153,19 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str | Solver, *, 
     else:
         opts: dict[str, Any] = (dict(tol=0.0, max_passes=1, rng=None) if not solver.spec.iterative else
                                 dict(tol=tol, max_passes=max_passes, rng=as_generator(random_state)))
-        # dense X only: the landmarks' kernel slices need rows of X (sparse X starts at random)
-        if solver.spec.takes_start and fraction is None and start is not None and start.ndim == 2:
-            # a warm start's columns, then the usual start's directions beyond them (random without dense X)
+        if solver.spec.takes_start and fraction is None:
             policy = start_policy(solver, K.shape[0], k)
-            usual = (initial_block(policy, X, kernel, opts["rng"]) if isinstance(X, np.ndarray) and kernel is not None
-                     else random_start.start_block(K.shape[0], policy.width, opts["rng"]))
-            opts["start"] = extend_basis(start, usual) if start.shape[1] < policy.width else start
-        elif solver.spec.takes_start and fraction is None and isinstance(X, np.ndarray) and kernel is not None:
-            opts["start"] = initial_block(start_policy(solver, X.shape[0], k), X, kernel, opts["rng"])
+            # dense X only: the landmarks' kernel slices need rows of X (sparse X starts at random)
+            dense = isinstance(X, np.ndarray) and kernel is not None
+
+            def usual() -> np.ndarray:
+                return (initial_block(policy, X, kernel, opts["rng"]) if dense else
+                        random_start.start_block(K.shape[0], policy.width, opts["rng"]))
+
+            if start is not None and start.ndim == 2:  # a warm start's columns, then the usual start's beyond them
+                opts["start"] = start if start.shape[1] >= policy.width else extend_basis(start, usual())
+            elif dense:
+                opts["start"] = usual()
         res = solve(solver, op, k, fraction, **opts)
         if solver.spec.iterative and not res.converged:
             warnings.warn(f"solver={solver.value!r} stopped after {res.passes} passes above tol={tol:g}; raise "

@@ -35,7 +35,6 @@ through ``dkpca.fit``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
@@ -43,11 +42,10 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from .eigensolve import initial_block
-from .execution import serial_blas
+from .eigensolve import algebra_blas, initial_block
 from .io import Fingerprint
 from .kernels import Kernel
-from .linalg import Centering, ProjectionWeights, extend_basis
+from .linalg import Centering, extend_basis
 from .model import KPCAModel
 from .operator import CenteredKernelOperator
 from .planning import StartPolicy
@@ -137,41 +135,36 @@ def load_ritz(store: FitStore, n_old: int, kernel: Kernel, dtype: np.dtype) -> R
         logger.warning("the store's Ritz record is not a set of orthonormal Ritz vectors of %d rows with their "
                        "products; the update starts without it", n_old)
         return None
-    return RitzRecord(theta, U, KU)
+    # the pairs with a positive value: the Nystroem extension (and the build's sums, k(x)^T U Lambda^-1/2) needs them
+    keep = theta > 0
+    return RitzRecord(theta[keep], U[:, keep], KU[:, keep])
 
 
-def ritz_start(op: CenteredKernelOperator, ritz: RitzRecord, new_sums: np.ndarray, old: Centering,
+def ritz_start(op: CenteredKernelOperator, ritz: RitzRecord, ext: np.ndarray, new_KW: np.ndarray,
                width: int) -> np.ndarray:
     """An update's start block of ``width`` columns; its product with K is handed to ``op`` (``op.prime``).
 
-    Rayleigh-Ritz on ``Q = [[U, 0], [0, E]]`` (``E``: the new rows' Nystroem extension of the leading
+    Rayleigh-Ritz on ``Q = [[U, 0], [0, E]]`` (``E``: the new rows' Nystroem extension ``ext`` of the leading
     ``width`` Ritz vectors, made orthonormal), whose product with K is ``[[K U, K_on E], [K_no U, K_nn E]]``:
-    ``K U`` recorded, ``K_no U`` the build's ``new_sums`` (the new rows' ``k(x)^T [U, 1]`` over the old
-    rows), the ``E`` columns one product over the blocks touching new rows.  The top ``width`` Ritz
-    vectors of ``Q^T K~ Q`` start the solver; the product of any combination of Q's columns is that
-    combination of theirs, so the solver's first pass reads no block of the old rows.
+    ``K U`` recorded, ``K_no U`` from the build's ``new_KW`` (the new rows' ``k(x)^T U Lambda^-1/2`` over the
+    old rows, :meth:`Update.probe`), the ``E`` columns one product over the blocks touching new rows.  The
+    top ``width`` Ritz vectors of ``Q^T K~ Q`` start the solver; the product of any combination of Q's
+    columns is that combination of theirs, so the solver's first pass reads no block of the old rows.
     """
     n_old, p = ritz.vectors.shape
-    n, m = op.n, op.n - n_old
-    theta, U = ritz.values, ritz.vectors
-    # k~(x)^T U (the old model's out-of-sample centring), then Nystroem: k~(x)^T U Lambda^-1
-    kU = old.center_scores(new_sums[:, :p].copy(), new_sums[:, p] / n_old,
-                           ProjectionWeights(U, old.row_means @ U, U.sum(axis=0)))
-    ext = np.divide(kU, theta, out=np.zeros_like(kU), where=theta > 0)[:, :width]
-    E, sv, _ = np.linalg.svd(ext, full_matrices=False)
+    E, sv, _ = np.linalg.svd(ext[:, :width], full_matrices=False)
     E = E[:, : int(np.sum(sv > 1e-10 * sv[0]))] if sv.size and sv[0] > 0 else E[:, :0]
-    q = E.shape[1]
-    Q = np.zeros((n, p + q))
-    Q[:n_old, :p], Q[n_old:, p:] = U, E
-    KQ = np.empty((n, p + q))
-    KQ[:n_old, :p], KQ[n_old:, :p] = ritz.products, new_sums[:, :p]
+    Q = np.zeros((op.n, p + E.shape[1]))
+    Q[:n_old, :p], Q[n_old:, p:] = ritz.vectors, E
+    KQ = np.empty_like(Q)
+    KQ[:n_old, :p], KQ[n_old:, :p] = ritz.products, new_KW * np.sqrt(ritz.values)
     KQ[:, p:] = op.raw_matmat(Q[:, p:], zero_above=n_old)
     M = Q.T @ op.centering.center_product(KQ.copy(), Q)
     Y = np.linalg.eigh(0.5 * (M + M.T))[1][:, ::-1][:, :width]
     V = Q @ Y
     op.prime(V, KQ @ Y)
-    logger.debug("update start: Rayleigh-Ritz on %d recorded Ritz vectors and %d of the new rows' directions "
-                 "(%d new rows)", p, q, m)
+    logger.debug("update start: Rayleigh-Ritz on %d recorded Ritz vectors and %d of the new rows' directions",
+                 p, E.shape[1])
     return V
 
 
@@ -202,40 +195,46 @@ class Update:
     def n_new(self) -> int:
         return self.growth.n_new
 
-    def probe(self) -> np.ndarray | None:
-        """``[U Lambda^-1/2, 1]`` on the old rows, 0 on the new: the build's product gives the extension's sums.
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(Lambda, U)`` the start extends: the Ritz record's where there is one, else the old model's."""
+        if self.ritz is not None:
+            return self.ritz.values, self.ritz.vectors
+        return self.model.eigenvalues_, self.model.eigenvectors_
 
-        With a Ritz record, its vectors ``[U, 1]`` (:func:`ritz_start`).
-        """
+    def probe(self) -> np.ndarray | None:
+        """``[U Lambda^-1/2, 1]`` on the old rows, 0 on the new: the build's product gives the extension's sums."""
         if self.model is None:
             return None
-        W = self.ritz.vectors if self.ritz is not None else self.model.projection_weights().W
+        W = self.model.centering.projection_weights(*self._pairs()).W
         P = np.zeros((self.n_new, W.shape[1] + 1))
         P[: self.n_old, :-1] = W
         P[: self.n_old, -1] = 1.0
         return P
 
-    def extension(self, product: np.ndarray | None, X: da.Array) -> np.ndarray | None:
-        """The old eigenvectors' Nystroem extension to the new rows, ``k~(x)^T U Lambda^-1`` (m x k).
+    def extended(self, product: np.ndarray | None, X: da.Array) -> np.ndarray | None:
+        """``[U; k~(x)^T U Lambda^-1]``: the old vectors and their Nystroem extension to the new rows.
 
         ``product``: the build's ``K P`` (:meth:`probe`), whose new rows hold
-        ``k(x)^T W`` and ``k(x)^T 1`` over the old rows; without it (K built
-        already: a rerun) the old model projects the new rows itself.
+        ``k(x)^T W`` and ``k(x)^T 1`` over the old rows (U: :meth:`_pairs`); without it (K built
+        already: a rerun) the old model projects the new rows itself (U: its eigenvectors).
         """
         model = self.model
         if model is None:
             return None
-        if product is not None and self.ritz is None:  # with a record the build's sums are of its vectors
-            k = model.n_components
-            KW, ksum = product[self.n_old:, :k].copy(), product[self.n_old:, k]
-            Z = model.centering.center_scores(KW, ksum / self.n_old, model.projection_weights())
+        if product is not None:
+            lam, U = self._pairs()
+            weights = model.centering.projection_weights(lam, U)
+            k = U.shape[1]
+            Z = model.centering.center_scores(product[self.n_old:, :k].copy(), product[self.n_old:, k] / self.n_old,
+                                              weights)
         else:
+            lam, U = model.eigenvalues_, model.eigenvectors_
             Z = np.asarray(model.transform(X[self.n_old:].compute()))
-        return nystroem_rows(Z, model.eigenvalues_)
+        return np.vstack([U, nystroem_rows(Z, lam)])
 
     def start_block(self, info: GramInfo | None, X: da.Array, policy: StartPolicy, kernel: Kernel,
                     rng: np.random.Generator, op: CenteredKernelOperator | None = None) -> np.ndarray | None:
-        """The solver's start: :func:`ritz_start` where it can, else ``extend_basis`` of ``[U; U_ext]``.
+        """The solver's start: :func:`ritz_start` where it can, else ``extend_basis`` of :meth:`extended`.
 
         ``info``: the build's, whose product (:meth:`probe`) holds the extension's sums when it computed every
         block touching a new row (not a rerun that found some built); else the old model projects the new rows.
@@ -246,18 +245,16 @@ class Update:
         """
         _, computed, _ = update_blocks(self.n_old, self.n_new, self.growth.block)
         whole = info is not None and info.probe_product is not None and info.computed_blocks == computed
-        if whole and op is not None and self.ritz is not None and self.ritz.values.size >= policy.width:
-            with serial_blas() if policy.serial else contextlib.nullcontext():
-                return ritz_start(op, self.ritz, info.probe_product[self.n_old:], self.model.centering,
-                                  policy.width)
-        ext = self.extension(info.probe_product if whole and self.ritz is None else None, X)
-        if ext is None:
+        full = self.extended(info.probe_product if whole else None, X)
+        if full is None:
             return None
-        U = np.vstack([self.model.eigenvectors_, ext])[:, : policy.width]
+        if whole and op is not None and self.ritz is not None and self.ritz.values.size >= policy.width:
+            with algebra_blas(policy):
+                return ritz_start(op, self.ritz, full[self.n_old:],
+                                  info.probe_product[self.n_old:, :self.ritz.values.size], policy.width)
         usual = initial_block(policy, X, kernel, rng)
-        # the policy's BLAS threads for a start block's algebra (one for narrow blocks: measured faster)
-        with serial_blas() if policy.serial else contextlib.nullcontext():
-            return extend_basis(U, usual)
+        with algebra_blas(policy):  # the policy's BLAS threads (one for narrow blocks: measured faster)
+            return extend_basis(full[:, : policy.width], usual)
 
     def warm(self, fused: bool) -> str:
         """The start, in words (the report's ``warm_start``); ``fused``: :func:`ritz_start` gave it."""

@@ -39,7 +39,6 @@ from .io import as_dask
 from .kernels import Kernel
 from .linalg import Centering, balanced_block, block_bounds, rows_per_block
 from .linalg.products import MEMORY_BLOCK
-from .request import as_generator
 from .solvers import Solver, subspace_width
 
 __all__ = ["PartialFit", "cross_kernel", "extend_eigenvectors", "grown_matrix", "warm_start"]
@@ -103,7 +102,7 @@ def extend_eigenvectors(cross: np.ndarray, eigenvalues: np.ndarray, eigenvectors
     return np.vstack([eigenvectors, nystroem_rows(scores, eigenvalues)])
 
 
-def warm_start(extended: np.ndarray, solver: Solver, k: int, rng: np.random.Generator) -> np.ndarray | None:
+def warm_start(extended: np.ndarray, solver: Solver, k: int) -> np.ndarray | None:
     """The start of ``solver`` for ``k`` components from the extended eigenvectors.
 
     Block Lanczos and subspace iteration: the extended columns (at most the
@@ -266,7 +265,7 @@ class PartialFit:
         start = None
         if not isinstance(k, float) and (typed is Solver.ARPACK or typed.spec.takes_start):
             extended = extend_eigenvectors(K[n_old:, :n_old], self.eigenvalues_, self.eigenvectors_, self._centering)
-            start = warm_start(extended, typed, k, as_generator(self.random_state))
+            start = warm_start(extended, typed, k)
         started = "its own start" if start is None else f"the {self.eigenvectors_.shape[1]} extended eigenvectors"
         res = self._solve_in_memory(K, X_all, k, solver, start=start)
         logger.info("partial_fit: %d + %d rows, solver %s from %s, %d passes", n_old, N - n_old, typed.value,

@@ -380,13 +380,13 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
             T = np.diag(theta_all[:keep])
             restarts += 1
             local_from = 0  # K~ V is not orthogonal to the kept Ritz vectors
-    theta, U = theta_all[:res.size].copy(), rows.times(basis, S[:, :res.size])
+    p = min(ritz, S.shape[1])
+    Up = rows.times(basis, S[:, :max(res.size, p)])  # the wanted Ritz vectors and the recorded ones, one product
+    theta, U = theta_all[:res.size].copy(), np.ascontiguousarray(Up[:, :res.size])
     info = {"block_size": ell, "basis_size": int(basis.shape[1]), "max_basis": cap, "restarts": restarts}
     if resumed:
         info["resumed_at_pass"] = resumed
     if ritz:
-        p = min(ritz, S.shape[1])
-        Up = rows.times(basis, S[:, :p])
-        info["ritz"] = (theta_all[:p].copy(), Up, Up * theta_all[:p] + rows.times(W, S[m:, :p]))
+        info["ritz"] = (theta_all[:p].copy(), Up[:, :p], Up[:, :p] * theta_all[:p] + rows.times(W, S[m:, :p]))
     return EigResult(theta, U, passes=resumed + operator.passes - start_passes, residuals=res,
                      converged=bool(converged), solver="lanczos", history=history, info=info)
