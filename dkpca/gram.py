@@ -33,7 +33,17 @@ import numpy as np
 from .execution import compute, placed, placement
 from .io import Fingerprint
 from .kernels import Kernel, NonFiniteKernelError
-from .linalg import TaskGraph, block_bounds, block_products, pair_weights, retire, scatter_sum, scratch, touched_rows
+from .linalg import (
+    TaskGraph,
+    block_bounds,
+    block_products,
+    formed_block_products,
+    pair_weights,
+    retire,
+    scatter_sum,
+    scratch,
+    touched_rows,
+)
 from .storage import FitStore, GramInfo, GramStore, GramWriters, Lease, gram_bytes, use_direct_io
 
 __all__ = ["build_gram"]
@@ -53,9 +63,14 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
     solver's first product, fused into the build while the block is in cache).
     """
     buf = scratch("gram-block", (XI.shape[0], XJ.shape[0]), dtype)
-    blk = kernel.block(XI, None if I == J else XJ, dtype, out=buf)
-    row_sums = np.empty(blk.shape[0], np.float64)
-    col_sums = np.zeros(blk.shape[1], np.float64) if I != J else None
+    formed = _formed(kernel, XI, XJ, dtype, I == J, buf, probe_I, probe_J)
+    if formed is not None:
+        # the block, its sums and the probe's products from one call without the GIL; written whole
+        blk, row_sums, col_sums, products = formed
+    else:
+        blk = kernel.block(XI, None if I == J else XJ, dtype, out=buf)
+        row_sums = np.empty(blk.shape[0], np.float64)
+        col_sums = np.zeros(blk.shape[1], np.float64) if I != J else None
 
     def sums(s: int, e: int) -> None:
         # Exact float64 sums of the stored values, so that the operator is
@@ -77,10 +92,32 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
                 f"{kernel.to_dict()} is not usable on this data; choose other kernel parameters (e.g. a smaller "
                 "degree or gamma) or scale the data.")
 
+    if formed is not None:
+        out.write_block(I, J, blk, row_sums, col_sums, check=finite)
+        return products
     out.write_block(I, J, blk, row_sums, col_sums, visit=sums, check=finite)
     if probe_I is None:
         return None
     return block_products(blk, probe_I, probe_J, I != J)
+
+
+def _formed(kernel: Kernel, XI: np.ndarray, XJ: np.ndarray, dtype: str, same: bool, buf: np.ndarray,
+            probe_I: np.ndarray | None, probe_J: np.ndarray | None) -> tuple | None:
+    """``(blk, row_sums, col_sums, probe products)`` by :func:`formed_block_products`, or None (form it as usual).
+
+    The sums are the products with a column of ones, put first beside the
+    probe's columns: exact float64 sums of the stored values, as the strip loop's.
+    """
+    if probe_I is not None and (probe_I.dtype != np.float64 or probe_J.dtype != np.float64):
+        return None  # a single-precision probe: its product is made apart, in float32
+    VI, VJ = (np.ones((len(X), 1)) if p is None else np.hstack([np.ones((len(X), 1)), p])
+              for X, p in ((XI, probe_I), (XJ, probe_J)))
+    formed = formed_block_products(kernel, XI, XJ, dtype, same, buf, VI, VJ)
+    if formed is None:
+        return None
+    blk, yI, yJ = formed
+    products = None if probe_I is None else (yI[:, 1:], None if same else yJ[:, 1:])
+    return blk, np.ascontiguousarray(yI[:, 0]), None if same else np.ascontiguousarray(yJ[:, 0]), products
 
 
 def build_gram(

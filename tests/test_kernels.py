@@ -299,6 +299,53 @@ def test_compiled_products_carry_a_nan_to_the_finiteness_check(rng):
     assert np.isnan(yI).all() and np.isnan(yJ[7]).all() and np.isfinite(np.delete(yJ, 7, axis=0)).all()
 
 
+@pytest.mark.parametrize("same", [False, True])
+def test_a_formed_block_is_the_compiled_block_with_exact_sums_and_products(same, rng):
+    """A Gram build's block from one compiled call: the compiled kernel's block (float32 rounding: 2 ulp), exactly
+    symmetric with a unit diagonal on the diagonal, and its products those of the stored values in float64."""
+    from dkpca.linalg import formed_block_products
+
+    X, Y = rng.standard_normal((333, 9)), rng.standard_normal((257, 9))
+    XJ = X if same else Y
+    kernel = K.RBF(0.1).compiled()
+    VI, VJ = rng.standard_normal((333, 4)), rng.standard_normal((len(XJ), 4))
+    out = np.empty((333, len(XJ)), np.float32)
+    blk, yI, yJ = formed_block_products(kernel, X, XJ, "float32", same, out, VI, VJ)
+    want = kernel.block(X, None if same else XJ, np.float32)
+    assert blk is out
+    np.testing.assert_allclose(blk, want, rtol=2.4e-7, atol=0)
+    exact = blk.astype(np.float64)
+    np.testing.assert_allclose(yI, exact @ VJ, rtol=1e-12, atol=1e-12)
+    if same:
+        assert yJ is None and np.array_equal(blk, blk.T) and np.all(np.diagonal(blk) == 1)
+    else:
+        np.testing.assert_allclose(yJ, exact.T @ VI, rtol=1e-12, atol=1e-12)
+
+
+def test_a_formed_block_carries_a_nan_to_its_sums(rng):
+    """NaN data give NaN sums, which the build's finiteness check refuses, not a quiet number."""
+    from dkpca.linalg import formed_block_products
+
+    X, Y = rng.standard_normal((80, 4)), rng.standard_normal((90, 4))
+    Y[7, 2] = np.nan
+    _, yI, yJ = formed_block_products(K.RBF(0.2).compiled(), X, Y, "float32", False,
+                                      np.empty((80, 90), np.float32), np.ones((80, 1)), np.ones((90, 1)))
+    assert np.isnan(yI).all() and np.isnan(yJ[7]).all() and np.isfinite(np.delete(yJ, 7, axis=0)).all()
+
+
+@pytest.mark.parametrize("kernel", [K.RBF(0.1), K.Laplacian(0.1).compiled(), K.Polynomial(degree=2),
+                                    K.RBF(0.1).compiled() + K.Linear()])
+def test_other_kernels_form_no_block_in_one_call(kernel, rng):
+    """Without exp operands the build forms the block as before (None), and so with single-precision columns."""
+    from dkpca.linalg import formed_block_products
+
+    X = rng.standard_normal((10, 3))
+    out, V = np.empty((10, 10), np.float32), np.ones((10, 1))
+    assert formed_block_products(kernel, X, X, "float32", True, out, V, V) is None
+    assert formed_block_products(K.RBF(0.1).compiled(), X, X, "float32", True, out, V.astype(np.float32),
+                                 V.astype(np.float32)) is None
+
+
 @pytest.mark.parametrize("kernel", [K.RBF(0.1), K.Laplacian(0.1).compiled(), K.Polynomial(degree=2),
                                     K.RBF(0.1).compiled() + K.Linear()])
 def test_only_the_compiled_rbf_gives_exp_operands(kernel, rng):
@@ -363,4 +410,4 @@ def test_read_only_blocks_and_columns_meet_the_one_compiled_signature(rng):
                        kernel_block_products(kernel, X[:120], X[120:], V[:120], V[120:], "float32", False, True))):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)
-    assert [len(f.signatures) for f in fastexp._build_products("float32")] == [1, 1]
+    assert [len(f.signatures) for f in fastexp._build_products("float32")] == [1, 1, 1]

@@ -40,7 +40,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["available", "ready", "exp_nonpositive", "widened_products", "exp_gemm_products"]
+__all__ = ["available", "ready", "exp_nonpositive", "widened_products", "exp_gemm_products", "exp_gemm_block"]
 
 #: fast-math flags without ``reassoc`` (it could fold the two halves of ln 2
 #: back into one and lose the reduction's accuracy) and without ``nnan`` /
@@ -124,7 +124,7 @@ def _build(dtype_name: str) -> Callable[[np.ndarray, int, int, int], None]:
 
 
 @cache
-def _build_products(dtype_name: str) -> tuple[Callable, Callable]:
+def _build_products(dtype_name: str) -> tuple[Callable, Callable, Callable]:
     """The compiled product loops for blocks of one precision (float64 products), built on first use.
 
     Compiled here, once, for the signatures below: their inputs typed read-only, which writable arrays
@@ -142,6 +142,7 @@ def _build_products(dtype_name: str) -> tuple[Callable, Callable]:
     v_t = types.Array(types.float64, 2, "C", **ro)
     widened_sig = types.void(blk_t, v_t, v_t, f64, f64, f64, f64, b1)
     exp_gemm_sig = types.void(a_t, bt_t, v_t, v_t, f64, f64, types.Array(ft, 2, "C"), f64, f64)
+    exp_block_sig = types.void(a_t, bt_t, types.Array(ft, 2, "C"), v_t, v_t, f64, f64, f64, f64, b1)
 
     @njit(nogil=True)
     def widen_multiply(strip, VI, VJ, yI, yJ, w, part, s, symmetric):
@@ -173,11 +174,40 @@ def _build_products(dtype_name: str) -> tuple[Callable, Callable]:
             exp(Gs.reshape(-1), e - s, cols, cols)
             widen_multiply(Gs, VI, VJ, yI, yJ, w, part, s, True)
 
+    @njit(nogil=True)
+    def mirror(K, tile):
+        # the upper triangle onto the lower, tile by tile (both tiles stay in cache)
+        n = K.shape[0]
+        for a in range(0, n, tile):
+            for b in range(a, n, tile):
+                for i in range(a, min(a + tile, n)):
+                    for j in range(max(b, i + 1), min(b + tile, n)):
+                        K[j, i] = K[i, j]
+
+    @njit(exp_block_sig, nogil=True)
+    def exp_block(A, Bt, K, VI, VJ, yI, yJ, w, part, same):
+        rows, cols = w.shape[0], K.shape[1]
+        for s in range(0, K.shape[0], rows):
+            e = min(s + rows, K.shape[0])
+            c0 = s if same else 0  # a diagonal block: its upper triangle, then mirrored
+            G = K[s:e]
+            np.dot(A[s:e], Bt, G)
+            if same:
+                for i in range(e - s):
+                    G[i, s + i] = 0.0  # exp(0) = 1 exactly on the diagonal
+            exp(G.reshape(-1)[c0:], e - s, cols - c0, cols)
+            if not same:
+                widen_multiply(G, VI, VJ, yI, yJ, w, part, s, True)
+        if same:
+            mirror(K, 64)
+            for s in range(0, K.shape[0], rows):
+                widen_multiply(K[s:min(s + rows, K.shape[0])], VI, VJ, yI, yJ, w, part, s, False)
+
     _READY.add(dtype_name)  # compiled above, for their signatures (exp_gemm calls the exp and widen_multiply)
-    return widened, exp_gemm
+    return widened, exp_gemm, exp_block
 
 
-def _products(dtype_name: str) -> tuple[Callable, Callable]:
+def _products(dtype_name: str) -> tuple[Callable, Callable, Callable]:
     with _COMPILE_LOCK:
         return _build_products(dtype_name)
 
@@ -214,6 +244,25 @@ def exp_gemm_products(A: np.ndarray, B: np.ndarray, VI: np.ndarray, VJ: np.ndarr
     VI, VJ = (np.require(V, np.float64, ("C", "A")) for V in (VI, VJ))
     _products(A.dtype.name)[1](A, B.T, VI, VJ, yI, yJ, G, w, part)
     return yI, yJ
+
+
+def exp_gemm_block(A: np.ndarray, B: np.ndarray, K: np.ndarray, VI: np.ndarray, VJ: np.ndarray, same: bool,
+                   w: np.ndarray, part: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``K = exp(min(A B^T, 0))`` into ``K`` (C-contiguous, A's dtype), with ``(K @ VJ, K.T @ VI)`` in float64.
+
+    One call without the GIL for a Gram build's block: each strip's GEMM, its
+    exp and its products with V while the strip is in cache.  ``same``: a
+    diagonal block (B's rows are A's points): its upper triangle with exact
+    ones on the diagonal, mirrored, so exactly symmetric as
+    :meth:`~dkpca.kernels.Kernel.block` makes it; the second product is then
+    None.  ``w`` and ``part`` as in :func:`widened_products`.
+    """
+    yI = np.empty((A.shape[0], VJ.shape[1]))
+    yJ = np.zeros((B.shape[0], VI.shape[1])) if not same else part
+    A, B = (np.require(a, requirements=("C", "A")) for a in (A, B))
+    VI, VJ = (np.require(V, np.float64, ("C", "A")) for V in (VI, VJ))
+    _products(A.dtype.name)[2](A, B.T, K, VI, VJ, yI, yJ, w, part, same)
+    return yI, None if same else yJ
 
 
 def exp_nonpositive(G: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

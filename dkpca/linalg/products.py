@@ -16,14 +16,14 @@ from typing import Any
 import dask
 import numpy as np
 
-from ..kernels.fastexp import exp_gemm_products, widened_products
+from ..kernels.fastexp import exp_gemm_block, exp_gemm_products, widened_products
 from .grid import FAN_IN, balanced_block, block_bounds, product_strip_rows, rows_per_block, upper_pairs
 from .taskgraph import TaskGraph
 from .workspace import scratch
 
-__all__ = ["block_products", "kernel_block_products", "add", "add_outputs", "tree_sum", "touched_rows",
-           "group_products", "scatter_sum", "gather_sum", "dense_rows", "kernel_product", "kernel_matrix",
-           "matrix_product", "MEMORY_BLOCK"]
+__all__ = ["block_products", "kernel_block_products", "formed_block_products", "add", "add_outputs", "tree_sum",
+           "touched_rows", "group_products", "scatter_sum", "gather_sum", "dense_rows", "kernel_product",
+           "kernel_matrix", "matrix_product", "MEMORY_BLOCK"]
 
 
 def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
@@ -94,6 +94,29 @@ def kernel_block_products(kernel: Any, XI: np.ndarray, XJ: np.ndarray, VI: np.nd
     buf = scratch("op-block", (XI.shape[0], XJ.shape[0]), dtype)
     blk = kernel.block(XI, None if same else XJ, dtype, out=buf)
     return block_products(blk, VI, VJ, not same, compiled)
+
+
+def formed_block_products(kernel: Any, XI: np.ndarray, XJ: np.ndarray, dtype: str, same: bool, out: np.ndarray,
+                          VI: np.ndarray, VJ: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """The kernel block formed into ``out`` with :func:`block_products` ``(blk, K VJ, K^T VI)`` of it, or None.
+
+    For a Gram build, which stores the block and needs its sums (V = ones)
+    and perhaps a probe's products: one call without the GIL from the first
+    strip to the last (:func:`~dkpca.kernels.fastexp.exp_gemm_block`), where
+    the numpy strip loop takes and drops it ~500 times a 4000^2 block (GEMM,
+    exp, widening and sums per 64-row strip).  None where the kernel is not
+    one GEMM and the compiled exp (:meth:`~dkpca.kernels.Kernel.exp_operands`)
+    or V is not float64: the caller forms the block as usual.
+    """
+    if VI.dtype != np.float64 or VJ.dtype != np.float64:
+        return None
+    operands = kernel.exp_operands(XI, XI if same else XJ, dtype)
+    if operands is None:
+        return None
+    A, B = operands
+    w, part = _product_buffers(B.shape[0], VI.shape[1])
+    yI, yJ = exp_gemm_block(A, B, out, VI, VJ, same, w, part)
+    return out, yI, yJ
 
 
 def _product_buffers(cols: int, width: int) -> tuple[np.ndarray, np.ndarray]:

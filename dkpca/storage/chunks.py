@@ -153,7 +153,10 @@ class ChunkWriter:
         stored (an edge chunk padded with zeros, as zarr stores it); a caller
         records it to recognise the chunk later (:meth:`ChunkReader.read`'s ``expect``).
         """
-        rows = data.shape[0] if data.ndim < 2 else max(1, strip_bytes // max(1, data[0].nbytes))
+        # strips only for a visit; else each step takes the whole chunk in one call without the GIL (crc32c,
+        # xxhash, write): a 1 MB strip's three hand-overs of the GIL, ~200 a 64 MB chunk, queue behind every
+        # other thread of a 16-thread build (issue 40)
+        rows = data.shape[0] if data.ndim < 2 or visit is None else max(1, strip_bytes // max(1, data[0].nbytes))
         strips = [(s, min(s + rows, data.shape[0])) for s in range(0, data.shape[0], rows)]
         raw = self.raw_dir is not None and data.dtype == self.dtype
         # only a buffered raw write of a full, contiguous chunk visits strips as it writes them
