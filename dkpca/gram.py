@@ -94,6 +94,8 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
 
     if formed is not None:
         out.write_block(I, J, blk, row_sums, col_sums, check=finite)
+        if products is None and probe_I is not None:  # a single-precision probe: its float32 product apart
+            products = block_products(blk, probe_I, probe_J, I != J)
         return products
     out.write_block(I, J, blk, row_sums, col_sums, visit=sums, check=finite)
     if probe_I is None:
@@ -103,20 +105,21 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
 
 def _formed(kernel: Kernel, XI: np.ndarray, XJ: np.ndarray, dtype: str, same: bool, buf: np.ndarray,
             probe_I: np.ndarray | None, probe_J: np.ndarray | None) -> tuple | None:
-    """``(blk, row_sums, col_sums, probe products)`` by :func:`formed_block_products`, or None (form it as usual).
+    """``(blk, row_sums, col_sums, probe products or None)`` by :func:`formed_block_products`, or None (form it
+    as usual).
 
     The sums are the products with a column of ones, put first beside the
     probe's columns: exact float64 sums of the stored values, as the strip loop's.
     """
-    if probe_I is not None and (probe_I.dtype != np.float64 or probe_J.dtype != np.float64):
-        return None  # a single-precision probe: its product is made apart, in float32
-    VI, VJ = (np.ones((len(X), 1)) if p is None else np.hstack([np.ones((len(X), 1)), p])
+    # a single-precision probe is not fused: its float32 product is made apart from the formed block
+    fused = probe_I is not None and probe_I.dtype == np.float64 and probe_J.dtype == np.float64
+    VI, VJ = (np.hstack([np.ones((len(X), 1)), p]) if fused else np.ones((len(X), 1))
               for X, p in ((XI, probe_I), (XJ, probe_J)))
     formed = formed_block_products(kernel, XI, XJ, dtype, same, buf, VI, VJ)
     if formed is None:
         return None
     blk, yI, yJ = formed
-    products = None if probe_I is None else (yI[:, 1:], None if same else yJ[:, 1:])
+    products = (yI[:, 1:], None if same else yJ[:, 1:]) if fused else None
     return blk, np.ascontiguousarray(yI[:, 0]), None if same else np.ascontiguousarray(yJ[:, 0]), products
 
 

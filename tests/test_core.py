@@ -18,7 +18,7 @@ from dkpca.linalg import cholesky_qr
 from dkpca.operator import MatrixFreeKernelOperator, StoredKernelOperator
 from dkpca.storage import FitStore, gram_bytes
 
-from .conftest import centered, reference_eigh
+from .conftest import centered, reference_eigh, spy_calls
 
 
 def slow_decay(rng, n=500, d=40):
@@ -51,6 +51,35 @@ def test_stored_gram_equals_dense_kernel(tmp_path, blobs, dtype, tol):
     sizes = [128, 128, 128, 128, 88]
     want_bytes = sum(sizes[i] * sizes[j] for i in range(5) for j in range(i, 5)) * np.dtype(dtype).itemsize
     assert gram_bytes(n, b, dtype) == want_bytes
+
+
+@pytest.mark.parametrize("probe_dtype", ["float64", "float32"])
+def test_a_compiled_build_stores_the_kernel_its_sums_and_the_probes_product(tmp_path, blobs, rng, probe_dtype,
+                                                                          monkeypatch):
+    """The compiled rbf's blocks are formed with their sums (and a float64 probe's product) in one call: the
+    same K as the numpy rbf's build to float32 rounding (2.4e-7 relative), exact float64 sums of the stored
+    values (1e-12), and the fused first product equal to K times the probe (float64 probe: the stored values'
+    product to 1e-12; float32 probe: a single-precision product, 1e-5 of |K| |V|)."""
+    from dkpca.linalg import products
+
+    Xd = as_dask(blobs, block_rows=128)
+    probe = rng.standard_normal((len(blobs), 3)).astype(probe_dtype)
+    formed = spy_calls(monkeypatch, products, "exp_gemm_block", lambda: 1)
+    info = build_gram(FitStore.at(tmp_path / "c.zarr"), Xd, RBF(0.1).compiled(), scan(Xd), probe=probe)
+    assert len(formed) == 15  # every block formed in one call (5 row blocks of 128 over 600 rows)
+    plain = build_gram(FitStore.at(tmp_path / "p.zarr"), Xd, RBF(0.1), scan(Xd))
+    assert len(formed) == 15  # the numpy rbf forms its blocks strip by strip
+    n, b = len(blobs), 128
+    Kc, Kp = info.K()[:], plain.K()[:]
+    np.testing.assert_allclose(Kc, Kp, rtol=2.4e-7, atol=0)
+    full = np.zeros((n, n))
+    for I in range(0, n, b):
+        for J in range(I, n, b):
+            full[I:I + b, J:J + b] = Kc[I:I + b, J:J + b]
+            full[J:J + b, I:I + b] = Kc[I:I + b, J:J + b].T
+    np.testing.assert_allclose(info.row_sums, full.sum(axis=1), rtol=1e-12)
+    atol = 1e-12 if probe_dtype == "float64" else 1e-5 * np.abs(full).sum(axis=1).max() * np.abs(probe).max()
+    np.testing.assert_allclose(info.probe_product, full @ probe.astype(np.float64), rtol=0, atol=atol)
 
 
 @pytest.mark.parametrize("width", [3, 40])  # 64-row strips (skinny), 256-row strips (wide)

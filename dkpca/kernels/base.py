@@ -115,7 +115,8 @@ class Kernel:
         exp (the compiled rbf) returns its operands, so that a pass can
         multiply its block strip by strip without forming it
         (:func:`dkpca.kernels.fastexp.exp_gemm_products`); every other kernel
-        returns None and its blocks are formed.  ``Y`` is not ``X``.
+        returns None and its blocks are formed.  ``Y`` may be ``X`` (a Gram
+        build's diagonal block, whose upper triangle the caller mirrors).
         """
         return None
 

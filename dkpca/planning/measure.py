@@ -21,15 +21,17 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
+import psutil
 import scipy.linalg
 
 from ..execution import compute, for_the_client, local_thread_count, n_workers_threads, serial_blas
 from ..kernels import Kernel
-from ..linalg import Centering, block_products
-from ..storage import ChunkReader, ChunkWriter, probe_array
+from ..linalg import Centering, block_products, scratch
+from ..storage import ChunkReader, ChunkWriter, gram_bytes, probe_array, write_direct
 
-__all__ = ["measure_blocks", "measure_and_estimate", "disk_bandwidth", "rates_line", "estimate_passes",
-           "lanczos_passes", "dense_solve_seconds",
+__all__ = ["measure_blocks", "measure_and_estimate", "disk_bandwidth", "dirty_threshold", "writeback_rates",
+           "rates_line", "estimate_passes",
+           "lanczos_passes", "dense_solve_seconds", "extrapolated_gap",
            "MAX_MEASURE_EDGE", "BANDWIDTH_EDGE", "SPECTRUM_SAMPLE", "DENSE_SAMPLE"]
 
 #: blocks larger than this are measured at this edge and scaled (entries ~ edge^2): 2048, not 4096, since
@@ -68,7 +70,8 @@ def measure_blocks(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int
     # one thread's rates, as a block task runs (BLAS on one thread): the plan multiplies them by the
     # threads, and a GEMM timed on all of them would count the cores twice
     with serial_blas():
-        return _time_blocks(rows, kernel, block, edge, dtype, ell, store, beside)
+        return _time_blocks(rows, kernel, block, edge, dtype, ell, store, beside,
+                            k_bytes=gram_bytes(n, min(block, n), dtype))
 
 
 def measure_and_estimate(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int, store: str | None, *,
@@ -96,7 +99,7 @@ def measure_and_estimate(X: Any, kernel: Kernel, block: int, dtype: np.dtype, el
 
 
 def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype: np.dtype, ell: int,
-                 store: str | None, beside: Future | None = None) -> dict[str, float]:
+                 store: str | None, beside: Future | None = None, k_bytes: float = 0.0) -> dict[str, float]:
     """:func:`measure_blocks`' timings on the first ``2 edge`` rows of X."""
     XI = np.ascontiguousarray(rows[:edge])
     XJ = np.ascontiguousarray(rows[-edge:]) if rows.shape[0] >= 2 * edge else XI
@@ -124,6 +127,8 @@ def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype:
             wait([beside])
         rates = dict(zip(("write_bandwidth", "read_bandwidth"), disk_bandwidth(tmp, out, threads),
                          strict=True)) if edge >= BANDWIDTH_EDGE else {}
+        if rates:
+            rates.update(writeback_rates(tmp, out, k_bytes, rates["write_bandwidth"]))
     scale = (block / edge) ** 2
     return {"edge": edge, "kernel_block": t_kernel * scale, "write_block": t_write * scale,
             "read_block": t_read * scale, "product_block": t_prod * scale, "product_single_block": t_single * scale,
@@ -143,19 +148,63 @@ def disk_bandwidth(directory: str, block: np.ndarray, threads: int,
     threads = max(1, int(threads))
     e = min(edge, *block.shape)
     data = np.ascontiguousarray(block[:e, :e])
-    io = []
-    for i in range(threads):
-        path, z = probe_array(os.path.join(directory, f"bw{i}"), e, data.dtype)
-        io.append((ChunkWriter.of(path, z), ChunkReader.of(path, z)))
+    # one array with a chunk for each thread: creating an array's metadata took ~5 ms in the client, 85 ms of a
+    # 16-thread plan when each thread had its own (issue 40, main-thread stack samples)
+    path, z = probe_array(os.path.join(directory, "bw"), e, data.dtype, count=threads)
+    writer, reader = ChunkWriter.of(path, z), ChunkReader.of(path, z)
     with ThreadPoolExecutor(threads) as pool:
         t = time.perf_counter()
-        list(pool.map(lambda wr: wr[0].write((0, 0), data), io))
+        list(pool.map(lambda i: writer.write((i, 0), data), range(threads)))
         t_write = time.perf_counter() - t
         t = time.perf_counter()
-        list(pool.map(lambda wr: wr[1].read(0, 0, data.shape), io))
+        list(pool.map(lambda i: reader.read(i, 0, data.shape), range(threads)))
         t_read = time.perf_counter() - t
     nbytes = float(threads) * data.nbytes
     return nbytes / max(t_write, 1e-9), nbytes / max(t_read, 1e-9)
+
+
+def dirty_threshold() -> float | None:
+    """Bytes of dirty page cache from which Linux writes back to the device (``vm.dirty_background_*``), or None.
+
+    Below it a build's writes only fill the page cache, at what
+    :func:`disk_bandwidth`'s short probe sees; past it they wait for the
+    device.  ``dirty_background_ratio`` counts a share of the memory that can
+    be dirtied (free and reclaimable: ``MemAvailable``, close enough).
+    """
+    try:
+        with open("/proc/sys/vm/dirty_background_bytes") as f:
+            nbytes = int(f.read())
+        with open("/proc/sys/vm/dirty_background_ratio") as f:
+            ratio = int(f.read())
+    except (OSError, ValueError):  # not Linux
+        return None
+    return float(nbytes) if nbytes > 0 else ratio / 100 * psutil.virtual_memory().available
+
+
+def writeback_rates(directory: str, block: np.ndarray, k_bytes: float, cache_rate: float,
+                    edge: int = BANDWIDTH_EDGE) -> dict[str, float]:
+    """Where K outgrows :func:`dirty_threshold`: the device's write rate and the threshold, for the build's estimate.
+
+    The device's rate is that of one chunk written with ``O_DIRECT`` (past the
+    page cache), measured only for such a K.  Returns the keys
+    ``write_device_bandwidth`` and ``dirty_threshold``
+    (:meth:`~dkpca.planning.estimate.EntryRates.measured` takes them;
+    :func:`~dkpca.planning.estimate.estimate` writes the threshold's worth
+    of K as the probe's rate allows and the rest at the device's); nothing
+    where K stays below the threshold, the filesystem takes no ``O_DIRECT``
+    or the device is not slower than ``cache_rate``.
+    """
+    threshold = dirty_threshold()
+    if threshold is None or k_bytes <= threshold:
+        return {}
+    e = min(edge, *block.shape)
+    data = scratch("plan-direct", (e, e), block.dtype)  # page-aligned, as O_DIRECT needs
+    data[:] = block[:e, :e]
+    path = os.path.join(directory, "direct")
+    if not write_direct(path, data):  # no O_DIRECT on this filesystem: nothing learned
+        return {}
+    device = data.nbytes / max(_best_time(lambda: write_direct(path, data)), 1e-9)
+    return {"write_device_bandwidth": device, "dirty_threshold": threshold} if device < cache_rate else {}
 
 
 def rates_line(measured: dict[str, float], plan: Any) -> str:
@@ -231,11 +280,12 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     idx = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
     S = np.asarray(compute(X[idx], local=for_the_client(X.nbytes))[0], dtype=np.float64)
     K = kernel.block(S, None, np.float64)
-    Centering.of_matrix(K).center_matrix(K)
-    lam = scipy.linalg.eigh(K, eigvals_only=True)[::-1]
+    half = np.sort(np.random.default_rng(seed + 1).choice(m, size=m // 2, replace=False))
+    lam, lam_half = (_centred_spectrum(K[np.ix_(rows, rows)]) for rows in (np.arange(m), half))
     if k >= m or lam[min(k, m) - 1] <= 0:
         return max_passes, f"subsample of {m} points cannot resolve k={k}; at most max_passes={max_passes}"
-    gap = lam[ell] / lam[k - 1] if ell < m else 0.0
+    sample_gap = lam[ell] / lam[k - 1] if ell < m else 0.0
+    gap = extrapolated_gap(lam, lam_half, k, ell, n) if ell < m // 2 else sample_gap
     # residual_p ~ lambda_k gap^p, relative to lambda_1 -> stop when below tol
     target = tol * lam[0] / lam[k - 1]
     if gap <= 1e-12:
@@ -245,7 +295,40 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     else:
         p = int(np.ceil(np.log(target) / np.log(gap))) + 1
     p = int(min(max(p, 2), max_passes))
-    note = f"estimated from a {m}-point subsample: lambda_{ell + 1}/lambda_{k} = {gap:.3f}, tol={tol:g}"
+    note = (f"estimated from a {m}-point subsample: lambda_{ell + 1}/lambda_{k} = {sample_gap:.3f} there, "
+            f"~{gap:.3f} at n={n:,}, tol={tol:g}")
     if solver == "lanczos":
         p, note = lanczos_passes(p, tol, max_passes), note + ", block Lanczos"
     return p, note
+
+
+def _centred_spectrum(K: np.ndarray) -> np.ndarray:
+    """Eigenvalues of the centred ``K`` (a copy), largest first."""
+    K = np.array(K)
+    Centering.of_matrix(K).center_matrix(K)
+    return scipy.linalg.eigh(K, eigvals_only=True)[::-1]
+
+
+def extrapolated_gap(lam: np.ndarray, lam_half: np.ndarray, k: int, ell: int, n: int) -> float:
+    """``lambda_{ell+1} / lambda_k`` of the n-point K from the spectra of an m-point subsample and of its half.
+
+    A subsample's leading eigenvalues grow like its size (each is ``m`` times
+    an eigenvalue of the kernel's operator), but its tail also holds a floor
+    of sampling noise that grows far slower, so the subsample overstates the
+    gap the solvers see.  Measured on 20 Gaussian clusters (``benchmarks/_common.clustered``,
+    n = 20,000, d = 50, rbf): lambda_21/lambda_10 = 0.46 / 0.33 / 0.21 / 0.145 /
+    0.10 in subsamples of 250 / 500 / 1,000 / 2,000 / 4,000 points against
+    0.061 in K itself; the subsample's estimate took 10 passes where subspace
+    iteration took 5.  The tail is taken as ``a m + b`` (the two sizes fix a
+    and the floor b) and the leading one as proportional, each at ``n``:
+    0.071 here from 500 and 1,000 points.  Where the tail grows with the
+    size as the leading eigenvalue does (no floor) this is the subsample's
+    own gap; it never exceeds it.
+    """
+    m, h = len(lam), len(lam_half)
+    sample = lam[ell] / lam[k - 1]
+    if lam_half[k - 1] <= 0 or m <= h:
+        return float(sample)
+    slope = (lam[ell] - lam_half[ell]) / (m - h)
+    tail = max(0.0, lam[ell] + slope * (n - m))
+    return float(min(sample, tail / (lam[k - 1] * n / m)))

@@ -13,11 +13,14 @@ so the rule weighs the evaluation rate times the threads against K's write
 and read bandwidth.  The solvers differ in passes (block Lanczos needs fewer:
 a Krylov space, :func:`~dkpca.planning.measure.lanczos_passes`) and in their
 cost (subspace iteration's early passes multiply in single precision,
-:func:`single_passes`).  Measured (issue 40): on a 16-core machine at
-n = 100,000 the stored build wrote K at 1.3 GB/s whatever the threads (16 s),
-and recomputing with block Lanczos was 1.65x faster than storing; on the
-2-core development machine at n = 40,000 storing and recomputing with block
-Lanczos were within 2 % and subspace iteration 1.4x slower.
+:func:`single_passes`).  Measured (issue 40): on a lent 16-core machine at
+n = 100,000, with the build's blocks formed without the GIL, the stored K
+(20.8 GB, past the page cache's dirty threshold of 13.4 GB) took its tasks
+3.9 s and the device 4.4 s more, and recomputing with block Lanczos was
+1.2-1.3x faster than storing (10.65 / 11.93 s against 13.77 / 14.63 s); at
+40,000 (K 3.5 GB) the two were within 5 %; on the 2-core development machine
+at n = 40,000 storing and recomputing with block Lanczos were within 2 % and
+subspace iteration 1.4x slower.
 """
 
 from __future__ import annotations

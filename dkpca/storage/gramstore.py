@@ -110,14 +110,16 @@ def _create_K(group: zarr.Group, shape: tuple[int, int], block: int, dtype: Any)
     return create_array(group, "K", shape=shape, chunks=(block, block), dtype=dtype, fill_value=0.0)
 
 
-def probe_array(directory: str, edge: int, dtype: Any) -> tuple[str, zarr.Array]:
-    """A one-chunk array laid out exactly like K, in a new store under ``directory``.
+def probe_array(directory: str, edge: int, dtype: Any, count: int = 1) -> tuple[str, zarr.Array]:
+    """An array of ``count`` chunks (one column of them) laid out exactly like K, in a new store under ``directory``.
 
     Planning times the Gram build's and the operator's own chunk I/O on it,
-    on the store's filesystem, without knowing K's layout.
+    on the store's filesystem, without knowing K's layout; ``count``: a chunk
+    for each thread that writes at once (one array's metadata, not one each).
     """
     path = f"{directory}/probe.zarr"
-    return path, _create_K(zarr.open_group(path, mode="w").create_group(GROUP), (edge, edge), edge, dtype)
+    group = zarr.open_group(path, mode="w").create_group(GROUP)
+    return path, _create_K(group, (count * edge, edge), edge, dtype)
 
 
 @dataclass
