@@ -175,15 +175,16 @@ def algebra_fix(rows: list[dict], clock: Clock) -> None:
 
 
 def warm_compiled(d: int) -> None:
-    """numba's compilations a large fit may make (the compiled exp, the products' loops), done untimed."""
+    """numba's compilations a large fit may make (the compiled exp, the products' and the build's loops), untimed."""
     from dkpca.kernels import make_kernel
-    from dkpca.linalg import block_products, kernel_block_products
+    from dkpca.linalg import block_products, formed_block_products, kernel_block_products
 
     rows = np.random.default_rng(0).standard_normal((128, d)).astype(np.float32)
     V = np.ones((64, 2))
     kernel = make_kernel("rbf").resolve(d).compiled()
     kernel_block_products(kernel, rows[:64], rows[64:], V, V, "float32", False, True)
     block_products(kernel.block(rows[:64], rows[64:], np.float32), V, V, True, True)
+    formed_block_products(kernel, rows[:64], rows[64:], "float32", False, np.empty((64, 64), np.float32), V, V)
 
 
 def child(zpath: str, k: int, threads: int, extra: dict) -> dict:

@@ -392,7 +392,7 @@ def test_read_only_blocks_and_columns_meet_the_one_compiled_signature(rng):
     """A worker's V blocks arrive read-only and K's chunks are read so: the same machine code takes them (one
     signature each, compiled once), with the products of writable copies."""
     from dkpca.kernels import fastexp
-    from dkpca.linalg import block_products, kernel_block_products
+    from dkpca.linalg import block_products, formed_block_products, kernel_block_products
 
     def read_only(a):
         a = a.copy()
@@ -410,4 +410,10 @@ def test_read_only_blocks_and_columns_meet_the_one_compiled_signature(rng):
                        kernel_block_products(kernel, X[:120], X[120:], V[:120], V[120:], "float32", False, True))):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)
-    assert [len(f.signatures) for f in fastexp._build_products("float32")] == [1, 1, 1]
+    formed = [formed_block_products(kernel, X[:120], X[120:], "float32", False, np.empty((120, 80), np.float32),
+                                    V_, W_) for V_, W_ in ((read_only(V[:120]), read_only(V[120:])),
+                                                           (V[:120], V[120:]))]
+    for g, w in zip(*formed, strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert [len(f.signatures) for f in fastexp._build_products("float32")[:2]] == [1, 1]
+    assert len(fastexp._build_block_loop("float32").signatures) == 1
