@@ -132,3 +132,18 @@ def test_a_k_below_the_threshold_or_without_o_direct_keeps_the_probes_rate(tmp_p
     monkeypatch.setattr(measure, "dirty_threshold", lambda: 1e6)
     monkeypatch.setattr(measure, "write_direct", lambda *a: False)
     assert writeback_rates(str(tmp_path), block, 5e9, 1e9) == {}
+
+
+def test_the_plans_rates_line_names_the_device_past_the_threshold():
+    """``dkpca plan``'s line of rates: the page cache's and the device's write rates where both were measured."""
+    from types import SimpleNamespace
+
+    from dkpca.planning.measure import rates_line
+
+    plan = SimpleNamespace(block=4000, workers=1, threads_per_worker=16, build_bound="filesystem",
+                           pass_bound="compute")
+    line = rates_line({**SIXTEEN_CORE_100K, "kernel_block": 0.16, "product_block": 0.16}, plan)
+    assert "written 19.5 GB/s, read 48.3 GB/s; past 13.4 GB of dirty pages K is written at the device's " \
+           "1.48 GB/s; bound by the disk" in line, line
+    plain = {k: v for k, v in SIXTEEN_CORE_100K.items() if k not in ("write_device_bandwidth", "dirty_threshold")}
+    assert "dirty" not in rates_line({**plain, "kernel_block": 0.16, "product_block": 0.16}, plan)

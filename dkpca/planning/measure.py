@@ -220,6 +220,9 @@ def rates_line(measured: dict[str, float], plan: Any) -> str:
     rate = float(block) * block / seconds if seconds > 0 else float("inf")
     disk = ", ".join(f"{what} {measured[key] / 1e9:.3g} GB/s" for what, key in
                      (("written", "write_bandwidth"), ("read", "read_bandwidth")) if measured.get(key))
+    if measured.get("write_device_bandwidth") and measured.get("dirty_threshold"):
+        disk += (f"; past {measured['dirty_threshold'] / 1e9:.3g} GB of dirty pages K is written at the "
+                 f"device's {measured['write_device_bandwidth'] / 1e9:.3g} GB/s")
     bound = "the disk" if "filesystem" in bounds else "the cores"
     return (f"  rates:         kernel + product {rate / 1e6:.0f} M entries/s a thread x {threads} = "
             f"{rate * threads / 1e6:.0f} M/s; the store's filesystem, all threads at once: "
