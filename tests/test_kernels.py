@@ -299,21 +299,23 @@ def test_compiled_products_carry_a_nan_to_the_finiteness_check(rng):
     assert np.isnan(yI).all() and np.isnan(yJ[7]).all() and np.isfinite(np.delete(yJ, 7, axis=0)).all()
 
 
-@pytest.mark.parametrize("same", [False, True])
-def test_a_formed_block_is_the_compiled_block_with_exact_sums_and_products(same, rng):
-    """A Gram build's block from one compiled call: the compiled kernel's block (float32 rounding: 2 ulp), exactly
-    symmetric with a unit diagonal on the diagonal, and its products those of the stored values in float64."""
+@pytest.mark.parametrize(("same", "dtype", "rtol"), [(False, "float32", 2.4e-7), (True, "float32", 2.4e-7),
+                                                    (False, "float64", 1e-13), (True, "float64", 1e-13)])
+def test_a_formed_block_is_the_compiled_block_with_exact_sums_and_products(same, dtype, rtol, rng):
+    """A Gram build's block from one compiled call: the compiled kernel's block (to its precision's rounding: 2
+    ulp in float32; in float64 the GEMM's rounding of exponents of order 10, times 1e-14), exactly symmetric with
+    a unit diagonal on the diagonal, and its products those of the stored values in float64."""
     from dkpca.linalg import formed_block_products
 
     X, Y = rng.standard_normal((333, 9)), rng.standard_normal((257, 9))
     XJ = X if same else Y
     kernel = K.RBF(0.1).compiled()
     VI, VJ = rng.standard_normal((333, 4)), rng.standard_normal((len(XJ), 4))
-    out = np.empty((333, len(XJ)), np.float32)
-    blk, yI, yJ = formed_block_products(kernel, X, XJ, "float32", same, out, VI, VJ)
-    want = kernel.block(X, None if same else XJ, np.float32)
+    out = np.empty((333, len(XJ)), dtype)
+    blk, yI, yJ = formed_block_products(kernel, X, XJ, dtype, same, out, VI, VJ)
+    want = kernel.block(X, None if same else XJ, dtype)
     assert blk is out
-    np.testing.assert_allclose(blk, want, rtol=2.4e-7, atol=0)
+    np.testing.assert_allclose(blk, want, rtol=rtol, atol=0)
     exact = blk.astype(np.float64)
     np.testing.assert_allclose(yI, exact @ VJ, rtol=1e-12, atol=1e-12)
     if same:
