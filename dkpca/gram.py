@@ -65,12 +65,13 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
     buf = scratch("gram-block", (XI.shape[0], XJ.shape[0]), dtype)
     formed = _formed(kernel, XI, XJ, dtype, I == J, buf, probe_I, probe_J)
     if formed is not None:
-        # the block, its sums and the probe's products from one call without the GIL; written whole
+        # the block, its sums (and a float64 probe's products) from one call without the GIL: written whole
         blk, row_sums, col_sums, products = formed
-    else:
+    else:  # formed strip by strip; its sums taken by the writer's visit, each strip while it is in cache
         blk = kernel.block(XI, None if I == J else XJ, dtype, out=buf)
         row_sums = np.empty(blk.shape[0], np.float64)
         col_sums = np.zeros(blk.shape[1], np.float64) if I != J else None
+        products = None
 
     def sums(s: int, e: int) -> None:
         # Exact float64 sums of the stored values, so that the operator is
@@ -92,15 +93,10 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
                 f"{kernel.to_dict()} is not usable on this data; choose other kernel parameters (e.g. a smaller "
                 "degree or gamma) or scale the data.")
 
-    if formed is not None:
-        out.write_block(I, J, blk, row_sums, col_sums, check=finite)
-        if products is None and probe_I is not None:  # a single-precision probe: its float32 product apart
-            products = block_products(blk, probe_I, probe_J, I != J)
+    out.write_block(I, J, blk, row_sums, col_sums, visit=None if formed is not None else sums, check=finite)
+    if probe_I is None or products is not None:
         return products
-    out.write_block(I, J, blk, row_sums, col_sums, visit=sums, check=finite)
-    if probe_I is None:
-        return None
-    return block_products(blk, probe_I, probe_J, I != J)
+    return block_products(blk, probe_I, probe_J, I != J)  # the probe's product apart (a single-precision one)
 
 
 def _formed(kernel: Kernel, XI: np.ndarray, XJ: np.ndarray, dtype: str, same: bool, buf: np.ndarray,

@@ -37,6 +37,7 @@ import math
 import threading
 from collections.abc import Callable
 from functools import cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -123,6 +124,17 @@ def _build(dtype_name: str) -> Callable[[np.ndarray, int, int, int], None]:
     return kernel
 
 
+def _loop_types(dtype_name: str) -> SimpleNamespace:
+    """The compiled loops' argument types for blocks of one precision: inputs typed read-only (writable arrays
+    convert to them), so a worker's read-only V blocks and K's read-only chunks meet the same machine code."""
+    from numba import types
+
+    ft, ro = getattr(types, dtype_name), dict(readonly=True)
+    return SimpleNamespace(blk=types.Array(ft, 2, "C", **ro), bt=types.Array(ft, 2, "F", **ro),
+                           out=types.Array(ft, 2, "C"), v=types.Array(types.float64, 2, "C", **ro),
+                           f64=types.Array(types.float64, 2, "C"))
+
+
 @cache
 def _build_products(dtype_name: str) -> tuple[Callable, Callable, Callable]:
     """The compiled product loops for blocks of one precision (float64 products), built on first use.
@@ -135,13 +147,9 @@ def _build_products(dtype_name: str) -> tuple[Callable, Callable, Callable]:
     from numba import njit, types
 
     exp = _build(dtype_name)
-    ft = getattr(types, dtype_name)
-    f64, b1 = types.Array(types.float64, 2, "C"), types.boolean
-    ro = dict(readonly=True)
-    blk_t, a_t, bt_t = types.Array(ft, 2, "C", **ro), types.Array(ft, 2, "C", **ro), types.Array(ft, 2, "F", **ro)
-    v_t = types.Array(types.float64, 2, "C", **ro)
-    widened_sig = types.void(blk_t, v_t, v_t, f64, f64, f64, f64, b1)
-    exp_gemm_sig = types.void(a_t, bt_t, v_t, v_t, f64, f64, types.Array(ft, 2, "C"), f64, f64)
+    t = _loop_types(dtype_name)
+    widened_sig = types.void(t.blk, t.v, t.v, t.f64, t.f64, t.f64, t.f64, types.boolean)
+    exp_gemm_sig = types.void(t.blk, t.bt, t.v, t.v, t.f64, t.f64, t.out, t.f64, t.f64)
 
     @njit(nogil=True)
     def widen_multiply(strip, VI, VJ, yI, yJ, w, part, s, symmetric):
@@ -185,12 +193,8 @@ def _build_block_loop(dtype_name: str) -> Callable:
 
     exp = _build(dtype_name)
     widen_multiply = _build_products(dtype_name)[2]
-    ft = getattr(types, dtype_name)
-    f64, b1 = types.Array(types.float64, 2, "C"), types.boolean
-    ro = dict(readonly=True)
-    a_t, bt_t = types.Array(ft, 2, "C", **ro), types.Array(ft, 2, "F", **ro)
-    v_t = types.Array(types.float64, 2, "C", **ro)
-    exp_block_sig = types.void(a_t, bt_t, types.Array(ft, 2, "C"), v_t, v_t, f64, f64, f64, f64, b1)
+    t = _loop_types(dtype_name)
+    exp_block_sig = types.void(t.blk, t.bt, t.out, t.v, t.v, t.f64, t.f64, t.f64, t.f64, types.boolean)
 
     @njit(nogil=True)
     def mirror(K, tile):

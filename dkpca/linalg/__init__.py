@@ -20,6 +20,7 @@ from .grid import (
     pass_tasks,
     product_strip_rows,
     rows_per_block,
+    sweep_entries,
     task_memory,
     upper_pairs,
 )
@@ -48,7 +49,8 @@ from .workspace import retire, scratch
 __all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", "center_precomputed",
            "BLOCK_BYTES", "DEFAULT_BLOCK",
            "SCHEDULING_SHARE", "PassCost", "balanced_block", "block_bounds", "cluster_block_size", "default_block_size",
-           "n_blocks", "pair_weights", "pass_cost", "pass_tasks", "product_strip_rows", "rows_per_block", "task_memory",
+           "n_blocks", "sweep_entries", "pair_weights", "pass_cost", "pass_tasks", "product_strip_rows",
+           "rows_per_block", "task_memory",
            "upper_pairs", "add", "add_outputs", "block_products", "kernel_block_products", "formed_block_products",
            "as_dense", "dense_rows", "kernel_product",
            "scatter_sum", "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire",

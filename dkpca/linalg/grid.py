@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "product_strip_rows", "SCHEDULING_SHARE", "FAN_IN",
-           "default_block_size", "balanced_block", "rows_per_block", "block_bounds", "n_blocks", "upper_pairs",
-           "pass_tasks", "pair_weights", "task_memory", "PassCost", "pass_cost", "cluster_block_size"]
+           "default_block_size", "balanced_block", "rows_per_block", "block_bounds", "n_blocks", "sweep_entries",
+           "upper_pairs", "pass_tasks", "pair_weights", "task_memory", "PassCost", "pass_cost", "cluster_block_size"]
 
 #: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
 #: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
@@ -88,6 +88,13 @@ def block_bounds(n: int, block: int) -> list[tuple[int, int]]:
 def n_blocks(n: int, block: int) -> int:
     """Number of row blocks."""
     return -(-n // block)
+
+
+def sweep_entries(n: int, block: int) -> float:
+    """Entries of K's upper-triangular blocks at edge ``block``, counted whole (as their tasks run and their
+    chunks are stored, edge chunks padded): what a pass sweeps and a build writes."""
+    nb = n_blocks(n, min(block, n))
+    return nb * (nb + 1) // 2 * float(min(block, n)) ** 2
 
 
 def upper_pairs(nb: int) -> list[tuple[int, int]]:
@@ -201,7 +208,7 @@ def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, tas
     block = min(block, n)
     nb = n_blocks(n, block)
     pairs = nb * (nb + 1) // 2
-    entries = pairs * float(block) * block
+    entries = sweep_entries(n, block)
     running = pairs if shares is None else min(pairs, max(1, shares))
     waves = -(-running // max(1, concurrency))
     io = entries * bytes_per_entry / bandwidth if bandwidth else 0.0

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kernels import Kernel
-from ..linalg import PassCost, cluster_block_size, n_blocks, pass_cost
+from ..linalg import PassCost, cluster_block_size, pass_cost, sweep_entries
 
 __all__ = ["SCHEDULER_SECONDS_PER_TASK", "LOCAL_SECONDS_PER_TASK", "FIT_SECONDS", "BUILD_SECONDS", "PASS_SECONDS",
            "ARPACK_SECONDS_PER_ENTRY", "PASS_SECONDS_PER_ENTRY", "KERNEL_FLOPS_PER_SECOND", "WORKER_MEMORY_FRACTION",
@@ -175,8 +175,7 @@ def estimate(n: int, block: int, *, gram: str, itemsize: int, concurrency: int, 
     build = pass_cost(n, block, entry_seconds=rates.build_entry,
                       bandwidth=fs_bandwidth or rates.write_bandwidth, **kw) if stored else None
     if build is not None and fs_bandwidth is None:
-        nb = n_blocks(n, min(block, n))
-        build = written_back(build, float(itemsize) * nb * (nb + 1) / 2 * min(block, n) ** 2, rates)
+        build = written_back(build, itemsize * sweep_entries(n, block), rates)
     return build, pass_cost(n, block, entry_seconds=rates.pass_entry(gram, single),
                             shares=concurrency if distributed else None,
                             bandwidth=fs_bandwidth or rates.read_bandwidth, **kw)

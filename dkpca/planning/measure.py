@@ -31,7 +31,7 @@ from ..storage import ChunkReader, ChunkWriter, gram_bytes, probe_array, write_d
 
 __all__ = ["measure_blocks", "measure_and_estimate", "disk_bandwidth", "dirty_threshold", "writeback_rates",
            "rates_line", "estimate_passes",
-           "lanczos_passes", "dense_solve_seconds", "extrapolated_gap",
+           "lanczos_passes", "dense_solve_seconds", "centred_spectrum", "extrapolated_gap",
            "MAX_MEASURE_EDGE", "BANDWIDTH_EDGE", "SPECTRUM_SAMPLE", "DENSE_SAMPLE"]
 
 #: blocks larger than this are measured at this edge and scaled (entries ~ edge^2): 2048, not 4096, since
@@ -284,7 +284,8 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     S = np.asarray(compute(X[idx], local=for_the_client(X.nbytes))[0], dtype=np.float64)
     K = kernel.block(S, None, np.float64)
     half = np.sort(np.random.default_rng(seed + 1).choice(m, size=m // 2, replace=False))
-    lam, lam_half = (_centred_spectrum(K[np.ix_(rows, rows)]) for rows in (np.arange(m), half))
+    lam_half = centred_spectrum(K[np.ix_(half, half)])  # a copy: K stays uncentred for the next line
+    lam = centred_spectrum(K)
     if k >= m or lam[min(k, m) - 1] <= 0:
         return max_passes, f"subsample of {m} points cannot resolve k={k}; at most max_passes={max_passes}"
     sample_gap = lam[ell] / lam[k - 1] if ell < m else 0.0
@@ -305,11 +306,10 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     return p, note
 
 
-def _centred_spectrum(K: np.ndarray) -> np.ndarray:
-    """Eigenvalues of the centred ``K`` (a copy), largest first."""
-    K = np.array(K)
+def centred_spectrum(K: np.ndarray) -> np.ndarray:
+    """Eigenvalues of the centred ``K``, largest first (``K`` is centred in place)."""
     Centering.of_matrix(K).center_matrix(K)
-    return scipy.linalg.eigh(K, eigvals_only=True)[::-1]
+    return scipy.linalg.eigh(K, eigvals_only=True, overwrite_a=True)[::-1]
 
 
 def extrapolated_gap(lam: np.ndarray, lam_half: np.ndarray, k: int, ell: int, n: int) -> float:
