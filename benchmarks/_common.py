@@ -96,6 +96,19 @@ def start_timing(res: dict) -> float:
     return time.perf_counter()
 
 
+def settle_disk() -> float:
+    """Write back the page cache's dirty pages (``os.sync``) before a timed fit; returns the seconds it took.
+
+    Dirty pages left by an earlier fit's writes throttle the next fit's writes on this VM: after 3.5 GB
+    written, new writes ran at 0.46-0.81 GB/s for 35 s with 1.2-2.1 GB still dirty (2026-11-27), and an
+    update's 11 Gram blocks, written right after the old fit's 55, took 0.24 s each to write against the old
+    fit's 0.105 s.  Each timed fit then starts with nothing dirty, as one in a later job does.
+    """
+    t = time.perf_counter()
+    os.sync()
+    return time.perf_counter() - t
+
+
 def run_child(args: list[str], timeout: float = 3600, env: dict | None = None, script: Path | None = None,
               warm: int = 0) -> dict:
     """Run ``python benchmarks/_child.py ARGS`` (or ``python SCRIPT ARGS``) and sample the peak RSS of its

@@ -18,6 +18,7 @@ over (``tests/test_resume.py``, ``test_lease.py``); one real SIGKILL of the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -360,3 +361,33 @@ def test_the_warm_start_is_orthonormal_where_the_usual_block_adds_nothing_to_it(
     Q = extend_basis(U, np.hstack([U, U[:, :2]]))
     np.testing.assert_allclose(Q.T @ Q, np.eye(6), atol=1e-12)
     np.testing.assert_allclose(np.linalg.svd(U.T @ Q[:, :4], compute_uv=False), 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [400, 30_000])
+def test_an_update_asks_for_the_stored_k_and_block_lanczos_where_auto_leaves_them(n):
+    """An update is no fresh fit: it keeps the store's K (only blocks touching new rows are computed) and starts
+    block Lanczos from the old fit, where a fresh fit's rule might recompute or take subspace iteration (as it
+    does for a float32 K from 20,000 rows); what the user named, or a store without K or old model, is kept."""
+    from dkpca.planning.growthplan import update_modes
+    from dkpca.request import FitOptions, make_request
+    from dkpca.storage.growth import Growth
+
+    req = make_request(make_data(n, d=2), FitOptions(n_components=K), create_store=False)
+    growth = Growth(n_old=n - 100, n_new=n, block=EDGE, copy_data=False, gram=True, model_rows=n - 100)
+    solver, gram, why = update_modes(req, growth)
+    assert (solver, gram) == ("lanczos", "store") and "update" in why["solver"] and "new rows" in why["gram"]
+    assert update_modes(req, None) == ("auto", "auto", {})
+    assert update_modes(req, dataclasses.replace(growth, gram=False, model_rows=None)) == ("auto", "auto", {})
+    named = make_request(make_data(n, d=2), FitOptions(n_components=K, solver="randomized", gram="recompute"),
+                         create_store=False)
+    assert update_modes(named, growth) == ("randomized", "recompute", {})
+
+
+def test_a_fit_and_plan_on_grown_data_say_the_update_chose_its_modes(grown):
+    X, store = grown
+    kw = {**KW, "solver": "auto", "dtype": "auto", "chunk_size": None}
+    plan = dkpca.plan(X, store=store, n_components=K, gamma=GAMMA, measure=False)
+    assert (plan.decision.solver.value, plan.decision.gram.value) == ("lanczos", "store")
+    assert "an update" in plan.decision.reason
+    model = dkpca.fit(X, store=store, **kw)
+    assert model.report["update"]["blocks_reused"] == 10 and "an update" in model.report["solver_reason"]

@@ -20,7 +20,7 @@ from ..solvers.fraction import DEFAULT_MAX_PASSES
 from ..solvers.randomized import iteration_width
 from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
-from .compiledexp import COMPILED_EXP_MIN_ENTRIES, use_compiled_exp
+from .compiledexp import COMPILED_EXP_MIN_ENTRIES, compile_seconds, compiled_already, use_compiled_exp
 from .estimate import EntryRates
 from .inmemory import DENSE_K_SHARE, DENSE_MAX_N, LANCZOS_MIN_K, in_memory_solver
 from .measure import lanczos_passes, measure_and_estimate
@@ -333,8 +333,12 @@ def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, 
     p = int(measured.get("passes", max_passes))
     passes = {"randomized": p, "lanczos": lanczos_passes(p, tol, max_passes)}
     rates = EntryRates.measured(measured, blk)
+    # a mode that would compile the loops first carries the compilation: only recompute evaluates enough
+    # entries to compile, and in a fresh process that decides a close call (compiledexp.compile_seconds)
+    already = compiled_already()
     best, costs = cheapest(n, blk, solvers=list(solvers), grams=list(grams), passes=passes, tol=tol,
-                           itemsize=np.dtype(dtype).itemsize, concurrency=workers, rates=rates)
+                           itemsize=np.dtype(dtype).itemsize, concurrency=workers, rates=rates,
+                           compiling=lambda s, g: compile_seconds(n, s, g, passes[s], workers, already))
     mine = {c.gram: c for c in costs if c.solver == best.solver}
     details.update({"measured": {key: float(v) for key, v in measured.items()}, "expected_passes": best.passes,
                     "workers": workers, "bound": best.bound,
@@ -343,7 +347,9 @@ def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, 
                     "estimated_seconds": {g: c.seconds for g, c in mine.items()},
                     "modes": {c.label: c.seconds for c in costs}})
     details["modes_reason"] = (f"{best.solver} ~{best.passes} passes, {best.seconds:.3g} s estimated, is the fastest "
-                               "of " + ", ".join(f"{c.label} {c.seconds:.3g} s ({c.passes} passes)" for c in costs))
+                               "of " + ", ".join(f"{c.label} {c.seconds:.3g} s ({c.passes} passes"
+                                                 + (f", {c.compiling:.2g} s compiling" if c.compiling else "") + ")"
+                                                 for c in costs))
     fig = (f"measured pass {best.sweep.seconds:.3g} s {best.gram}d"
            + (f" (after a {best.build.seconds:.3g} s build)" if best.build is not None else "")
            + f", bound by the {best.bound}, {workers} threads; ~{best.passes} passes: "

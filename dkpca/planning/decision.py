@@ -19,7 +19,9 @@ from ..request import FitRequest
 from ..solvers import Solver, SolverSpec, nystrom, subspace_width
 from ..solvers.fraction import working_k
 from ..storage import GramStore
+from ..storage.growth import Growth
 from .auto import choose
+from .growthplan import update_modes
 from .precision import Precision
 
 __all__ = ["FitPlan", "GramMode", "decide", "start_policy", "StartPolicy",
@@ -134,7 +136,8 @@ class FitPlan:
                 "compiled_exp": self.compiled_exp, "reasons": dict(self.reasons)}
 
 
-def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = None) -> FitPlan:
+def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = None,
+           growth: Growth | None = None) -> FitPlan:
     """The plan of the fit ``req`` asks for: the one call ``dkpca.plan`` and ``dkpca.fit`` both make.
 
     ``measure=False`` (a plan of sizes only) reads nothing of X: the
@@ -143,11 +146,13 @@ def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = No
     Gram mode (K over 1 GiB, ``gram="auto"``) K is stored.  ``store_path``:
     where a store would be, for a plan of in-memory input (which creates no
     temporary store).  A store that already holds K
-    (not overwritten) keeps its precision where ``dtype="auto"``.
+    (not overwritten) keeps its precision where ``dtype="auto"``.  ``growth``: the fit updates the store's
+    (:func:`~dkpca.planning.growthplan.update_modes` decides what ``auto`` leaves to an update).
     """
     store = req.store.path if req.store is not None else store_path
     stored = None if req.overwrite or req.store is None else GramStore(req.store).recorded_dtype()
-    c = choose(req.n, req.n_components, req.solver, req.gram, X=req.X if measure else None, kernel=req.kernel,
+    asked_solver, asked_gram, update_why = update_modes(req, growth)
+    c = choose(req.n, req.n_components, asked_solver, asked_gram, X=req.X if measure else None, kernel=req.kernel,
                dtype=req.dtype, block=req.tile, store=store, tol=req.tol, max_passes=req.max_passes,
                temporary=req.store is None or req.temporary is not None, fraction=req.fraction is not None,
                stored_dtype=stored)
@@ -156,7 +161,8 @@ def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = No
     k = working_k(req.n, solver) if req.fraction is not None else req.n_components
     start = start_policy(solver, req.n, k) if solver.spec.takes_start and gram is not GramMode.MEMORY else None
     precision = c.precision
-    reasons = {"solver": c.reasons[0], "gram": c.reasons[1], "dtype": precision.reason,
+    reasons = {"solver": update_why.get("solver", c.reasons[0]), "gram": update_why.get("gram", c.reasons[1]),
+               "dtype": precision.reason,
                "start": start.reason if start is not None else "no start block", "exp": c.details.get("exp", "")}
     return FitPlan(solver=solver, gram=gram, tile=req.tile, width=subspace_width(solver, req.n, k),
                    precision=precision, start=start, compiled_exp=c.compiled_exp, n=req.n, k=k, fraction=req.fraction,

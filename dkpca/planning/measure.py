@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import psutil
 import scipy.linalg
 
-from ..execution import compute, for_the_client, local_thread_count, n_workers_threads, serial_blas
+from ..execution import compute, for_the_client, n_workers_threads, serial_blas
 from ..kernels import Kernel
 from ..linalg import Centering, block_products, scratch
 from ..storage import ChunkReader, ChunkWriter, gram_bytes, probe_array, write_direct
@@ -56,13 +56,10 @@ def _best_time(f: Any, repeat: int = 2) -> float:
 
 
 def measure_blocks(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int,
-                   store: str | None, beside: Future | None = None) -> dict[str, float]:
+                   store: str | None) -> dict[str, float]:
     """Seconds per ``block x block`` block, one thread: kernel, write, read, product (float64 accumulation and
     single precision), and the measured edge; with :func:`disk_bandwidth`'s aggregate write and read rates
     (bytes/s) of the tasks that run at once, for blocks of at least :data:`BANDWIDTH_EDGE`.
-
-    ``beside``: work the caller runs on another core meanwhile (:func:`measure_and_estimate`); it is waited
-    for before the filesystem probe, whose threads take every core.
     """
     n = X.shape[0]
     edge = min(block, MAX_MEASURE_EDGE, n)
@@ -70,36 +67,29 @@ def measure_blocks(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int
     # one thread's rates, as a block task runs (BLAS on one thread): the plan multiplies them by the
     # threads, and a GEMM timed on all of them would count the cores twice
     with serial_blas():
-        return _time_blocks(rows, kernel, block, edge, dtype, ell, store, beside,
-                            k_bytes=gram_bytes(n, min(block, n), dtype))
+        return _time_blocks(rows, kernel, block, edge, dtype, ell, store, k_bytes=gram_bytes(n, min(block, n), dtype))
 
 
 def measure_and_estimate(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int, store: str | None, *,
                          k: int, tol: float, max_passes: int, passes: int | None = None) -> dict[str, float]:
-    """:func:`measure_blocks`' timings with :func:`estimate_passes`' randomized passes (key ``passes``), at once
-    where cores allow.  ``passes``: known already (kept from a decision in another precision): not estimated.
+    """:func:`measure_blocks`' timings with :func:`estimate_passes`' randomized passes (key ``passes``).
+    ``passes``: known already (kept from a decision in another precision): not estimated.
 
     Both run in the client before anything else can start, so they are a fit's serial part: at n = 40,000
-    about 0.12 s each here, ~10 % of a fit's projected time on 16 cores (``benchmarks/scaling.py``).
-    With a core to spare, the subsample's eigendecomposition runs on it during the one-thread block
-    timings; with BLAS on one thread for both, as a block task runs, each keeps a core of its own.
-    Measured on the 2-core AMD EPYC (8 alternating rounds, medians): 0.268 -> 0.244 s at n = 40,000,
-    0.287 -> 0.248 s at 20,000; the two share the GIL's Python parts and the reads of X there, so more
-    cores hide more of the estimate.
+    about 0.12 s each here, ~10 % of a fit's projected time on 16 cores (``benchmarks/scaling.py``).  One
+    after the other: with the subsample's eigendecomposition on the other core, the one-thread block timings
+    it overlapped were up to 2.5x slow, and the store-or-recompute rule compares them (measured on the
+    2-core AMD EPYC, 4 rounds each, kernel block at n = 40,000: 0.038-0.099 s beside it, 0.039-0.044 s
+    alone; a fit's plan took 0.22-0.30 s either way).
     """
-    estimate = (X, kernel, k, ell, tol, max_passes, "randomized")
-    # known passes, or one core (both at once would slow the timed blocks): the blocks, then the estimate
-    if passes is not None or min(local_thread_count(), os.cpu_count() or 1) < 2:
-        timed = measure_blocks(X, kernel, block, dtype, ell, store)
-        return {**timed, "passes": passes if passes is not None else estimate_passes(*estimate)[0]}
-    with serial_blas(), ThreadPoolExecutor(1, thread_name_prefix="dkpca-plan") as pool:
-        estimated = pool.submit(estimate_passes, *estimate)
-        timed = measure_blocks(X, kernel, block, dtype, ell, store, beside=estimated)
-        return {**timed, "passes": estimated.result()[0]}
+    timed = measure_blocks(X, kernel, block, dtype, ell, store)
+    if passes is None:
+        passes = estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")[0]
+    return {**timed, "passes": passes}
 
 
 def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype: np.dtype, ell: int,
-                 store: str | None, beside: Future | None = None, k_bytes: float = 0.0) -> dict[str, float]:
+                 store: str | None, k_bytes: float = 0.0) -> dict[str, float]:
     """:func:`measure_blocks`' timings on the first ``2 edge`` rows of X."""
     XI = np.ascontiguousarray(rows[:edge])
     XJ = np.ascontiguousarray(rows[-edge:]) if rows.shape[0] >= 2 * edge else XI
@@ -123,8 +113,6 @@ def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype:
         # At most this machine's cores write at once: a cluster's aggregate over many nodes is not
         # measured here (``fs_bandwidth``, an assumption, replaces it in the plan).
         threads = min(n_workers_threads(), os.cpu_count() or 1)
-        if beside is not None:
-            wait([beside])
         rates = dict(zip(("write_bandwidth", "read_bandwidth"), disk_bandwidth(tmp, out, threads),
                          strict=True)) if edge >= BANDWIDTH_EDGE else {}
         if rates:

@@ -25,6 +25,7 @@ subspace iteration 1.4x slower.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +62,8 @@ class ModeCost:
     build: PassCost | None
     sweep: PassCost
     seconds: float
+    #: seconds of it spent compiling (numba) before the first block
+    compiling: float = 0.0
 
     @property
     def bound(self) -> str:
@@ -74,14 +77,15 @@ class ModeCost:
 
 
 def mode_cost(n: int, block: int, *, solver: str, gram: str, passes: int, tol: float, itemsize: int,
-              concurrency: int, rates: EntryRates, single_ok: bool = True) -> ModeCost:
+              concurrency: int, rates: EntryRates, single_ok: bool = True, compiling: float = 0.0) -> ModeCost:
     """The fit time of ``solver`` with K ``gram`` (``store`` or ``recompute``) over ``passes`` passes.
 
     Stored: the build (evaluate and write every block, the first product fused
     into it) and ``passes - 1`` passes that read K; recomputed: ``passes``
     passes that evaluate it (the first fused with the centring statistics).
     ``single_ok``: subspace iteration's early products may be single (K in float32).
-    Each pass adds :data:`~dkpca.planning.estimate.PASS_SECONDS` (graph, round trip, the algebra between).
+    Each pass adds :data:`~dkpca.planning.estimate.PASS_SECONDS` (graph, round trip, the algebra between);
+    ``compiling``: the seconds this mode spends compiling first (:func:`~dkpca.planning.compiledexp.compile_seconds`).
     """
     single = single_passes(passes, tol) if single_ok and Solver.parse(solver).spec.float32_early_passes else 0
     kw = dict(gram=gram, itemsize=itemsize, concurrency=concurrency, rates=rates, task_seconds=0.0,
@@ -95,18 +99,22 @@ def mode_cost(n: int, block: int, *, solver: str, gram: str, passes: int, tol: f
         entry = rates.pass_entry(gram, single > 0)
         fused = first.compute * (entry - rates.read) / entry if entry > 0 else 0.0
         build = PassCost(build.block, build.tasks, build.compute + fused, build.io, build.scheduler)
-    seconds = (build.seconds if build is not None else 0.0) + sum(s.seconds for s in sweeps) + passes * PASS_SECONDS
-    return ModeCost(solver, gram, passes, single, build, double, seconds)
+    seconds = ((build.seconds if build is not None else 0.0) + sum(s.seconds for s in sweeps) + passes * PASS_SECONDS
+               + compiling)
+    return ModeCost(solver, gram, passes, single, build, double, seconds, compiling)
 
 
 def cheapest(n: int, block: int, *, solvers: list[str], grams: list[str], passes: dict[str, int], tol: float,
-             itemsize: int, concurrency: int, rates: EntryRates) -> tuple[ModeCost, list[ModeCost]]:
+             itemsize: int, concurrency: int, rates: EntryRates,
+             compiling: Callable[[str, str], float] | None = None) -> tuple[ModeCost, list[ModeCost]]:
     """The fastest (solver, Gram mode) pair among ``solvers`` x ``grams``, and every pair's cost.
 
-    ``passes``: each solver's expected passes over K.  A tie goes to the
-    earlier pair (solvers, then modes, in the order given).
+    ``passes``: each solver's expected passes over K; ``compiling(solver, gram)``: the seconds that pair
+    spends compiling (none by default).  A tie goes to the earlier pair (solvers, then modes, in the order
+    given).
     """
     costs = [mode_cost(n, block, solver=s, gram=g, passes=int(passes[s]), tol=tol, itemsize=itemsize,
-                       concurrency=concurrency, rates=rates, single_ok=itemsize == 4)
+                       concurrency=concurrency, rates=rates, single_ok=itemsize == 4,
+                       compiling=compiling(s, g) if compiling is not None else 0.0)
              for s in solvers for g in grams]
     return min(costs, key=lambda c: c.seconds), costs
