@@ -63,7 +63,8 @@ def _old_chunks(store: Path, n_old: int) -> dict[str, tuple[int, int, int]]:
 
 def _timed(X: np.ndarray, store: Path) -> tuple[float, dkpca.KPCAModel]:
     os.environ.setdefault("DKPCA_BENCH_WARM_BYTES", str(warm_bytes(len(X), per_entry=3.0)))
-    settle_disk()  # the previous fit's dirty pages written back: each timed fit starts as a later job's would
+    # the previous fit's dirty pages written back: each timed fit starts as a later job's would
+    print(f"  (dirty pages written back in {settle_disk():.1f} s)", flush=True)
     t0 = start_timing({})
     model = dkpca.fit(X, store=store, n_components=K, gamma=1.0 / D)
     return time.perf_counter() - t0, model
