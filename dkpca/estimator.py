@@ -385,9 +385,11 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         -----
         Memory grows with the square of the rows seen: K of n rows is n^2
         entries in the fit's precision (8 n^2 bytes in float64, 4 n^2 in
-        float32: 3.2 GB at n = 20,000 in float64), and while a batch is added
-        the old K and the grown one are both held; ``X_fit_`` (the rows seen)
-        is kept too.  After ``fit`` or unpickling, the next call rebuilds K of
+        float32: 3.2 GB at n = 20,000 in float64).  K is kept in a buffer with
+        room for 50 % more rows (its unused part is never touched, so never
+        resident): a batch that fits is written into it; one that outgrows it
+        copies K into a new buffer, and the old K and the grown one are then
+        both held.  ``X_fit_`` (the rows seen) is kept too.  After ``fit`` or unpickling, the next call rebuilds K of
         the fitted rows once.  K's precision is the first call's
         (``precision_``): float32 input agrees with ``fit`` to float32's ~1e-6.
         With ``store=`` (or dask, Zarr or file batches, which need it) each

@@ -170,8 +170,51 @@ def test_the_grown_matrix_is_the_old_one_bordered_by_the_batch_s_rows(n, m):
     """``grown_matrix`` (strips of rows on threads) against ``np.block`` of its pieces, exactly."""
     A = np.random.default_rng(n + m).standard_normal((n + m, n + m))
     A += A.T
-    got = dkpca.incremental.grown_matrix(A[:n, :n].copy(), A[n:, :n].copy(), A[n:, n:].copy())
-    np.testing.assert_array_equal(got, A)
+    kept = dkpca.incremental.KeptKernel.of(A[:n, :n].copy())
+    got = dkpca.incremental.grown_matrix(kept, A[n:, :n].copy(), A[n:, n:].copy())
+    np.testing.assert_array_equal(got.matrix, A)
+    assert got.owned and got.buffer.shape[0] == int(dkpca.incremental.GROWTH * (n + m))
+
+
+def test_a_batch_that_fits_in_the_kept_buffer_is_written_in_place_and_one_that_does_not_copies_k_once():
+    """After a first growth the buffer has room for 50 % more rows: the next batches within it write only their
+    rows and columns into the same buffer (K's entries are not moved), a batch past it moves K to a new buffer;
+    every grown matrix equals the bordered one exactly."""
+    from dkpca.incremental import KeptKernel, grown_matrix
+
+    A = np.random.default_rng(0).standard_normal((700, 700))
+    A += A.T
+    kept = grown_matrix(KeptKernel.of(A[:200, :200].copy()), A[200:300, :200], A[200:300, 200:300])  # 450 rows
+    first = kept.buffer
+    for a, b in ((300, 400), (400, 450)):
+        kept = grown_matrix(kept, A[a:b, :a], A[a:b, a:b])
+        assert kept.buffer is first and np.shares_memory(kept.matrix, first)
+        np.testing.assert_array_equal(kept.matrix, A[:b, :b])
+    kept = grown_matrix(kept, A[450:700, :450], A[450:700, 450:700])
+    assert kept.buffer is not first and kept.buffer.shape == (1050, 1050)
+    np.testing.assert_array_equal(kept.matrix, A)
+
+
+def test_a_kernel_matrix_of_the_users_is_never_written_into():
+    """A precomputed K given as a view of a larger array has room beyond it, but is not dkpca's buffer."""
+    from dkpca.incremental import KeptKernel, grown_matrix
+
+    big = np.random.default_rng(1).standard_normal((400, 400))
+    before = big.copy()
+    grown = grown_matrix(KeptKernel.of(big[:100, :100]), np.ones((50, 100)), np.eye(50))
+    np.testing.assert_array_equal(big, before)
+    assert not np.shares_memory(grown.buffer, big)
+
+
+def test_partial_fit_keeps_one_buffer_while_batches_fit_in_it():
+    """The estimator's kept K grows in place: two batches after the first growth reuse its buffer, and the fit
+    equals eigh of the concatenation."""
+    X = data(400)
+    est = KernelPCA(5, kernel="rbf", gamma=GAMMA, random_state=0).partial_fit(X[:200]).partial_fit(X[200:260])
+    buffer = vars(est)[dkpca.incremental.KEPT].buffer  # 1.5 x 260 = 390 rows
+    est.partial_fit(X[260:330]).partial_fit(X[330:390])
+    assert vars(est)[dkpca.incremental.KEPT].buffer is buffer
+    assert_matches_eigh(est, X[:390])
 
 
 def test_auto_solves_a_warm_call_by_block_lanczos_where_a_fit_would_take_arpack():
