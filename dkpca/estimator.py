@@ -389,8 +389,8 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         room for 50 % more rows (its unused part is never touched, so never
         resident): a batch that fits is written into it; one that outgrows it
         copies K into a new buffer, and the old K and the grown one are then
-        both held.  ``X_fit_`` (the rows seen) is kept too.  After ``fit`` or unpickling, the next call rebuilds K of
-        the fitted rows once.  K's precision is the first call's
+        both held.  ``X_fit_`` (the rows seen) is kept too.  After ``fit`` or
+        unpickling, the next call rebuilds K of the fitted rows once.  K's precision is the first call's
         (``precision_``): float32 input agrees with ``fit`` to float32's ~1e-6.
         With ``store=`` (or dask, Zarr or file batches, which need it) each
         call is :func:`dkpca.fit` on the store's data copy followed by the
