@@ -299,3 +299,12 @@ def test_plan_counts_arpacks_one_vector_products(blobs):
     assert plan(blobs, n_components=3, solver="arpack", gram="memory", dtype="float64").pass_seconds == \
         pytest.approx(n * n * ARPACK_SECONDS_PER_ENTRY)
     assert p.total_seconds == pytest.approx(FIT_SECONDS + p.build_seconds + p.expected_passes * p.pass_seconds)
+
+
+def test_the_measured_line_names_the_block_its_figures_are_for(tmp_path):
+    """The one-thread timings are made on a 2048-edge block and scaled to the fit's 4000 (measure_blocks): the
+    line says both, so a kernel block of ~30 ms is not read as a 2048-edge one's."""
+    X = make_data(12_000, d=5)
+    plan = dkpca.plan(X, n_components=3, gamma=0.1, store=str(tmp_path / "s.dkpca.zarr"))
+    [line] = [line for line in str(plan).splitlines() if line.strip().startswith("measured:")]
+    assert "(per 4000x4000 block, one thread; timed at 2048x2048)" in line

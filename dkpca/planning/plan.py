@@ -190,10 +190,9 @@ class Plan:
         ]
         if m:
             lines.append(
-                "  measured:      kernel block {kb}, write {w}, read {r}, product {p} (per {e}x{e} block, one "
-                "thread)".format(kb=_fmt_seconds(m.get("kernel_block")), w=_fmt_seconds(m.get("write_block")),
-                                 r=_fmt_seconds(m.get("read_block")), p=_fmt_seconds(m.get("product_block")),
-                                 e=int(m.get("edge", self.block)))
+                "  measured:      kernel block {}, write {}, read {}, product {} (per {b}x{b} block, one thread; timed "
+                "at {e}x{e})".format(*(_fmt_seconds(m.get(f"{key}_block")) for key in ("kernel", "write", "read",
+                                     "product")), b=self.block, e=int(m.get("edge", self.block)))
             )
             build = (f"build {_fmt_seconds(self.build_seconds)} (bound by {self._bound(self.build_bound)}), "
                      if stored else "")
