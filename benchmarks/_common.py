@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +44,18 @@ def load_usps(data_dir: Path | str | None, split: str = "train",
     except (OSError, ValueError) as exc:  # no network, a missing or altered file: the message says what to do
         raise SystemExit(str(exc)) from None
     return np.ascontiguousarray(X[:n]), y[:n]
+
+
+def bench_workdir(given: str | os.PathLike | None, prefix: str) -> Path:
+    """The benchmark's working directory: ``given`` (``--workdir``: made if missing, kept), else a temporary
+    directory removed when the benchmark's process exits (its data, stores and models: GBs at n = 40,000)."""
+    if given is not None:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def write_inputs(X: np.ndarray, workdir: Path, name: str) -> tuple[Path, Path]:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import clustered, machine
+from _common import bench_workdir, clustered, machine
 from _results import update_section
 from threadpoolctl import threadpool_limits
 
@@ -177,7 +176,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
     cores = os.cpu_count() or 1
-    work = Path(a.workdir or tempfile.mkdtemp(prefix="dkpca-ceiling-"))
+    work = bench_workdir(a.workdir, "dkpca-ceiling-")
     work.mkdir(parents=True, exist_ok=True)
     r = gemm_rates(a.d, cores)
     r.update(disk_rates(work))

@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
-from pathlib import Path
 
 import numpy as np
-from _common import HERE, WARM_WHY, clustered, machine, run_child, warm_bytes, write_inputs
+from _common import HERE, WARM_WHY, bench_workdir, clustered, machine, run_child, warm_bytes, write_inputs
 from _results import update_section
 
 #: up to this n the in-memory entry points run (n x n float64 in RAM)
@@ -56,7 +54,7 @@ def main() -> None:
                     help="each child touches and frees 5 n^2 bytes just before its fit (_common.start_timing)")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md or compare.png")
     a = ap.parse_args()
-    work = Path(a.workdir or tempfile.mkdtemp(prefix="dkpca-bench-"))
+    work = bench_workdir(a.workdir, "dkpca-bench-")
     rows = []
     for n in a.sizes:
         X = clustered(n, a.d)

@@ -26,12 +26,11 @@ import contextlib
 import os
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import clustered, machine
+from _common import bench_workdir, clustered, machine
 from _results import update_section
 
 from dkpca.gram import build_gram
@@ -76,7 +75,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
-    work = Path(a.workdir or tempfile.mkdtemp(prefix="dkpca-integrity-"))
+    work = bench_workdir(a.workdir, "dkpca-integrity-")
     store = FitStore.at(work / "integrity.dkpca.zarr")
     shutil.rmtree(store.path, ignore_errors=True)
     X = as_dask(clustered(a.n, a.d), block_rows=default_block_size(a.n))

@@ -28,12 +28,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
-from pathlib import Path
 
-from _common import clustered, machine
+from _common import bench_workdir, clustered, machine
 from _results import update_section
 
 
@@ -103,7 +101,7 @@ def main() -> None:
     import zarr
     from distributed import Client, LocalCluster
 
-    workdir = Path(a.workdir or tempfile.mkdtemp(prefix="dkpca-s3-bench-"))
+    workdir = bench_workdir(a.workdir, "dkpca-s3-bench-")
     workdir.mkdir(parents=True, exist_ok=True)
     X = clustered(a.n, a.d)
     data = str(workdir / "X.zarr")

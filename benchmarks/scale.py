@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import DATA_DIR_HELP, WARM_WHY, clustered, machine, run_child, warm_bytes, write_inputs
+from _common import DATA_DIR_HELP, WARM_WHY, bench_workdir, clustered, machine, run_child, warm_bytes, write_inputs
 from _results import update_section
 from dask.utils import parse_bytes
 
@@ -274,7 +273,7 @@ def main() -> None:
         p.add_argument("--workdir", default=None)
         p.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
-    a.workdir = a.workdir or tempfile.mkdtemp(prefix="dkpca-scale-")
+    a.workdir = str(bench_workdir(a.workdir, "dkpca-scale-"))
     if a.cmd == "workers":
         text = cmd_workers(a)
     else:

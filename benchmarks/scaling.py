@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import clustered, machine, run_child, start_timing, warm_bytes, write_inputs
+from _common import bench_workdir, clustered, machine, run_child, start_timing, warm_bytes, write_inputs
 from _results import update_section
 
 #: the cores the projection is made for
@@ -406,7 +406,7 @@ def main() -> None:
         zpath, k, threads, extra = a.child
         print(json.dumps(child(zpath, int(k), int(threads), json.loads(extra))))
         return
-    work = Path(a.workdir or tempfile.mkdtemp(prefix="dkpca-scaling-"))
+    work = bench_workdir(a.workdir, "dkpca-scaling-")
     _, zpath = write_inputs(clustered(a.n, a.d), work, f"clustered_{a.n}_{a.d}")
     if a.compare:
         text = compare(a, zpath)
