@@ -177,7 +177,6 @@ def main() -> None:
     a = ap.parse_args()
     cores = os.cpu_count() or 1
     work = bench_workdir(a.workdir, "dkpca-ceiling-")
-    work.mkdir(parents=True, exist_ok=True)
     r = gemm_rates(a.d, cores)
     r.update(disk_rates(work))
     r["direct_write"] = chunk_write_rate(work, cores, 4000, direct=True, files_per_thread=8)

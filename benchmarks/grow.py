@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import _results
 import numpy as np
-from _common import clustered, machine, settle_disk, start_timing, warm_bytes
+from _common import bench_workdir, clustered, machine, settle_disk, start_timing, warm_bytes
 
 import dkpca
 
@@ -112,8 +111,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="where the stores go (default: a temporary directory)")
     ap.add_argument("--write", action="store_true", help="write the table into benchmarks/RESULTS.md")
     a = ap.parse_args()
-    workdir = a.workdir or Path(tempfile.mkdtemp(prefix="dkpca-grow-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = bench_workdir(a.workdir, "dkpca-grow-")
     warm = clustered(2000, D, seed=99)  # imports, the compiled exp, the thread pool: untimed
     dkpca.fit(warm, store=workdir / "warmup.dkpca.zarr", n_components=K, gamma=1.0 / D)
     rows = []
@@ -129,8 +127,6 @@ def main() -> None:
     if a.write:
         _results.update_section("grow", f"{machine()}\n\n{out}",
                                 command="python benchmarks/grow.py")
-    if a.workdir is None:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

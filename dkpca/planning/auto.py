@@ -20,7 +20,7 @@ from ..solvers.fraction import DEFAULT_MAX_PASSES
 from ..solvers.randomized import iteration_width
 from ..storage import fit_footprint, gram_bytes
 from ..storage import free_bytes as storage_free_bytes
-from .compiledexp import COMPILED_EXP_MIN_ENTRIES, compile_seconds, compiled_already, use_compiled_exp
+from .compiledexp import COMPILED_EXP_MIN_ENTRIES, WARM_MIN_N, compile_seconds, compiled_already, use_compiled_exp
 from .estimate import EntryRates
 from .inmemory import DENSE_K_SHARE, DENSE_MAX_N, LANCZOS_MIN_K, in_memory_solver
 from .measure import lanczos_passes, measure_and_estimate
@@ -231,16 +231,19 @@ def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: A
         details["memory_bytes"] = memory_bytes
     # solver="auto": where measured rates decide, both iterative solvers are weighed (the Krylov basis fits)
     weighed = ("lanczos", "randomized") if solver == "auto" and name == "lanczos" else (name,)
+    # whether the loops are compiled here (on a cluster: a round trip to every worker), asked once for the
+    # mode comparison and the exp's rule, and only where an answer can change a decision
+    already = compiled_already() if n >= WARM_MIN_N else None
     mode, why, picked = gram_rule(n, k, name, gram, memory=memory, k_memory=k_memory, X=X, kernel=kernel,
                                   dtype=dtype, block=block, store=store, tol=tol, max_passes=max_passes,
                                   free_bytes=free_bytes, measured=measured, workers=workers, details=details,
-                                  solvers=weighed)
+                                  solvers=weighed, already=already)
     why_measured = details.pop("modes_reason", None)
     if why_measured and len(weighed) > 1:  # both solvers measured: the faster, the reason its figures
         name, solver_why = picked, f"measured: {why_measured}"
     elif solver == "auto":
         name, solver_why = single_precision_rule(n, name, mode, dtype, solver_why)
-    compiled, details["exp"] = use_compiled_exp(n, name, mode, details.get("expected_passes"), workers)
+    compiled, details["exp"] = use_compiled_exp(n, name, mode, details.get("expected_passes"), workers, already)
     return Choice(name, mode, f"solver={name}: {solver_why}; gram={mode}: {why}", details, compiled,
                   reasons=(solver_why, why))
 
@@ -277,9 +280,10 @@ def single_precision_rule(n: int, name: str, mode: str, dtype: Any, why: str) ->
 def gram_rule(n: int, k: int, name: str, gram: str, *, memory: bool, k_memory: int, X, kernel, dtype: Any,
               block: int | None, store: str | None, tol: float, max_passes: int, free_bytes: int | None,
               measured: dict[str, float] | None, workers: int | None, details: dict[str, Any],
-              solvers: tuple[str, ...] = ()) -> tuple[str, str, str]:
+              solvers: tuple[str, ...] = (), already: bool | None = None) -> tuple[str, str, str]:
     """``(mode, reason, solver)``: the Gram mode asked for, else (``auto``) the rules of :func:`choose` for ``name``;
-    ``solvers`` are weighed where measured rates decide (``solver``: the one picked, else ``name``)."""
+    ``solvers`` are weighed where measured rates decide (``solver``: the one picked, else ``name``);
+    ``already``: :func:`~dkpca.planning.compiledexp.compiled_already`'s answer (None: asked where needed)."""
     weigh = len(solvers) > 1 and gram in ("auto", "store", "recompute")
     if gram != "auto" and not weigh:
         return gram, ("ARPACK takes one pass per one-vector product: only with K in memory"
@@ -316,12 +320,12 @@ def gram_rule(n: int, k: int, name: str, gram: str, *, memory: bool, k_memory: i
     else:
         why = ""
     mode, fig, picked = compare_modes(n, k, solvers or (name,), grams, ell, blk, dtype, X, kernel, store, tol,
-                                      max_passes, measured, workers, details)
+                                      max_passes, measured, workers, details, already)
     return mode, (why or fig) if gram == "auto" else "requested", picked
 
 
 def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, max_passes, measured, workers,
-                  details) -> tuple[str, str, str]:
+                  details, already: bool | None = None) -> tuple[str, str, str]:
     """``(mode, reason, solver)``: the fastest of ``solvers`` x ``grams`` from measured rates and expected passes."""
     if measured is None or "kernel_block" not in measured:  # not measured, or only the passes (another dtype's)
         if X is None or kernel is None:
@@ -335,7 +339,7 @@ def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, 
     rates = EntryRates.measured(measured, blk)
     # a mode that would compile the loops first carries the compilation: only recompute evaluates enough
     # entries to compile, and in a fresh process that decides a close call (compiledexp.compile_seconds)
-    already = compiled_already()
+    already = compiled_already() if already is None else already
     best, costs = cheapest(n, blk, solvers=list(solvers), grams=list(grams), passes=passes, tol=tol,
                            itemsize=np.dtype(dtype).itemsize, concurrency=workers, rates=rates,
                            compiling=lambda s, g: compile_seconds(n, s, g, passes[s], workers, already))
@@ -347,9 +351,7 @@ def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, 
                     "estimated_seconds": {g: c.seconds for g, c in mine.items()},
                     "modes": {c.label: c.seconds for c in costs}})
     details["modes_reason"] = (f"{best.solver} ~{best.passes} passes, {best.seconds:.3g} s estimated, is the fastest "
-                               "of " + ", ".join(f"{c.label} {c.seconds:.3g} s ({c.passes} passes"
-                                                 + (f", {c.compiling:.2g} s compiling" if c.compiling else "") + ")"
-                                                 for c in costs))
+                               "of " + ", ".join(c.summary for c in costs))
     fig = (f"measured pass {best.sweep.seconds:.3g} s {best.gram}d"
            + (f" (after a {best.build.seconds:.3g} s build)" if best.build is not None else "")
            + f", bound by the {best.bound}, {workers} threads; ~{best.passes} passes: "

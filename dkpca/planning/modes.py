@@ -75,6 +75,12 @@ class ModeCost:
     def label(self) -> str:
         return f"{self.gram}+{self.solver}"
 
+    @property
+    def summary(self) -> str:
+        """The pair, its estimate and passes (and compilation), as the plan's reason lists them."""
+        compiling = f", {self.compiling:.2g} s compiling" if self.compiling else ""
+        return f"{self.label} {self.seconds:.3g} s ({self.passes} passes{compiling})"
+
 
 def mode_cost(n: int, block: int, *, solver: str, gram: str, passes: int, tol: float, itemsize: int,
               concurrency: int, rates: EntryRates, single_ok: bool = True, compiling: float = 0.0) -> ModeCost:
