@@ -609,7 +609,10 @@ _CHEAP_DISK = {"kernel_block": 0.5, "write_block": 0.02, "read_block": 0.02, "pr
     (dict(n=5000, k=64, temporary=True), "lanczos", "memory", "one GEMM a pass"),
     (dict(n=5000, k=63, temporary=True), "arpack", "memory", "ARPACK"),
     (dict(n=2000, k=5, temporary=True, fraction=True), "dense", "memory", "fraction"),
-    (dict(n=20_000, k=5, temporary=True), "randomized", "store", "single precision"),
+    # a small K (not measured) in float32 keeps block Lanczos: 3 passes at n = 20,000 against subspace
+    # iteration's 4, no slower, and its Ritz record starts an update better
+    (dict(n=20_000, k=5, temporary=True), "lanczos", "store", "block Lanczos"),
+    (dict(n=21_000, k=10), "lanczos", "store", "K is small"),
     (dict(n=20_000, k=5, dtype="float64"), "lanczos", "store", "block Lanczos"),
     (dict(n=19_000, k=5), "lanczos", "store", "block Lanczos"),
     (dict(n=2000, k=5, solver="arpack"), "arpack", "memory", "only with K in memory"),

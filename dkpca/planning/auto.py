@@ -29,16 +29,7 @@ from .precision import Precision, choose_precision, requested_dtype
 
 __all__ = ["Choice", "choose", "use_compiled_exp", "COMPILED_EXP_MIN_ENTRIES", "DENSE_MAX_N", "DENSE_K_SHARE",
            "SMALL_GRAM_BYTES", "MEMORY_GRAM_BYTES", "LANCZOS_MIN_K", "memory_gram_fits", "in_memory_solver",
-           "solver_rule", "gram_rule", "single_precision_rule"]
-
-#: From this n a float32 K stored is solved by subspace iteration rather than
-#: block Lanczos (:func:`choose`): it needs more passes but, from the Nystroem
-#: start (``nystrom.START_MIN_N``), most of them in single precision.  Solve
-#: time, Lanczos vs randomized, one script each: n = 10,000: 0.85-0.89 s
-#: (4 passes) vs 0.94-0.95 s (6); 20,000: 3.2-3.3 s vs 2.3-2.7 s (5);
-#: 40,000: 12.2 s vs 9.5 s.  Only where K is not measured (up to ``SMALL_GRAM_BYTES``); a larger one weighs
-#: both solvers (:mod:`dkpca.planning.modes`; issue 40: at 40,000 stored Lanczos 7.0 s, randomized 10.0 s).
-SINGLE_PASSES_MIN_N = 20_000
+           "solver_rule", "gram_rule"]
 
 #: Gram stores up to this size are stored without measuring (``gram="auto"``):
 #: K stays in the page cache, a refit reuses it, and the choice -- hence the
@@ -131,11 +122,12 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
         * where K is large enough to measure (below), ``lanczos`` and
           ``randomized`` are both weighed: expected passes x cost per pass
           (subspace iteration's early passes in single precision), the
-          faster wins (:func:`~dkpca.planning.modes.cheapest`);
-        * else ``randomized`` instead of ``lanczos`` where K is stored in
-          float32 and n reaches ``SINGLE_PASSES_MIN_N``: from the Nystroem
-          start its early passes run in single precision, which Lanczos's
-          products cannot.
+          faster wins (:func:`~dkpca.planning.modes.cheapest`); a small K
+          (not measured) keeps ``lanczos``: at n = 20,000 / 21,000 stored in
+          float32 (2-core AMD EPYC, 2026-11-27, median of 3, each fit in its
+          own process) it solved in 1.43 / 1.23 s (3 passes) against
+          subspace iteration's 1.49 / 1.50 s (4), and its fit records k + 20
+          Ritz pairs for an update where subspace iteration records its width.
     gram
         * ``nystrom`` never reads K: ``recompute`` (no Gram store);
         * ``temporary`` (in-memory input without ``store=``: the store would
@@ -241,8 +233,6 @@ def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: A
     why_measured = details.pop("modes_reason", None)
     if why_measured and len(weighed) > 1:  # both solvers measured: the faster, the reason its figures
         name, solver_why = picked, f"measured: {why_measured}"
-    elif solver == "auto":
-        name, solver_why = single_precision_rule(n, name, mode, dtype, solver_why)
     compiled, details["exp"] = use_compiled_exp(n, name, mode, details.get("expected_passes"), workers, already)
     return Choice(name, mode, f"solver={name}: {solver_why}; gram={mode}: {why}", details, compiled,
                   reasons=(solver_why, why))
@@ -264,17 +254,6 @@ def solver_rule(n: int, k: int, solver: str, *, memory: bool, memory_bytes: int 
                            f"iteration); its Krylov basis fits in memory")
     return "randomized", (f"n={n}, k={k}: a Krylov basis of 3 x {krylov} columns would not fit in a quarter of "
                           f"the {memory_bytes / 1e9:.1f} GB available; subspace iteration needs O(n l)")
-
-
-def single_precision_rule(n: int, name: str, mode: str, dtype: Any, why: str) -> tuple[str, str]:
-    """An ``auto`` solver once the Gram mode is known: randomized for a large float32 K stored, else kept."""
-    if name == "lanczos" and mode == "store" and np.dtype(dtype) == np.float32 and n >= SINGLE_PASSES_MIN_N:
-        return "randomized", (
-            f"n={n} >= {SINGLE_PASSES_MIN_N}, float32 K stored: subspace iteration from the Nystroem start, its "
-            "early passes in single precision (half the cost of a float64 pass), beats block Lanczos, whose "
-            "products must all be float64 (measured at n=20,000 / 40,000: 5 passes, 2.3-2.7 s / 9.5 s of passes "
-            "against Lanczos's 4, 3.2-3.3 s / 12.2 s)")
-    return name, why
 
 
 def gram_rule(n: int, k: int, name: str, gram: str, *, memory: bool, k_memory: int, X, kernel, dtype: Any,
