@@ -30,11 +30,11 @@ import numpy as np
 from .execution import active_client, compute, local_threads, placed, shares
 from .kernels import Kernel, NonFiniteKernelError
 from .linalg import (
-    FAN_IN,
     Centering,
     TaskGraph,
     block_bounds,
     block_products,
+    carried_pass,
     gather_sum,
     group_products,
     kernel_block_products,
@@ -170,12 +170,13 @@ class CenteredKernelOperator:
         nb = len(bounds)
         pairs = [(I, J) for I, J in upper_pairs(nb) if bounds[J][1] > zero_above]
         groups = shares(pair_weights(bounds, pairs))
-        # A small cluster's few shares carry their pieces of V in their own
-        # arguments: one message per worker, no piece tasks and no transfers
-        # between workers before the products start.  Many shares refer to
+        # A cluster's shares carry their pieces of V in their own arguments:
+        # one message per worker, no piece tasks and no transfers between
+        # workers before the products start.  Past a budget they refer to
         # piece tasks instead, so that V does not pass through the scheduler
-        # once per share.
-        inline = len(groups) <= FAN_IN
+        # once per share (carried_pass).
+        inline = carried_pass(len(groups), n=self.n, width=V.shape[1], cluster=groups[0][0] is not None,
+                              itemsize=V.dtype.itemsize)
         # a row block wholly in the zero rows multiplies nothing (None: block_products skips its K^T V_I)
         pieces = [None if b <= zero_above else V[a:b] if inline else graph.data(V[a:b]) for a, b in bounds]
         # a single-precision pass's partial sums cross the network in float32
@@ -189,7 +190,7 @@ class CenteredKernelOperator:
                                         [list(self.block_args(graph, I, J, pieces[I], pieces[J])) for I, J in group],
                                         wire))
             rows.append(touched_rows(group))
-        if inline:  # a small cluster's few shares: added here, no sum tasks
+        if inline:  # shares that carried their pieces: their outputs added here, no sum tasks
             return np.concatenate(gather_sum(rows, list(compute(*graph.outputs(tasks))), nb), axis=0)
         return np.concatenate(compute(*graph.outputs(scatter_sum(rows, tasks, nb, graph=graph))), axis=0)
 

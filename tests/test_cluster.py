@@ -597,6 +597,40 @@ def test_a_pass_on_a_cluster_runs_one_task_per_worker_thread_and_is_exact(proc_c
     np.testing.assert_allclose(KV, rbf_kernel(blobs, gamma=0.1) @ V, rtol=1e-12, atol=1e-12)  # float64 K: exact
 
 
+@pytest.mark.parametrize("budget, carried", [(None, True), (0, False)])
+def test_many_shares_carry_v_within_the_budget_and_refer_to_pieces_past_it(tmp_path, blobs, monkeypatch, budget,
+                                                                           carried):
+    """Ten worker threads (more than FAN_IN shares): within ``INLINE_PASS_BYTES`` each share carries its pieces
+    of V (ten tasks, no piece or sum tasks), past it the pass refers to piece tasks and sums by trees; float64
+    K V exact to 1e-12 either way."""
+    from dkpca import execution, operator
+    from dkpca.gram import build_gram
+    from dkpca.io import as_dask, scan
+    from dkpca.kernels import RBF
+    from dkpca.linalg import FAN_IN, grid
+    from dkpca.storage import FitStore
+
+    if budget is not None:
+        monkeypatch.setattr(grid, "INLINE_PASS_BYTES", budget)
+    Xd = as_dask(blobs, block_rows=100)  # 6 row blocks, 21 blocks of K
+    V = np.random.default_rng(1).standard_normal((600, 3))
+    sizes = []
+
+    def counting(*tasks, **kw):
+        sizes.append(sum("dkpca-pass" in str(key) for key in dict(dask.delayed(list(tasks)).__dask_graph__())))
+        return execution.compute(*tasks, **kw)
+
+    with (LocalCluster(n_workers=1, threads_per_worker=10, processes=False, dashboard_address=None) as cluster,
+          Client(cluster)):
+        op = operator.StoredKernelOperator(build_gram(FitStore.at(tmp_path / "s.zarr"), Xd, RBF(0.1), scan(Xd),
+                                                      dtype="float64"))
+        monkeypatch.setattr(operator, "compute", counting)
+        KV = op.raw_matmat(V)
+    assert 10 > FAN_IN
+    assert (sizes == [10]) == carried and sizes[0] >= 10  # past the budget: 6 pieces and the trees' sums too
+    np.testing.assert_allclose(KV, rbf_kernel(blobs, gamma=0.1) @ V, rtol=1e-12, atol=1e-12)
+
+
 def test_a_compiled_kernel_travels_to_the_workers_and_is_exact(proc_cluster, blobs):
     """Each worker compiles the exp on its first block (kernels.fastexp); a float64 matrix-free pass matches
     K V to 1e-12 (entries within 1e-15 of numpy's exp)."""

@@ -123,6 +123,21 @@ def test_pass_tasks_counts_the_graph_of_a_pass(tmp_path, blobs, monkeypatch, row
     assert seen == [pass_tasks(nb)] and pass_tasks(nb) == tasks
 
 
+def test_a_cluster_pass_carries_v_while_v_counted_whole_for_each_share_fits_the_budget():
+    from dkpca.linalg import FAN_IN, INLINE_PASS_BYTES, carried_pass
+
+    assert INLINE_PASS_BYTES == 128 << 20
+    assert carried_pass(FAN_IN) and not carried_pass(FAN_IN + 1, n=10, width=1)  # threads: blocks, not shares
+    assert carried_pass(16, n=40_000, width=20, cluster=True)  # 16 x 6.4 MB = 102 MB
+    assert not carried_pass(16, n=100_000, width=20, cluster=True)  # 256 MB
+    assert carried_pass(16, n=100_000, width=20, cluster=True, itemsize=4)  # a single-precision pass: 128 MB
+    # 40,000 points in 10 row blocks on 16 worker threads: 16 share tasks, or 10 pieces + 16 shares + 3 sums a row
+    assert pass_tasks(10, shares=16, carried=True) == 16 and pass_tasks(10, shares=16) == 10 + 16 + 10 * 3
+    cost = dict(concurrency=16, entry_seconds=6e-9, task_seconds=1.6e-3, shares=16)
+    assert pass_cost(40_000, 4000, width=20, **cost).tasks == 16
+    assert pass_cost(100_000, 4000, width=20, **cost).tasks > 16
+
+
 def test_cluster_block_size_from_plain_numbers():
     kw = dict(concurrency=100, entry_seconds=6e-9, task_seconds=1e-3, d=20, ell=20, itemsize=4)
     cost = {k: kw[k] for k in ("concurrency", "entry_seconds", "task_seconds")}

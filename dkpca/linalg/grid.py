@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 __all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "product_strip_rows", "SCHEDULING_SHARE", "FAN_IN",
            "default_block_size", "balanced_block", "rows_per_block", "block_bounds", "n_blocks", "sweep_entries",
-           "upper_pairs", "pass_tasks", "pair_weights", "task_memory", "PassCost", "pass_cost", "cluster_block_size"]
+           "upper_pairs", "carried_pass", "INLINE_PASS_BYTES", "pass_tasks", "pair_weights", "task_memory", "PassCost",
+           "pass_cost", "cluster_block_size"]
 
 #: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
 #: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
@@ -41,6 +42,17 @@ SCHEDULING_SHARE = 0.05
 #: operands of one sum task (tree sums), and the most task outputs a caller adds itself
 #: (:func:`dkpca.linalg.gather_sum`)
 FAN_IN = 8
+
+#: most bytes of V a cluster pass's tasks carry in their arguments, V counted whole for each task
+#: (:func:`carried_pass`); the caller then receives as many bytes of their partial sums.  Past FAN_IN
+#: tasks a pass referred to piece tasks and summed by trees: each task waited for its pieces from the
+#: workers that held them, and each sum for its parts.  Measured on the 2-core AMD EPYC (2026-11-27,
+#: stored K, 20 columns, LocalClusters of single-thread workers, median of 5 passes): n = 16,000 (8 row
+#: blocks) 0.56 s carried against 0.93 s with 9 workers, 0.51 against 0.94 s with 16; n = 40,000
+#: (10 row blocks) 2.68 against 3.77 s with 9 workers, 2.85 against 4.37 s with 16 (57 MB carried, of
+#: the 102 MB this bound counts).  Scattering the pieces to the workers that need them first did no
+#: better (0.81-0.87 s at 16,000).
+INLINE_PASS_BYTES = 128 << 20
 
 
 def default_block_size(n: int) -> int:
@@ -102,20 +114,37 @@ def upper_pairs(nb: int) -> list[tuple[int, int]]:
     return [(I, J) for I in range(nb) for J in range(I, nb)]
 
 
-def pass_tasks(nb: int, fan_in: int = FAN_IN, shares: int | None = None) -> int:
+def carried_pass(tasks: int, *, n: int = 0, width: int = 0, cluster: bool = False, itemsize: int = 8) -> bool:
+    """Whether a pass's ``tasks`` carry their pieces of V (n x ``width``) in their own arguments, their
+    outputs added by the caller (:func:`dkpca.linalg.gather_sum`), rather than refer to piece tasks, their
+    outputs summed by trees of tasks (:func:`dkpca.linalg.scatter_sum`).
+
+    Up to :data:`FAN_IN` tasks always.  On a cluster (one task per worker
+    thread) also more, while V counted whole for each task stays within
+    :data:`INLINE_PASS_BYTES`.  Without one the tasks are the blocks: the
+    pieces are views of V, and the threads add the trees as the blocks
+    finish, where the caller would add every output after the last.
+    """
+    if tasks <= FAN_IN:
+        return True
+    return cluster and tasks * n * width * itemsize <= INLINE_PASS_BYTES
+
+
+def pass_tasks(nb: int, fan_in: int = FAN_IN, shares: int | None = None, carried: bool | None = None) -> int:
     """Tasks in the graph of one pass over ``nb`` row blocks, as ``raw_matmat`` builds it.
 
     One task per upper-triangular block (``P = nb (nb + 1) / 2``), or on a
     cluster one per worker thread (``shares``, at most P;
-    :func:`dkpca.execution.shares`).  Up to ``fan_in`` of them carry their
-    pieces of V in their arguments and their outputs are added by the caller
-    (:func:`dkpca.linalg.gather_sum`): nothing else.  More need one piece of
-    V per row block and per row block a tree of ``fan_in``-way sums over the
-    tasks contributing to it (:func:`dkpca.linalg.scatter_sum`).
+    :func:`dkpca.execution.shares`).  Tasks that carry their pieces of V in
+    their arguments (``carried``, :func:`carried_pass`; None: at most
+    ``fan_in`` of them) have their outputs added by the caller: nothing else.
+    Otherwise the pass needs one piece of V per row block and per row block a
+    tree of ``fan_in``-way sums over the tasks contributing to it
+    (:func:`dkpca.linalg.scatter_sum`).
     """
     pairs = nb * (nb + 1) // 2
     tasks = pairs if shares is None else min(pairs, max(1, shares))
-    if tasks <= fan_in:
+    if carried if carried is not None else tasks <= fan_in:
         return tasks
     sums, m = 0, min(nb, tasks)  # a row block receives from at most nb blocks
     while True:
@@ -192,7 +221,8 @@ class PassCost:
 
 
 def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, task_seconds: float,
-              bytes_per_entry: float = 0.0, bandwidth: float | None = None, shares: int | None = None) -> PassCost:
+              bytes_per_entry: float = 0.0, bandwidth: float | None = None, shares: int | None = None,
+              width: int | None = None) -> PassCost:
     """The cost of one sweep over K's upper-triangular blocks of edge ``block``.
 
     ``entry_seconds`` is one thread's time per entry of a block (its work
@@ -201,7 +231,9 @@ def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, tas
     ``bandwidth`` bytes/s (None: it keeps up).  The blocks are counted whole
     (``P block^2`` entries), as the tasks run them.  ``shares``: the graph's
     block tasks are one per worker thread (a pass on a cluster; see
-    :func:`pass_tasks`).  The block tasks run in waves of ``concurrency``:
+    :func:`pass_tasks`; ``width``: V's columns, which decide whether those
+    carry their pieces of V, :func:`carried_pass`; None: as at most
+    ``FAN_IN`` do).  The block tasks run in waves of ``concurrency``:
     fewer, larger blocks than threads leave threads idle, so ``compute``
     grows with the edge once the blocks are fewer than the threads.
     """
@@ -212,7 +244,8 @@ def pass_cost(n: int, block: int, *, concurrency: int, entry_seconds: float, tas
     running = pairs if shares is None else min(pairs, max(1, shares))
     waves = -(-running // max(1, concurrency))
     io = entries * bytes_per_entry / bandwidth if bandwidth else 0.0
-    tasks = pass_tasks(nb, shares=shares)
+    carried = carried_pass(running, n=n, width=width, cluster=shares is not None) if width else None
+    tasks = pass_tasks(nb, shares=shares, carried=carried)
     return PassCost(block, tasks, waves * entries * entry_seconds / running, io, tasks * task_seconds)
 
 
@@ -240,7 +273,7 @@ def cluster_block_size(n: int, *, concurrency: int, entry_seconds: float, task_s
             break
         block = edge
         cost = pass_cost(n, block, concurrency=concurrency, entry_seconds=entry_seconds, task_seconds=task_seconds,
-                         bytes_per_entry=bytes_per_entry, bandwidth=bandwidth, shares=shares)
+                         bytes_per_entry=bytes_per_entry, bandwidth=bandwidth, shares=shares, width=ell)
         if cost.share <= share:
             break
     return block

@@ -160,7 +160,8 @@ class EntryRates:
 
 def estimate(n: int, block: int, *, gram: str, itemsize: int, concurrency: int, rates: EntryRates,
              fs_bandwidth: float | None = None, task_seconds: float = SCHEDULER_SECONDS_PER_TASK,
-             distributed: bool = True, single: bool = False) -> tuple[PassCost | None, PassCost]:
+             distributed: bool = True, single: bool = False,
+             width: int | None = None) -> tuple[PassCost | None, PassCost]:
     """``(build, pass)`` at ``block``: the build is None when K is not stored (``gram="recompute"``).
 
     ``distributed``: a pass's blocks run as one task per worker thread
@@ -168,7 +169,8 @@ def estimate(n: int, block: int, *, gram: str, itemsize: int, concurrency: int, 
     The build's bytes go at ``fs_bandwidth`` (an assumed aggregate, e.g. a
     cluster's filesystem) where one is given, else at the measured
     ``rates.write_bandwidth`` (this machine's), a pass's at it or
-    ``rates.read_bandwidth``.  ``single``: a single-precision pass.
+    ``rates.read_bandwidth``.  ``single``: a single-precision pass; ``width``: its columns
+    (whether a cluster's tasks carry V: :func:`~dkpca.linalg.carried_pass`).
     """
     stored = gram == "store"
     kw = dict(concurrency=concurrency, task_seconds=task_seconds, bytes_per_entry=itemsize if stored else 0.0)
@@ -177,7 +179,7 @@ def estimate(n: int, block: int, *, gram: str, itemsize: int, concurrency: int, 
     if build is not None and fs_bandwidth is None:
         build = written_back(build, itemsize * sweep_entries(n, block), rates)
     return build, pass_cost(n, block, entry_seconds=rates.pass_entry(gram, single),
-                            shares=concurrency if distributed else None,
+                            shares=concurrency if distributed else None, width=width,
                             bandwidth=fs_bandwidth or rates.read_bandwidth, **kw)
 
 

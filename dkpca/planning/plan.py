@@ -263,7 +263,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         rates = EntryRates.measured(measure_blocks(X, kernel, block, dtype, ell, store), block)
     rates = rates or EntryRates.documented(kernel, d)
     distributed = bool(res.get("distributed", True))
-    build, sweep = estimate(n, block, gram=gram, itemsize=item, concurrency=conc, rates=rates,
+    build, sweep = estimate(n, block, gram=gram, itemsize=item, concurrency=conc, rates=rates, width=ell,
                             fs_bandwidth=fs_bandwidth, distributed=distributed,
                             task_seconds=SCHEDULER_SECONDS_PER_TASK if distributed else LOCAL_SECONDS_PER_TASK)
     if distributed and sweep.share > SCHEDULING_SHARE:
@@ -271,7 +271,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
                             fs_bandwidth=fs_bandwidth)
         what = f"the scheduler takes ~{100 * sweep.share:.0f} % of each pass ({sweep.tasks} tasks at block {block})"
         if best > block:
-            share = estimate(n, best, gram=gram, itemsize=item, concurrency=conc, rates=rates,
+            share = estimate(n, best, gram=gram, itemsize=item, concurrency=conc, rates=rates, width=ell,
                              fs_bandwidth=fs_bandwidth)[1].share
             warnings.append(f"{what}; chunk_size={best} " + (
                 f"keeps it under {100 * SCHEDULING_SHARE:.0f} %" if share <= SCHEDULING_SHARE else
