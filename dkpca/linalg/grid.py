@@ -51,7 +51,8 @@ FAN_IN = 8
 #: blocks) 0.56 s carried against 0.93 s with 9 workers, 0.51 against 0.94 s with 16; n = 40,000
 #: (10 row blocks) 2.68 against 3.77 s with 9 workers, 2.85 against 4.37 s with 16 (57 MB carried, of
 #: the 102 MB this bound counts).  Scattering the pieces to the workers that need them first did no
-#: better (0.81-0.87 s at 16,000).
+#: better (0.81-0.87 s at 16,000).  Carried pieces pass through the scheduler: across nodes at most this
+#: many bytes a pass, ~0.1 s on a 10 Gb/s link (not measured on a multi-node cluster).
 INLINE_PASS_BYTES = 128 << 20
 
 
