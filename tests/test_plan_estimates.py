@@ -44,6 +44,26 @@ def test_a_noise_floor_is_extrapolated_away_but_never_raises_the_gap():
     assert extrapolated_gap(lam, half, 10, 20, 10**6) == pytest.approx(lam[20] / lam[9], rel=1e-12)
 
 
+def test_the_leading_eigenvalues_of_a_sample_equal_its_dense_spectrum():
+    """The plan's 21 of 1,000 come from ARPACK (a fixed start: the same values every call), 200 of them (more
+    than ARPACK_SHARE) from a dense eigh: both the top of scipy.linalg.eigh of the centred K to 1e-12 of
+    lambda_1 (ARPACK's default tolerance is machine precision)."""
+    X = _clusters(1000, 20)
+    K = make_kernel("rbf", gamma=1 / 20).resolve(20).block(X, None, np.float64)
+    whole = scipy.linalg.eigh(centered(K), eigvals_only=True)[::-1]
+    top = centred_spectrum(K.copy(), 21)
+    assert top.shape == (21,) and np.array_equal(top, centred_spectrum(K.copy(), 21))
+    np.testing.assert_allclose(top, whole[:21], rtol=0, atol=1e-12 * whole[0])
+    np.testing.assert_allclose(centred_spectrum(K.copy(), 200), whole[:200], rtol=0, atol=1e-12 * whole[0])
+
+
+def test_the_gap_from_the_spectra_tops_is_the_gap_from_the_whole_spectra():
+    lam = np.geomspace(100.0, 1.0, 80)
+    half = lam[:40] / 2
+    half[20] = lam[20]
+    assert extrapolated_gap(lam[:21], half[:21], 10, 20, 8000, (80, 40)) == extrapolated_gap(lam, half, 10, 20, 8000)
+
+
 def test_the_extrapolated_gap_is_that_of_the_whole_k():
     """Reference: eigh of the centred K of 3,000 clustered points (rbf).  A 500-point subsample states
     lambda_21/lambda_10 about twice too large (0.34 against 0.18, measured); extrapolated from it and its half

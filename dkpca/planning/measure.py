@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import psutil
 import scipy.linalg
+import scipy.sparse.linalg
 
 from ..execution import compute, for_the_client, n_workers_threads, serial_blas
 from ..kernels import Kernel
@@ -40,8 +41,10 @@ MAX_MEASURE_EDGE = 2048
 #: edge of the chunk each thread writes and reads at once to measure the filesystem's aggregate rate
 #: (:func:`disk_bandwidth`): 16 MB in float32, 0.26 GB from 16 threads
 BANDWIDTH_EDGE = 2048
-#: subsample size for the spectrum estimate (an m x m dense eigh: ~0.2 s)
+#: subsample size for the spectrum estimate (its leading eigenvalues: :func:`centred_spectrum`)
 SPECTRUM_SAMPLE = 1000
+#: :func:`centred_spectrum` finds up to this share of a sample's eigenvalues by ARPACK, more by a dense eigh
+ARPACK_SHARE = 0.1
 #: edge of the symmetric matrix whose eigh is timed to estimate the dense solver (out of cache, ~0.1 s)
 DENSE_SAMPLE = 800
 
@@ -76,7 +79,8 @@ def measure_and_estimate(X: Any, kernel: Kernel, block: int, dtype: np.dtype, el
     ``passes``: known already (kept from a decision in another precision): not estimated.
 
     Both run in the client before anything else can start, so they are a fit's serial part: at n = 40,000
-    about 0.12 s each here, ~10 % of a fit's projected time on 16 cores (``benchmarks/scaling.py``).  One
+    the timings ~0.2-0.3 s here and the estimate 0.07-0.08 s (0.22-0.24 s before its spectra were found by
+    ARPACK, :func:`centred_spectrum`), ~10 % of a fit's projected time on 16 cores.  One
     after the other: with the subsample's eigendecomposition on the other core, the one-thread block timings
     it overlapped were up to 2.5x slow, and the store-or-recompute rule compares them (measured on the
     2-core AMD EPYC, 4 rounds each, kernel block at n = 40,000: 0.038-0.099 s beside it, 0.039-0.044 s
@@ -272,12 +276,13 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     S = np.asarray(compute(X[idx], local=for_the_client(X.nbytes))[0], dtype=np.float64)
     K = kernel.block(S, None, np.float64)
     half = np.sort(np.random.default_rng(seed + 1).choice(m, size=m // 2, replace=False))
-    lam_half = centred_spectrum(K[np.ix_(half, half)])  # a copy: K stays uncentred for the next line
-    lam = centred_spectrum(K)
+    top = min(m, max(k, ell + 1))  # the eigenvalues the estimate reads: lambda_1, lambda_k, lambda_{ell+1}
+    lam_half = centred_spectrum(K[np.ix_(half, half)], min(top, m // 2))  # a copy: K stays uncentred
+    lam = centred_spectrum(K, top)
     if k >= m or lam[min(k, m) - 1] <= 0:
         return max_passes, f"subsample of {m} points cannot resolve k={k}; at most max_passes={max_passes}"
     sample_gap = lam[ell] / lam[k - 1] if ell < m else 0.0
-    gap = extrapolated_gap(lam, lam_half, k, ell, n) if ell < m // 2 else sample_gap
+    gap = extrapolated_gap(lam, lam_half, k, ell, n, (m, m // 2)) if ell < m // 2 else sample_gap
     # residual_p ~ lambda_k gap^p, relative to lambda_1 -> stop when below tol
     target = tol * lam[0] / lam[k - 1]
     if gap <= 1e-12:
@@ -294,13 +299,30 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     return p, note
 
 
-def centred_spectrum(K: np.ndarray) -> np.ndarray:
-    """Eigenvalues of the centred ``K``, largest first (``K`` is centred in place)."""
+def centred_spectrum(K: np.ndarray, count: int | None = None) -> np.ndarray:
+    """The ``count`` largest eigenvalues of the centred ``K`` (None: all), largest first (``K`` is centred in place).
+
+    A few of many (up to :data:`ARPACK_SHARE` of them) by ARPACK from a fixed start vector, so the same
+    sample always gives the same values: the plan's 21 of a 1,000-point sample take 12 ms, where a dense eigh
+    took 40-54 ms; inside a fit at n = 40,000 both spectra took 29-31 ms against 171-177 ms (2-core AMD EPYC,
+    2026-11-27) -- before any block can start, so serial on any number of cores.  The two agree to ~1e-15 of
+    lambda_1.
+    """
     Centering.of_matrix(K).center_matrix(K)
-    return scipy.linalg.eigh(K, eigvals_only=True, overwrite_a=True)[::-1]
+    m = K.shape[0]
+    if count is not None and 0 < count <= ARPACK_SHARE * m:
+        start = np.random.default_rng(0).standard_normal(m)
+        try:
+            return np.sort(scipy.sparse.linalg.eigsh(K, k=count, which="LA", v0=start,
+                                                     return_eigenvectors=False))[::-1]
+        except scipy.sparse.linalg.ArpackNoConvergence:  # rare: the dense eigh below always answers
+            pass
+    lam = scipy.linalg.eigh(K, eigvals_only=True, overwrite_a=True)[::-1]
+    return lam if count is None else lam[:count]
 
 
-def extrapolated_gap(lam: np.ndarray, lam_half: np.ndarray, k: int, ell: int, n: int) -> float:
+def extrapolated_gap(lam: np.ndarray, lam_half: np.ndarray, k: int, ell: int, n: int,
+                     sizes: tuple[int, int] | None = None) -> float:
     """``lambda_{ell+1} / lambda_k`` of the n-point K from the spectra of an m-point subsample and of its half.
 
     A subsample's leading eigenvalues grow like its size (each is ``m`` times
@@ -314,9 +336,10 @@ def extrapolated_gap(lam: np.ndarray, lam_half: np.ndarray, k: int, ell: int, n:
     and the floor b) and the leading one as proportional, each at ``n``:
     0.071 here from 500 and 1,000 points.  Where the tail grows with the
     size as the leading eigenvalue does (no floor) this is the subsample's
-    own gap; it never exceeds it.
+    own gap; it never exceeds it.  ``sizes``: the points of the subsample and
+    of its half (default: the spectra's lengths, where they are whole).
     """
-    m, h = len(lam), len(lam_half)
+    m, h = sizes if sizes is not None else (len(lam), len(lam_half))  # points: the spectra may be their tops only
     sample = lam[ell] / lam[k - 1]
     if lam_half[k - 1] <= 0 or m <= h:
         return float(sample)
