@@ -102,7 +102,12 @@ def start_timing(res: dict) -> float:
     the fit they took 0.03-0.06 s like local threads'.  So before every timed
     fit, whatever the method, the child touches and frees ``$DKPCA_BENCH_WARM_BYTES``
     (set by :func:`run_child`), untimed, and the peak RSS counts only after it.
+    First the page cache's dirty pages are written back (:func:`settle_disk`; its seconds in
+    ``res["settle_s"]``): a fit that followed a stored one in the same round otherwise built its K while
+    the other's 3.2 GB were still being written (n = 40,000, ``scaling.py --compare``: Gram 6.0 s for the
+    round's first fit against 2.8-4.1 s, 2026-11-27).
     """
+    res["settle_s"] = settle_disk()
     nbytes = int(os.environ.get(WARM_ENV, "0"))
     if nbytes:
         block = np.ones(nbytes // 8)
