@@ -79,7 +79,8 @@ def main() -> None:
                     row.append(f"{label} {passes(op, V, a.passes, ref)[0]:.3f} s")
                 finally:
                     grid.INLINE_PASS_BYTES = budget
-            carried = grid.carried_pass(w, n=a.n, width=WIDTH, cluster=True)
+            nb = len(op.bounds)
+            carried = grid.carried_pass(min(w, nb * (nb + 1) // 2), n=a.n, width=WIDTH, cluster=True)
             print(f"LocalCluster {w} x 1: {', '.join(row)} a pass (dkpca carries V here: {carried})", flush=True)
 
 

@@ -175,13 +175,13 @@ class CenteredKernelOperator:
         # workers before the products start.  Past a budget they refer to
         # piece tasks instead, so that V does not pass through the scheduler
         # once per share (carried_pass).
-        inline = carried_pass(len(groups), n=self.n, width=V.shape[1], cluster=groups[0][0] is not None,
-                              itemsize=V.dtype.itemsize)
+        cluster = groups[0][0] is not None
+        carried = carried_pass(len(groups), n=self.n, width=V.shape[1], cluster=cluster, itemsize=V.dtype.itemsize)
         # a row block wholly in the zero rows multiplies nothing (None: block_products skips its K^T V_I)
-        pieces = [None if b <= zero_above else V[a:b] if inline else graph.data(V[a:b]) for a, b in bounds]
+        pieces = [None if b <= zero_above else V[a:b] if carried else graph.data(V[a:b]) for a, b in bounds]
         # a single-precision pass's partial sums cross the network in float32
         # (measured at n = 20,000 on two workers: 6.4 MB a pass otherwise)
-        wire = "float32" if V.dtype == np.float32 and groups[0][0] is not None else None
+        wire = "float32" if V.dtype == np.float32 and cluster else None
         tasks, rows = [], []
         for worker, members in groups:
             group = [pairs[i] for i in members]
@@ -190,7 +190,7 @@ class CenteredKernelOperator:
                                         [list(self.block_args(graph, I, J, pieces[I], pieces[J])) for I, J in group],
                                         wire))
             rows.append(touched_rows(group))
-        if inline:  # shares that carried their pieces: their outputs added here, no sum tasks
+        if carried:  # shares that carried their pieces: their outputs added here, no sum tasks
             return np.concatenate(gather_sum(rows, list(compute(*graph.outputs(tasks))), nb), axis=0)
         return np.concatenate(compute(*graph.outputs(scatter_sum(rows, tasks, nb, graph=graph))), axis=0)
 

@@ -137,15 +137,15 @@ def pass_tasks(nb: int, fan_in: int = FAN_IN, shares: int | None = None, carried
     One task per upper-triangular block (``P = nb (nb + 1) / 2``), or on a
     cluster one per worker thread (``shares``, at most P;
     :func:`dkpca.execution.shares`).  Tasks that carry their pieces of V in
-    their arguments (``carried``, :func:`carried_pass`; None: at most
-    ``fan_in`` of them) have their outputs added by the caller: nothing else.
+    their arguments (``carried``; None: :func:`carried_pass` without a
+    cluster's budget) have their outputs added by the caller: nothing else.
     Otherwise the pass needs one piece of V per row block and per row block a
     tree of ``fan_in``-way sums over the tasks contributing to it
     (:func:`dkpca.linalg.scatter_sum`).
     """
     pairs = nb * (nb + 1) // 2
     tasks = pairs if shares is None else min(pairs, max(1, shares))
-    if carried if carried is not None else tasks <= fan_in:
+    if carried if carried is not None else carried_pass(tasks):
         return tasks
     sums, m = 0, min(nb, tasks)  # a row block receives from at most nb blocks
     while True:
