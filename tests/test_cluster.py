@@ -631,6 +631,54 @@ def test_many_shares_carry_v_within_the_budget_and_refer_to_pieces_past_it(tmp_p
     np.testing.assert_allclose(KV, rbf_kernel(blobs, gamma=0.1) @ V, rtol=1e-12, atol=1e-12)
 
 
+def fake_client(direct, *addresses):
+    """What :func:`dkpca.execution.gathers_direct` reads of a client: its own setting and its workers' addresses."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(direct_to_workers=direct, scheduler_info=lambda: {"workers": dict.fromkeys(addresses, {})})
+
+
+@pytest.mark.parametrize("addresses, direct", [
+    (("tls://127.0.0.1:40001", "tls://127.0.0.1:40002"), True),  # a LocalCluster dkpca starts
+    (("tcp://[::1]:40001",), True),
+    (("inproc://192.0.2.2/5371/4",), True),  # threads in this process
+    (("tls://127.0.0.1:40001", "tls://10.1.2.3:40002"), False),  # one worker on another node
+    (("tls://node12:40001",), False),  # a host name may resolve to another machine
+    ((), False),  # no worker yet: nothing to reach
+])
+def test_results_come_straight_from_workers_only_when_every_worker_is_on_loopback(addresses, direct):
+    from dkpca.execution import gathers_direct
+
+    assert gathers_direct(fake_client(None, *addresses)) is direct
+
+
+@pytest.mark.parametrize("setting", [True, False])
+def test_the_clients_own_direct_to_workers_setting_decides(setting):
+    from dkpca.execution import gathers_direct
+
+    assert gathers_direct(fake_client(setting, "tls://10.1.2.3:40002")) is setting
+    assert gathers_direct(fake_client(setting, "tls://127.0.0.1:40001")) is setting
+
+
+def test_a_local_clusters_results_are_gathered_from_its_workers(monkeypatch):
+    """On in-process workers ``compute`` asks the workers for the results (``direct=True``), and gets them."""
+    from dkpca import execution
+
+    asked = []
+    gather = Client.gather
+
+    def spying(self, futures, *args, **kwargs):
+        asked.append(kwargs.get("direct"))
+        return gather(self, futures, *args, **kwargs)
+
+    monkeypatch.setattr(Client, "gather", spying)
+    with (LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+          Client(cluster)):
+        out = execution.compute(*(dask.delayed(np.arange)(i) for i in range(4)))
+    assert asked == [True]
+    assert [o.tolist() for o in out] == [list(range(i)) for i in range(4)]
+
+
 def test_a_compiled_kernel_travels_to_the_workers_and_is_exact(proc_cluster, blobs):
     """Each worker compiles the exp on its first block (kernels.fastexp); a float64 matrix-free pass matches
     K V to 1e-12 (entries within 1e-15 of numpy's exp)."""

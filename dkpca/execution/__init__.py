@@ -59,14 +59,14 @@ from distributed.utils import CancelledError
 
 from .assign import balance, placed, placement, shares
 from .progress import Progress, ProgressCallback
-from .scheduler import active_client, config_switch, local_thread_count, n_workers_threads
+from .scheduler import active_client, config_switch, gathers_direct, local_thread_count, n_workers_threads
 from .threads import Joined, kept_pool, local_threads, row_blocks, serial_blas
 from .watch import LostComputationError, SchedulerLostError, StalledComputationError, Watch
 
 __all__ = ["LostComputationError", "SchedulerLostError", "StalledComputationError", "active_client",
-           "config_switch", "local_thread_count", "n_workers_threads", "serial_blas", "row_blocks", "local_threads",
-           "balance", "placement", "shares", "placed", "compute", "Progress", "ProgressCallback", "LOCAL_BYTES",
-           "for_the_client"]
+           "config_switch", "gathers_direct", "local_thread_count", "n_workers_threads", "serial_blas", "row_blocks",
+           "local_threads", "balance", "placement", "shares", "placed", "compute", "Progress", "ProgressCallback",
+           "LOCAL_BYTES", "for_the_client"]
 
 #: input arrays up to this size are read (the scan, the plan's samples) and copied into the store by the
 #: client's own threads, even with a cluster.  Measured on a 16-core machine (issue 40), n = 40,000, d = 50
@@ -105,7 +105,7 @@ def _on_cluster(client: Any, tasks: Sequence, label: str | None, progress: bool 
                         bar.advance()
                 finally:
                     bar.close()
-            return tuple(client.gather(futures))
+            return tuple(client.gather(futures, direct=gathers_direct(client)))
         except Exception as exc:
             if client.status == "running":
                 with contextlib.suppress(CancelledError):  # cancelled ones run nothing
