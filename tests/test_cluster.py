@@ -635,7 +635,7 @@ def fake_client(direct, *addresses):
     """What :func:`dkpca.execution.gathers_direct` reads of a client: its own setting and its workers' addresses."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(direct_to_workers=direct, scheduler_info=lambda: {"workers": dict.fromkeys(addresses, {})})
+    return SimpleNamespace(direct_to_workers=direct, nthreads=lambda: dict.fromkeys(addresses, 1))
 
 
 @pytest.mark.parametrize("addresses, direct", [

@@ -94,6 +94,7 @@ def _local_callback(progress: Progress) -> Callback:
 
 def _on_cluster(client: Any, tasks: Sequence, label: str | None, progress: bool | ProgressCallback) -> tuple:
     """:func:`compute` on ``client``'s cluster (its progress shown when ``label``)."""
+    direct = gathers_direct(client)
     futures = client.compute(list(tasks))
     with Watch(client, futures) as watch:
         try:
@@ -105,7 +106,7 @@ def _on_cluster(client: Any, tasks: Sequence, label: str | None, progress: bool 
                         bar.advance()
                 finally:
                     bar.close()
-            return tuple(client.gather(futures, direct=gathers_direct(client)))
+            return tuple(client.gather(futures, direct=direct))
         except Exception as exc:
             if client.status == "running":
                 with contextlib.suppress(CancelledError):  # cancelled ones run nothing

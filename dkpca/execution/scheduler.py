@@ -98,5 +98,6 @@ def gathers_direct(client: Any) -> bool:
     """
     if client.direct_to_workers is not None:
         return bool(client.direct_to_workers)
-    workers = (client.scheduler_info() or {}).get("workers") or {}
+    with asking(client):
+        workers = client.nthreads()  # the addresses alone: the scheduler's identity would carry every worker's metrics
     return bool(workers) and all(_loopback(address) for address in workers)
