@@ -20,6 +20,11 @@ task by running the local scheduler on a pool that times each task (dask's
 * in the client: the rest of the wall (nothing ran in a task), and the
   client thread's CPU (graph building, scheduling, the solver's algebra).
 
+With ``--workers`` a LocalCluster of single-thread workers runs the same
+fit; its tasks' intervals come from the scheduler's task stream (their time,
+not their CPU), and per stage the table adds the busiest worker's time in
+its tasks against the mean worker's: a share that finishes last shows there.
+
 CPU figures are what other processes on a shared machine disturb least.
 Amdahl: at one thread a stage's client time S is serial and its task time P
 parallel, so on p cores it takes ``S + P / p`` at best; the serial fraction is
@@ -57,6 +62,7 @@ class Clock:
     def __init__(self) -> None:
         self.stages: list[dict] = []
         self.tasks: list[tuple[float, float, float]] = []
+        self.worker_tasks: list[tuple[float, float, str]] = []
         self.lock = threading.Lock()
         self.depth = 0
 
@@ -87,22 +93,39 @@ class Clock:
         return run
 
     def account(self) -> list[dict]:
-        """Per stage: wall, time in tasks (union of their intervals), task CPU, client wall and CPU, other CPU."""
+        """Per stage: wall, time in tasks (union of their intervals), task CPU, client wall and CPU, other CPU;
+        with a cluster's tasks (:meth:`add_worker_tasks`) also its busiest worker's and the mean worker's time."""
         out = []
+        def within(tasks, t0, t1):
+            return sorted((max(a, t0), min(b, t1), c) for a, b, c in tasks if a < t1 and b > t0)
+
         for s in self.stages:
-            inside = sorted((max(a, s["t0"]), min(b, s["t1"]), c) for a, b, c in self.tasks
-                            if a < s["t1"] and b > s["t0"])
+            local, remote = (within(tasks, s["t0"], s["t1"]) for tasks in (self.tasks, self.worker_tasks))
             span, end = 0.0, -np.inf
-            for a, b, _ in inside:
+            for a, b, _ in sorted(local + remote):
                 span += max(0.0, b - max(a, end))
                 end = max(end, b)
+            busy: dict[str, float] = {}  # each worker's time in this stage's tasks
+            for a, b, w in remote:
+                busy[w] = busy.get(w, 0.0) + b - a
             wall = s["t1"] - s["t0"]
-            task_cpu = sum(c for *_, c in inside)
-            out.append({"stage": s["stage"], "wall": wall, "tasks": span, "task_cpu": task_cpu,
-                        "client": wall - span, "client_cpu": s["client_cpu"], "n_tasks": len(inside),
-                        "other_cpu": max(0.0, s["process_cpu"] - s["client_cpu"] - task_cpu),
-                        "durations": [round(b - a, 6) for a, b, _ in inside]})
+            local_cpu = sum(c for *_, c in local)
+            out.append({"stage": s["stage"], "wall": wall, "tasks": span, "task_cpu": local_cpu + sum(busy.values()),
+                        "client": wall - span, "client_cpu": s["client_cpu"], "n_tasks": len(local) + len(remote),
+                        # this process's CPU besides its client thread and its own tasks (the workers' run elsewhere)
+                        "other_cpu": max(0.0, s["process_cpu"] - s["client_cpu"] - local_cpu),
+                        "busy": busy, "busiest": max(busy.values(), default=0.0),
+                        "mean_busy": sum(busy.values()) / len(busy) if busy else 0.0,
+                        "durations": [round(b - a, 6) for a, b, _ in sorted(local + remote)]})
         return out
+
+    def add_worker_tasks(self, stream: list[dict], offset: float) -> None:
+        """A cluster's task stream (``distributed.get_task_stream``): each compute interval, moved from the
+        workers' wall clock by ``offset`` (``time.time() - time.perf_counter()``: one machine's clock)."""
+        for task in stream:
+            for s in task["startstops"]:
+                if s["action"] == "compute":
+                    self.worker_tasks.append((s["start"] - offset, s["stop"] - offset, task["worker"]))
 
 
 class TimedPool:
@@ -171,7 +194,12 @@ def algebra_fix(rows: list[dict], clock: Clock) -> None:
             inner = next(r for r, t in zip(rows, clock.stages, strict=True) if t["t0"] == a and t["t1"] == b)
             for key in ("wall", "tasks", "task_cpu", "client", "n_tasks"):
                 row[key] -= inner[key]
+            for w, t in inner["busy"].items():  # a worker's time is additive; the busiest is found again
+                row["busy"][w] = row["busy"].get(w, 0.0) - t
             row["durations"] = []
+        if s.get("minus"):
+            busy = [t for t in row["busy"].values() if t > 1e-9]
+            row["busiest"], row["mean_busy"] = max(busy, default=0.0), sum(busy) / len(busy) if busy else 0.0
 
 
 def warm_compiled(d: int) -> None:
@@ -216,10 +244,18 @@ def child(zpath: str, k: int, threads: int, extra: dict) -> dict:
                 get_client().run(warm_compiled, X.shape[1])
         instrument(clock)
         clock.tasks.clear()
+        stream = contextlib.nullcontext()
+        if workers:  # the workers' tasks, from the scheduler's task stream
+            from distributed import get_client, get_task_stream
+
+            stream = get_task_stream(get_client())
         t = start_timing(res)
         c0 = time.thread_time()
-        m = dkpca.fit(zpath, n_components=k, kernel="rbf", store=f"{tmp}/fit", random_state=0, **extra)
+        with stream as tasks:
+            m = dkpca.fit(zpath, n_components=k, kernel="rbf", store=f"{tmp}/fit", random_state=0, **extra)
         res["fit_s"] = time.perf_counter() - t
+        if workers:
+            clock.add_worker_tasks(tasks.data, time.time() - time.perf_counter())
         # the rest of the fit: what no stage above covers (plan, lock, checkpoint, report), all in the client
         clock.stages.append({"stage": "rest (plan, lock, report)", "t0": t, "t1": t, "client_cpu": 0.0,
                              "process_cpu": 0.0, "rest": (res["fit_s"], time.thread_time() - c0)})
@@ -246,7 +282,7 @@ def median_stages(runs: list[dict]) -> dict[str, dict]:
     for name in names:
         rows = [s for r in runs for s in r["stages"] if s["stage"] == name]
         out[name] = {key: float(np.median([s[key] for s in rows])) for key in rows[0]
-                     if key not in ("stage", "durations")}
+                     if key not in ("stage", "durations", "busy")}
         out[name]["durations"] = rows[len(rows) // 2].get("durations", [])
     return out
 
@@ -289,13 +325,18 @@ def amdahl(one: dict[str, dict], write_seconds: float | None) -> tuple[list[str]
     return lines, totals
 
 
-def table(label: str, med: dict[str, dict]) -> list[str]:
+def table(label: str, med: dict[str, dict], workers: bool = False) -> list[str]:
+    """A stage table; ``workers``: a cluster's, its tasks' time (not CPU) and its busiest and mean worker."""
+    cpu = "task time" if workers else "task CPU"
+    extra = " busiest worker | mean worker |" if workers else ""
     out = [f"**{label}** (median of rounds)", "",
-           "| stage | wall | in tasks | task CPU | tasks | in the client | client CPU | other CPU |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+           f"| stage | wall | in tasks | {cpu} | tasks |{extra} in the client | client CPU | other CPU |",
+           "|---|---:|---:|---:|---:|" + "---:|" * (5 if workers else 3)]
     for name, s in med.items():
+        busy = f" {s['busiest']:.3f} s | {s['mean_busy']:.3f} s |" if workers else ""
         out.append(f"| {name} | {s['wall']:.3f} s | {s['tasks']:.3f} s | {s['task_cpu']:.3f} s | "
-                   f"{s['n_tasks']:.0f} | {s['client']:.3f} s | {s['client_cpu']:.3f} s | {s['other_cpu']:.3f} s |")
+                   f"{s['n_tasks']:.0f} |{busy} {s['client']:.3f} s | {s['client_cpu']:.3f} s | "
+                   f"{s['other_cpu']:.3f} s |")
     return out
 
 
@@ -387,8 +428,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--workers", type=int, default=0,
-                    help="also a LocalCluster of this many single-thread workers (its tasks' time is not split off: "
-                         "'other CPU' is then the scheduler's and the client's communication in this process)")
+                    help="also a LocalCluster of this many single-thread workers (its tasks timed by the scheduler's "
+                         "task stream; 'other CPU' is then the scheduler's and the client's communication)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the thread counts (tables give medians)")
     ap.add_argument("--solver", default="auto")
     ap.add_argument("--gram", default="auto")
@@ -434,9 +475,11 @@ def main() -> None:
         fit = float(np.median([r["fit_s"] for r in cluster]))
         local = float(np.median([r["fit_s"] for r in runs[max(runs)]]))
         text += "\n\n" + "\n".join(table(f"LocalCluster {a.workers} x 1: fit {fit:.2f} s, {fit / local:.2f}x the "
-                                           f"{max(runs)} local threads' (in tasks: 0, not timed on workers; other "
-                                           "CPU: the scheduler and communication in the client's process)",
-                                           median_stages(cluster)))
+                                           f"{max(runs)} local threads' (the workers' tasks from the scheduler's "
+                                           "task stream: their time, not their CPU; a stage's busiest worker "
+                                           "against the mean of those that ran its tasks; other CPU: the "
+                                           "scheduler and communication in the client's process)",
+                                           median_stages(cluster), workers=True))
     print(text)
     if not a.no_write:
         name = "scaling" if a.n == 40000 else f"scaling-n{a.n}"

@@ -201,6 +201,45 @@ def test_scaling_clock_splits_a_stage_into_tasks_and_client():
     assert row["other_cpu"] == pytest.approx(0.05)
 
 
+def test_scaling_clock_counts_a_clusters_tasks_by_worker():
+    """A cluster's task stream inside a stage of 0-1 s: worker a busy 0.1-0.4 and 0.5-0.7 s (0.5 s), worker b
+    0.2-0.3 s (0.1 s): 0.5 s in tasks (their union), the busiest worker 0.5 s, the mean 0.3 s; the workers'
+    time is not this process's CPU (other CPU 0.4 s of its 0.5 s).  Reference: interval arithmetic."""
+    mod = _scaling_module()
+    clock = mod.Clock()
+    clock.stages.append({"stage": "s", "t0": 0.0, "t1": 1.0, "client_cpu": 0.1, "process_cpu": 0.5})
+    offset = 100.0  # the workers' clock is time.time(), the stages' perf_counter
+    clock.add_worker_tasks([
+        {"worker": "a", "startstops": [{"action": "compute", "start": 100.1, "stop": 100.4}]},
+        {"worker": "a", "startstops": [{"action": "transfer", "start": 100.4, "stop": 100.5},
+                                       {"action": "compute", "start": 100.5, "stop": 100.7}]},
+        {"worker": "b", "startstops": [{"action": "compute", "start": 100.2, "stop": 100.3}]},
+        {"worker": "b", "startstops": [{"action": "compute", "start": 101.5, "stop": 101.9}]},  # after the stage
+    ], offset)
+    (row,) = clock.account()
+    assert row["tasks"] == pytest.approx(0.5) and row["client"] == pytest.approx(0.5) and row["n_tasks"] == 3
+    assert row["busiest"] == pytest.approx(0.5) and row["mean_busy"] == pytest.approx(0.3)
+    assert row["task_cpu"] == pytest.approx(0.6) and row["other_cpu"] == pytest.approx(0.4)
+
+
+def test_scaling_algebra_row_leaves_its_passes_worker_time_to_them():
+    """The solver's algebra spans its passes (0-1 s around a pass of 0.2-0.6 s); worker a's 0.3 s task inside
+    the pass is the pass's, and the algebra row keeps only a's 0.1 s task after it (0.8-0.9 s).
+    Reference: interval arithmetic."""
+    mod = _scaling_module()
+    clock = mod.Clock()
+    clock.stages += [{"stage": "pass 2", "t0": 0.2, "t1": 0.6, "client_cpu": 0.0, "process_cpu": 0.0},
+                     {"stage": "solver algebra", "t0": 0.0, "t1": 1.0, "client_cpu": 0.0, "process_cpu": 0.0,
+                      "minus": [(0.2, 0.6)]}]
+    clock.add_worker_tasks([{"worker": "a", "startstops": [{"action": "compute", "start": 0.25, "stop": 0.55},
+                                                           {"action": "compute", "start": 0.8, "stop": 0.9}]}], 0.0)
+    rows = clock.account()
+    mod.algebra_fix(rows, clock)
+    assert rows[0]["busiest"] == pytest.approx(0.3)
+    assert rows[1]["busiest"] == pytest.approx(0.1) and rows[1]["n_tasks"] == 1
+    assert rows[1]["wall"] == pytest.approx(0.6) and rows[1]["tasks"] == pytest.approx(0.1)
+
+
 def test_scaling_benchmark_accounts_every_stage_of_a_tiny_fit(tmp_path):
     """``benchmarks/scaling.py --child`` at n = 600: every stage present, the stages' walls add up to the
     fit's time (to 10 %: the fit's own bookkeeping between stages is the 'rest' row, never negative), and
