@@ -642,11 +642,12 @@ def fake_client(direct, *addresses):
     (("tls://127.0.0.1:40001", "tls://127.0.0.1:40002"), True),  # a LocalCluster dkpca starts
     (("tcp://[::1]:40001",), True),
     (("inproc://192.0.2.2/5371/4",), True),  # threads in this process
-    (("tls://127.0.0.1:40001", "tls://10.1.2.3:40002"), False),  # one worker on another node
-    (("tls://node12:40001",), False),  # a host name may resolve to another machine
-    ((), False),  # no worker yet: nothing to reach
+    (("tls://127.0.0.1:40001", "tls://10.1.2.3:40002"), None),  # one worker on another node
+    (("tls://node12:40001",), None),  # a host name may resolve to another machine
+    ((), None),  # no worker yet: nothing to reach
 ])
 def test_results_come_straight_from_workers_only_when_every_worker_is_on_loopback(addresses, direct):
+    """Otherwise (None) distributed chooses: through the scheduler, unless the fit runs in one of its workers."""
     from dkpca.execution import gathers_direct
 
     assert gathers_direct(fake_client(None, *addresses)) is direct
