@@ -95,10 +95,10 @@ class Clock:
     def account(self) -> list[dict]:
         """Per stage: wall, time in tasks (union of their intervals), task CPU, client wall and CPU, other CPU;
         with a cluster's tasks (:meth:`add_worker_tasks`) also its busiest worker's and the mean worker's time."""
-        out = []
         def within(tasks, t0, t1):
             return sorted((max(a, t0), min(b, t1), c) for a, b, c in tasks if a < t1 and b > t0)
 
+        out = []
         for s in self.stages:
             local, remote = (within(tasks, s["t0"], s["t1"]) for tasks in (self.tasks, self.worker_tasks))
             span, end = 0.0, -np.inf
