@@ -114,8 +114,7 @@ class Clock:
                         "client": wall - span, "client_cpu": s["client_cpu"], "n_tasks": len(local) + len(remote),
                         # this process's CPU besides its client thread and its own tasks (the workers' run elsewhere)
                         "other_cpu": max(0.0, s["process_cpu"] - s["client_cpu"] - local_cpu),
-                        "busy": busy, "busiest": max(busy.values(), default=0.0),
-                        "mean_busy": sum(busy.values()) / len(busy) if busy else 0.0,
+                        "busy": busy, **busy_figures(busy),
                         "durations": [round(b - a, 6) for a, b, _ in sorted(local + remote)]})
         return out
 
@@ -126,6 +125,12 @@ class Clock:
             for s in task["startstops"]:
                 if s["action"] == "compute":
                     self.worker_tasks.append((s["start"] - offset, s["stop"] - offset, task["worker"]))
+
+
+def busy_figures(busy: dict[str, float]) -> dict[str, float]:
+    """The busiest worker's time in a stage's tasks and the mean over the workers that ran any."""
+    times = [t for t in busy.values() if t > 1e-9]
+    return {"busiest": max(times, default=0.0), "mean_busy": sum(times) / len(times) if times else 0.0}
 
 
 class TimedPool:
@@ -198,8 +203,7 @@ def algebra_fix(rows: list[dict], clock: Clock) -> None:
                 row["busy"][w] = row["busy"].get(w, 0.0) - t
             row["durations"] = []
         if s.get("minus"):
-            busy = [t for t in row["busy"].values() if t > 1e-9]
-            row["busiest"], row["mean_busy"] = max(busy, default=0.0), sum(busy) / len(busy) if busy else 0.0
+            row.update(busy_figures(row["busy"]))
 
 
 def warm_compiled(d: int) -> None:

@@ -631,11 +631,17 @@ def test_many_shares_carry_v_within_the_budget_and_refer_to_pieces_past_it(tmp_p
     np.testing.assert_allclose(KV, rbf_kernel(blobs, gamma=0.1) @ V, rtol=1e-12, atol=1e-12)
 
 
-def fake_client(direct, *addresses):
-    """What :func:`dkpca.execution.gathers_direct` reads of a client: its own setting and its workers' addresses."""
+def fake_client(direct, *addresses, scheduler="tls://127.0.0.1:8786"):
+    """What :func:`dkpca.execution.gathers_direct` reads of a client: its own setting, its scheduler's address
+    and its workers' addresses (asked of the scheduler: ``scheduler=None`` refuses to be asked)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(direct_to_workers=direct, nthreads=lambda: dict.fromkeys(addresses, 1))
+    def nthreads():
+        assert scheduler is not None, "the workers' addresses were asked for"
+        return dict.fromkeys(addresses, 1)
+
+    return SimpleNamespace(direct_to_workers=direct, nthreads=nthreads,
+                           scheduler=SimpleNamespace(address=scheduler or "tls://10.1.2.1:8786"))
 
 
 @pytest.mark.parametrize("addresses, direct", [
@@ -651,6 +657,13 @@ def test_results_come_straight_from_workers_only_when_every_worker_is_on_loopbac
     from dkpca.execution import gathers_direct
 
     assert gathers_direct(fake_client(None, *addresses)) is direct
+
+
+def test_a_scheduler_beyond_this_machine_leaves_gathering_to_distributed_without_asking():
+    """Its workers may be anywhere: None, and no round trip for their addresses (the fake refuses one)."""
+    from dkpca.execution import gathers_direct
+
+    assert gathers_direct(fake_client(None, "tls://127.0.0.1:40001", scheduler=None)) is None
 
 
 @pytest.mark.parametrize("setting", [True, False])

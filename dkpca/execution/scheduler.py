@@ -69,15 +69,13 @@ def n_workers_threads() -> int:
 
 
 def _loopback(address: str) -> bool:
-    """Whether a worker's ``address`` is reached on this machine alone (a loopback host, or in-process)."""
-    if parse_address(address)[0] == "inproc":
-        return True
-    host = get_address_host(address)
-    if host == "localhost":
-        return True
+    """Whether a scheduler's or worker's ``address`` is reached on this machine alone (loopback, or in-process)."""
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve elsewhere
+        if parse_address(address)[0] == "inproc":
+            return True
+        host = get_address_host(address)
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name (it may resolve elsewhere), or no address known
         return False
 
 
@@ -99,6 +97,10 @@ def gathers_direct(client: Any) -> bool | None:
     """
     if client.direct_to_workers is not None:
         return bool(client.direct_to_workers)
+    # Workers on loopback registered with a scheduler on this machine: any other scheduler's workers may be
+    # anywhere, and asking for their addresses would cost every computation a round trip for nothing.
+    if not _loopback(scheduler_address(client)):
+        return None
     with asking(client):
         workers = client.nthreads()  # the addresses alone: the scheduler's identity would carry every worker's metrics
     return True if workers and all(_loopback(address) for address in workers) else None
