@@ -96,7 +96,13 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
     out.write_block(I, J, blk, row_sums, col_sums, visit=None if formed is not None else sums, check=finite)
     if probe_I is None or products is not None:
         return products
-    return block_products(blk, probe_I, probe_J, I != J)  # the probe's product apart (a single-precision one)
+    # the probe's product apart (a single-precision one, or not formed); a side where the probe is zero (an
+    # update's, on its new rows) is not multiplied: half of each computed block's GEMM there
+    VI, VJ = (p if p.any() else None for p in (probe_I, probe_J))
+    if VI is None and VJ is None:
+        width = probe_I.shape[1]
+        return np.zeros((blk.shape[0], width)), np.zeros((blk.shape[1], width)) if I != J else None
+    return block_products(blk, VI, VJ, I != J)
 
 
 def _formed(kernel: Kernel, XI: np.ndarray, XJ: np.ndarray, dtype: str, same: bool, buf: np.ndarray,

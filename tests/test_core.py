@@ -98,6 +98,21 @@ def test_block_products_of_a_float32_block_match_float64_products(rng, width):
     assert np.all(np.abs(yJ - K.T @ VI) <= 1e-13 * (np.abs(K).T @ np.abs(VI)))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_block_products_with_v_zero_on_rows_j_make_only_the_transposed_product(rng, dtype):
+    """``VJ`` None (V zero on rows J): ``K V_J`` is zero and ``K^T V_I`` that of the whole call, to 1e-13 of
+    ``|K| |V|`` (block_products' bound); on the diagonal (no pair) no second product."""
+    from dkpca.linalg import block_products
+
+    blk = rng.random((301, 263)).astype(dtype)
+    VI = rng.standard_normal((301, 5))
+    yI, yJ = block_products(blk, VI, None, True)
+    K = blk.astype(np.float64)
+    assert yI.shape == (301, 5) and not yI.any()
+    assert np.all(np.abs(yJ - K.T @ VI) <= 1e-13 * (np.abs(K).T @ np.abs(VI)))
+    assert block_products(blk, VI, None, False)[1] is None
+
+
 def test_matrix_product_of_a_float32_matrix_by_row_blocks_on_threads(rng):
     """``matrix_product`` (an in-memory K times V by row blocks through a thread pool's map) equals the float64
     product of the widened K to 1e-13 of ``|K| |V|`` (block_products' bound), in row order, on 601 rows that

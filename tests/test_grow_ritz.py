@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import dkpca
+from dkpca import gram as gram_module
 from dkpca import operator as operator_module
 from dkpca.linalg import Centering
 from dkpca.operator import StoredKernelOperator
@@ -75,6 +76,22 @@ def test_an_update_s_first_pass_reads_only_the_blocks_touching_new_rows(grown, m
     assert sorted(read[:18]) == sorted((i, j) for j in (4, 5, 6) for i in range(j + 1))
     fs = FitStore.at(store)
     assert fs.read_ritz()[1]["model"] == fs.model_group() and fs.read_ritz()[1]["rows"] == 400  # the new fit's
+
+
+def test_an_update_s_build_multiplies_no_block_by_the_probe_s_zero_rows(grown, monkeypatch):
+    """The build's product for the start (the probe ``[U Lambda^-1/2, 1]`` on the old rows, zero on the new) makes
+    no GEMM with a zero side.  400 rows in tiles of 64, the new rows from 300 inside tile 4: of the 18 blocks
+    computed (columns 4-6), the 5 of column 4 multiply both sides, the 10 pairing tiles 0-4 with tile 5 or 6
+    make only ``K^T V_I`` (``VJ`` handed over as None), the 3 within tiles 5-6 make none; the answer is eigh's."""
+    X, store = grown
+    calls: list[tuple[bool, bool]] = []  # per block product of the build: (VI given as None, VJ given as None)
+    real = gram_module.block_products
+    monkeypatch.setattr(gram_module, "block_products",
+                        lambda blk, VI, VJ, *rest: calls.append((VI is None, VJ is None)) or real(blk, VI, VJ, *rest))
+    model = _fit(X, store)
+    _check(model, X)
+    assert model.report["update"]["first_pass_fused"]
+    assert sorted(calls) == sorted([(False, False)] * 5 + [(False, True)] * 10)
 
 
 def test_a_record_of_another_model_is_not_used(grown, monkeypatch):

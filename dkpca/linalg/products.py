@@ -30,6 +30,9 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
                    symmetric_pair: bool, compiled: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """``(blk @ VJ, blk.T @ VI)`` in float64 (the second is None on the diagonal, and where ``VI`` is None: zero).
 
+    ``VJ`` None: V is zero on rows J (an update's probe on its new rows), so
+    ``blk @ VJ`` is zero, not computed (only off the diagonal: ``VI`` is then given).
+
     ``V`` in float32 asks for a single-precision product (solvers use it for
     early passes, whose errors later passes correct): no widening, half the
     GEMM cost.  Otherwise a float32 block is widened strip by strip into a
@@ -42,6 +45,8 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
     if VI is None:  # V is zero on rows I (a product that skips zero rows): K^T V_I is zero, not computed
         yI = block_products(blk, np.zeros((bi, VJ.shape[1]), VJ.dtype), VJ, False, compiled)[0]
         return yI, np.zeros((bj, VJ.shape[1])) if symmetric_pair else None
+    if VJ is None:
+        return np.zeros((bi, VI.shape[1])), _transposed_product(blk, VI) if symmetric_pair else None
     if VI.dtype == np.float32 and blk.dtype == np.float32:
         yI = (blk @ VJ).astype(np.float64)
         return yI, (blk.T @ VI).astype(np.float64) if symmetric_pair else None
@@ -55,21 +60,40 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
         if symmetric_pair:
             np.matmul(blk.T, VI, out=yJ)
         return yI, yJ
-    rows = product_strip_rows(max(VI.shape[1], VJ.shape[1]))
+    _widened_products(blk, VI if symmetric_pair else None, VJ, yI, yJ)
+    return yI, yJ
+
+
+def _transposed_product(blk: np.ndarray, VI: np.ndarray) -> np.ndarray:
+    """``blk.T @ VI`` in float64, as :func:`block_products` makes it (single precision for a float32 ``VI``)."""
+    if VI.dtype == np.float32 and blk.dtype == np.float32:
+        return (blk.T @ VI).astype(np.float64)
+    if blk.dtype == np.float64:
+        return blk.T @ VI
+    yJ = np.zeros((blk.shape[1], VI.shape[1]))
+    _widened_products(blk, VI, None, None, yJ)
+    return yJ
+
+
+def _widened_products(blk: np.ndarray, VI: np.ndarray | None, VJ: np.ndarray | None, yI: np.ndarray | None,
+                      yJ: np.ndarray | None) -> None:
+    """``yI = blk @ VJ`` and ``yJ += blk.T @ VI`` (each where its V is given) of a float32 ``blk``, in float64."""
+    bj = blk.shape[1]
+    rows = product_strip_rows(max(V.shape[1] for V in (VI, VJ) if V is not None))
     # strip^T VI goes into a reused buffer, not a new array per strip: a Dask worker's allocator
     # (MALLOC_TRIM_THRESHOLD_ set by distributed's nanny) maps each such array afresh, and on
     # this VM a freshly mapped page costs ~3 s/GB: measured, a 4000^2 block times 20 float64
     # columns took 97-119 ms in a worker against 63-71 ms on a thread (6 products each).
-    part = scratch("op-strip-product", (bj, VI.shape[1]), np.float64) if symmetric_pair else None
-    for s in range(0, bi, rows):
-        e = min(s + rows, bi)
+    part = scratch("op-strip-product", (bj, VI.shape[1]), np.float64) if VI is not None else None
+    for s in range(0, blk.shape[0], rows):
+        e = min(s + rows, blk.shape[0])
         strip = scratch("op-strip", (e - s, bj), np.float64)
         np.copyto(strip, blk[s:e])
-        np.matmul(strip, VJ, out=yI[s:e])
-        if symmetric_pair:
+        if VJ is not None:
+            np.matmul(strip, VJ, out=yI[s:e])
+        if VI is not None:
             np.matmul(strip.T, VI[s:e], out=part)
             yJ += part
-    return yI, yJ
 
 
 def kernel_block_products(kernel: Any, XI: np.ndarray, XJ: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
