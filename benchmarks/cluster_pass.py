@@ -9,8 +9,11 @@ K stored at ``--block``), then times ``StoredKernelOperator.raw_matmat`` of
 an n x 20 float64 block -- one pass, as a solver's -- ``--passes`` times
 (the first is a warm-up, the median of the rest is shown): on ``--threads``
 local threads, then on a LocalCluster of each ``--workers`` count of
-single-thread worker processes, twice: as dkpca runs it (the shares carry
-their pieces of V while ``dkpca.linalg.carried_pass`` allows) and with
+single-thread worker processes, three times: as dkpca runs it (the shares carry
+their pieces of V while ``dkpca.linalg.carried_pass`` allows, each share's
+blocks a stretch of a Hilbert curve: ``dkpca.execution.gathered``), with the
+shares' blocks where balancing alone puts them (same loads, more row blocks
+a share: more of V carried, more partial sums returned), and with
 ``INLINE_PASS_BYTES`` at 0 (beyond ``FAN_IN`` shares: piece tasks and tree
 sums).  Every product is checked against the threads' to 1e-10 relative.
 On a machine with fewer cores than workers the processes share the cores:
@@ -26,6 +29,7 @@ import numpy as np
 from _common import bench_workdir, clustered, machine
 
 import dkpca
+from dkpca.execution import assign
 from dkpca.linalg import grid
 from dkpca.operator import StoredKernelOperator
 from dkpca.storage import FitStore, GramStore
@@ -68,20 +72,31 @@ def main() -> None:
     with dask.config.set(scheduler="threads", num_workers=a.threads):
         local, ref = passes(op, V, a.passes, None)
     print(f"{a.threads} local threads: {local:.3f} s a pass", flush=True)
-    budget = grid.INLINE_PASS_BYTES
+    budget, gathered = grid.INLINE_PASS_BYTES, assign.gathered
     for w in a.workers:
         with (LocalCluster(n_workers=w, threads_per_worker=1, dashboard_address=None) as cluster,
               Client(cluster)):
             row = []
-            for label, bytes_ in (("carried", budget), ("pieces", 0)):
+            for label, bytes_, gather in (("carried", budget, True), ("carried, blocks not gathered", budget, False),
+                                          ("pieces", 0, True)):
                 grid.INLINE_PASS_BYTES = bytes_
+                assign.gathered = gathered if gather else (lambda slot, weights, pairs: list(slot))
                 try:
                     row.append(f"{label} {passes(op, V, a.passes, ref)[0]:.3f} s")
                 finally:
-                    grid.INLINE_PASS_BYTES = budget
+                    grid.INLINE_PASS_BYTES, assign.gathered = budget, gathered
             nb = len(op.bounds)
             carried = grid.carried_pass(min(w, nb * (nb + 1) // 2), n=a.n, width=WIDTH, cluster=True)
-            print(f"LocalCluster {w} x 1: {', '.join(row)} a pass (dkpca carries V here: {carried})", flush=True)
+            print(f"LocalCluster {w} x 1: {', '.join(row)} a pass (dkpca carries V here: {carried}; the shares "
+                  f"touch {touched(nb, w, True)} row blocks in all, {touched(nb, w, False)} not gathered)", flush=True)
+
+
+def touched(nb: int, slots: int, gather: bool) -> int:
+    """The row blocks a pass's shares touch in all (the V pieces they carry, the partial sums they return)."""
+    pairs = list(grid.upper_pairs(nb))
+    weights = grid.pair_weights([(i, i + 1) for i in range(nb)], pairs)  # equal blocks: the weights' classes
+    slot = assign.balance(weights, min(slots, len(pairs)), pairs if gather else None)
+    return sum(len({r for i, p in enumerate(pairs) if slot[i] == s for r in p}) for s in set(slot))
 
 
 if __name__ == "__main__":

@@ -204,7 +204,7 @@ def build_gram(
         graph = TaskGraph("dkpca-gram", rows[:1])  # the row blocks share one graph (to_delayed)
         pieces = [graph.data(probe[a:b]) for a, b in bounds] if fuse else [None] * nb
         tasks = []
-        for (I, J), worker in zip(todo, placement(pair_weights(bounds, todo)), strict=True):
+        for (I, J), worker in zip(todo, placement(pair_weights(bounds, todo), todo), strict=True):
             with placed(worker):
                 tasks.append(graph.task(_build_block, out, I, J, graph.ref(rows[I]), graph.ref(rows[J]), kernel,
                                         dtype.name, pieces[I], pieces[J],

@@ -169,7 +169,7 @@ class CenteredKernelOperator:
         graph = TaskGraph("dkpca-pass", self.graph_inputs())
         nb = len(bounds)
         pairs = [(I, J) for I, J in upper_pairs(nb) if bounds[J][1] > zero_above]
-        groups = shares(pair_weights(bounds, pairs))
+        groups = shares(pair_weights(bounds, pairs), pairs)
         # A cluster's shares carry their pieces of V in their own arguments:
         # one message per worker, no piece tasks and no transfers between
         # workers before the products start.  Past a budget they refer to

@@ -519,6 +519,39 @@ def test_balance_is_never_worse_than_largest_first_and_is_deterministic(seed):
     assert max(_loads(weights, slots, k)) <= _largest_first(weights, k) + 1e-12
 
 
+@pytest.mark.parametrize("n, slots, gathered_rows, balanced_rows", [(40000, 16, 63, 89), (100000, 16, 173, 365),
+                                                                     (41000, 16, 77, 102)])
+def test_gathered_shares_keep_balance_s_loads_and_touch_fewer_row_blocks(n, slots, gathered_rows, balanced_rows):
+    """With each task's block, every slot keeps the loads ``balance`` gives it (the same multiset of weights)
+    and its blocks lie along one stretch of a Hilbert curve, so the slots touch fewer row blocks in all: the
+    V pieces a cluster share carries and the partial sums it returns (blocks of 4,000; at 41,000 an edge row
+    block of 1,000 gives four weight classes, each dealt out on its own)."""
+    from dkpca.execution import balance
+    from dkpca.linalg import block_bounds, pair_weights, upper_pairs
+
+    pairs = upper_pairs(len(block_bounds(n, 4000)))
+    weights = pair_weights(block_bounds(n, 4000), pairs)
+    alone, near = balance(weights, slots), balance(weights, slots, pairs)
+    assert near == balance(weights, slots, pairs)  # deterministic: every pass alike
+    assert sorted(sorted(w for w, s in zip(weights, alone, strict=True) if s == k) for k in range(slots)) == \
+        sorted(sorted(w for w, s in zip(weights, near, strict=True) if s == k) for k in range(slots))
+
+    def touched(slot):
+        return sum(len({r for p, s in zip(pairs, slot, strict=True) if s == k for r in p}) for k in range(slots))
+
+    assert (touched(near), touched(alone)) == (gathered_rows, balanced_rows)
+
+
+def test_curve_order_visits_each_block_once_and_steps_to_a_neighbour():
+    """The Hilbert curve over a grid of 2^3 x 2^3 blocks: each step moves to an adjacent block."""
+    from dkpca.linalg import curve_order
+
+    cells = [(i, j) for i in range(8) for j in range(8)]
+    path = [cells[i] for i in curve_order(cells)]
+    assert sorted(path) == cells
+    assert all(abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1 for a, b in zip(path, path[1:], strict=False))
+
+
 def test_a_diagonal_block_weighs_more_than_half_an_off_diagonal_one():
     """Reading (or writing) a block costs besides its products: 0.56-0.70 of an off-diagonal block measured."""
     from dkpca.linalg import block_bounds, pair_weights

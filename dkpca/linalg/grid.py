@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 __all__ = ["DEFAULT_BLOCK", "BLOCK_BYTES", "STRIP_ROWS", "product_strip_rows", "SCHEDULING_SHARE", "FAN_IN",
            "default_block_size", "balanced_block", "rows_per_block", "block_bounds", "n_blocks", "sweep_entries",
-           "upper_pairs", "carried_pass", "INLINE_PASS_BYTES", "pass_tasks", "pair_weights", "task_memory", "PassCost",
-           "pass_cost", "cluster_block_size"]
+           "upper_pairs", "curve_order", "carried_pass", "INLINE_PASS_BYTES", "pass_tasks", "pair_weights",
+           "task_memory", "PassCost", "pass_cost", "cluster_block_size"]
 
 #: Gram block edge used when the user gives none.  4096^2 float64 temporaries are
 #: 128 MiB per task: large enough that a block is GEMM/exp bound, not overhead
@@ -177,6 +177,33 @@ def pair_weights(bounds: list[tuple[int, int]], pairs: list[tuple[int, int]]) ->
     """
     return [(bounds[I][1] - bounds[I][0]) * (bounds[J][1] - bounds[J][0]) * ((1 if I == J else 2) + BLOCK_FIXED_COST)
             for I, J in pairs]
+
+
+def curve_order(pairs: list[tuple[int, int]]) -> list[int]:
+    """The indices of ``pairs`` (blocks ``(I, J)`` of the grid) in the order of a Hilbert curve over the grid.
+
+    Consecutive blocks on the curve are neighbours, so any stretch of it
+    covers a compact patch of K, which touches few row blocks: a cluster
+    share made of such a stretch carries few pieces of V and returns few
+    partial sums (:func:`dkpca.execution.balance`).
+    """
+    side = 1
+    while side <= max((max(p) for p in pairs), default=0):
+        side *= 2
+
+    def index(x: int, y: int) -> int:  # the curve's position of cell (x, y) on a side x side grid
+        d, s = 0, side // 2
+        while s:
+            rx, ry = int(x & s > 0), int(y & s > 0)
+            d += s * s * ((3 * rx) ^ ry)
+            if not ry:
+                if rx:
+                    x, y = s - 1 - x, s - 1 - y
+                x, y = y, x
+            s //= 2
+        return d
+
+    return sorted(range(len(pairs)), key=lambda i: index(*pairs[i]))
 
 
 def task_memory(block: int, d: int, ell: int, itemsize: int) -> int:
