@@ -391,3 +391,4 @@ def test_a_fit_and_plan_on_grown_data_say_the_update_chose_its_modes(grown):
     assert "an update" in plan.decision.reason
     model = dkpca.fit(X, store=store, **kw)
     assert model.report["update"]["blocks_reused"] == 10 and "an update" in model.report["solver_reason"]
+    assert model.report["plan"]["reasons"]["start"].startswith("an update: the old fit's")

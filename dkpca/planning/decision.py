@@ -163,7 +163,17 @@ def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = No
     precision = c.precision
     reasons = {"solver": update_why.get("solver", c.reasons[0]), "gram": update_why.get("gram", c.reasons[1]),
                "dtype": precision.reason,
-               "start": start.reason if start is not None else "no start block", "exp": c.details.get("exp", "")}
+               "start": _start_reason(start, growth), "exp": c.details.get("exp", "")}
     return FitPlan(solver=solver, gram=gram, tile=req.tile, width=subspace_width(solver, req.n, k),
                    precision=precision, start=start, compiled_exp=c.compiled_exp, n=req.n, k=k, fraction=req.fraction,
                    reasons=reasons, details=c.details)
+
+
+def _start_reason(start: StartPolicy | None, growth: Growth | None) -> str:
+    """Why the solver starts where it does: an update's old model first (when it has one), else the policy's block."""
+    if start is None:
+        return "no start block"
+    if growth is not None and growth.model_rows == growth.n_old:
+        return ("an update: the old fit's Ritz vectors or eigenvectors extended to the new rows (the report's "
+                f"update.warm_start says which); any further columns: {start.reason}")
+    return start.reason
