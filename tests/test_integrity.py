@@ -203,3 +203,48 @@ def test_verify_of_a_damaged_data_copy_names_the_fix(stored_fit, capsys):
 
 def test_verify_of_something_else_is_one_line(tmp_path, capsys):
     cli_error(capsys, ["verify", str(tmp_path / "nothing.zarr")])
+
+
+def _markers(group: zarr.Group, nb: int = 6) -> zarr.Array:
+    """A done-marker array of ``nb`` x ``nb`` (chunks of one), every upper-triangular marker ``100 I + J + 1``."""
+    done = create_array(group, "done", shape=(nb, nb), chunks=(1, 1), dtype="uint64", fill_value=0)
+    for I in range(nb):
+        for J in range(I, nb):
+            done[I, J] = 100 * I + J + 1
+    return done
+
+
+def test_done_markers_are_read_from_their_files_and_a_damaged_one_counts_as_not_done(tmp_path):
+    """On a local store the marker files are read directly: a missing, empty, truncated or bit-flipped marker
+    is 0 (its block is recomputed), every other one its value, as zarr reads an intact copy in memory."""
+    from dkpca.storage.gramstore import read_done_markers
+
+    done = _markers(zarr.open_group(str(tmp_path), mode="w"))
+    intact = read_done_markers(_markers(zarr.open_group(zarr.storage.MemoryStore(), mode="w")))  # zarr's path
+    assert ChunkReader.of(str(tmp_path), done).raw_dir is not None and np.array_equal(read_done_markers(done), intact)
+    c = tmp_path / "done" / "c"
+    (c / "0" / "1").unlink()
+    (c / "0" / "2").write_bytes(b"")
+    (c / "1" / "3").write_bytes((c / "1" / "3").read_bytes()[:-1])
+    _flip_bit(c / "2" / "4", offset=0, bit=3)
+    damaged = {(0, 1), (0, 2), (1, 3), (2, 4)}
+    got = read_done_markers(done)
+    want = np.array([[0 if (I, J) in damaged else intact[I, J] for J in range(6)] for I in range(6)], np.uint64)
+    assert np.array_equal(got, want) and np.count_nonzero(got) == 21 - 4
+
+
+def test_row_sums_are_reduced_from_the_partial_sums_files_and_a_damaged_one_is_named(tmp_path):
+    """``GramStore.finish`` adds each row block's partial sums (read from their files on a local store): the
+    row sums of the whole K exactly (float64 sums of a few values); a partial sum changed after it was written
+    fails its CRC-32C and stops the reduction naming its array and chunk (the fit then recomputes that block)."""
+    from .conftest import gram_writers
+
+    gs, out, blk, sums = gram_writers(tmp_path / "s.zarr")  # K of 100 rows in blocks of 50, all ones
+    for I, J in [(0, 0), (0, 1), (1, 1)]:
+        out.write_block(I, J, blk, sums, sums if I != J else None)
+    gs.finish()
+    assert np.array_equal(gs.open().row_sums, np.full(100, 100.0))
+    zarr.open_group(str(tmp_path / "s.zarr" / "gram"), mode="r+").attrs["complete"] = False
+    _flip_bit(tmp_path / "s.zarr" / "gram" / "partial_sums" / "c" / "1" / "0", offset=8 * 3 + 7)
+    with pytest.raises(CorruptChunkError, match=r"chunk \(1, 0\) of array 'gram/partial_sums'"):
+        gs.finish()

@@ -22,7 +22,7 @@ import zarr
 
 from ..linalg.grid import block_bounds, n_blocks
 from .chunks import ChunkReader
-from .integrity import DIGEST, CorruptChunkError, check_layout, damaged_chunks, writable
+from .integrity import DIGEST, CorruptChunkError, check_layout, damaged_chunks, store_name, writable
 
 __all__ = ["GROUP", "REBUILD", "GramChecks", "read_done_markers", "recorded_digests"]
 
@@ -46,16 +46,29 @@ def read_done_markers(done: zarr.Array) -> np.ndarray:
     empty: zarr then fails to decode it, and one such chunk would make the
     whole store unusable.  Markers are then read one by one and any that
     cannot be read is 0 (its block is recomputed and the marker rewritten).
+
+    On a local filesystem the upper triangle's marker files are read directly
+    (:class:`~dkpca.storage.chunks.ChunkReader`: size and CRC-32C checked),
+    a fit's serial step: zarr took 0.19 s for the 625 markers of n = 100,000
+    and 0.73 s for 3,600 (2-core AMD EPYC, 2026-11-27), growing as the
+    blocks; elsewhere zarr reads them, concurrently.
     """
-    try:
-        return done[...].astype(np.uint64)
-    except Exception:  # a damaged chunk: fall back to reading each one
-        out = np.zeros(done.shape, dtype=np.uint64)
-        for I in range(done.shape[0]):
-            for J in range(I, done.shape[1]):
+    reader = ChunkReader.of(store_name(done), done)
+    if reader.raw_dir is None:
+        try:
+            return done[...].astype(np.uint64)
+        except Exception:  # a damaged chunk: read each one below
+            pass
+    out = np.zeros(done.shape, dtype=np.uint64)
+    for I in range(done.shape[0]):
+        for J in range(I, done.shape[1]):
+            if reader.raw_dir is not None:
+                with contextlib.suppress(CorruptChunkError):
+                    out[I, J] = reader.read(I, J, (1, 1), purpose="done-marker")[0, 0]
+            else:
                 with contextlib.suppress(Exception):
                     out[I, J] = done[I, J]
-        return out
+    return out
 
 
 class GramChecks:

@@ -284,9 +284,18 @@ class GramStore(GramChecks):
         n, block = int(g.attrs["n"]), int(g.attrs["block"])
         ps = g["partial_sums"]
         check_chunks(ps)
-        row_sums = np.empty(n, dtype=np.float64)
-        for s in range(0, n, block):  # a column of chunks at a time: memory O(n), not O(n x blocks)
-            row_sums[s:s + block] = read_verified(ps, (slice(None), slice(s, s + block))).sum(axis=0)
+        row_sums = np.zeros(n, dtype=np.float64)
+        # On a local filesystem the chunk files are read directly (size and CRC-32C checked): a fit's serial
+        # step, which zarr took 0.29 s for at n = 100,000 (625 chunks) and the files 0.02-0.06 s (2-core AMD
+        # EPYC, 2026-11-27); elsewhere zarr reads a column of chunks at a time, concurrently
+        reader = ChunkReader.of(self.store.path, ps)
+        for C, s in enumerate(range(0, n, block)):  # a column of chunks at a time: memory O(n), not O(n x blocks)
+            e = min(s + block, n)
+            if reader.raw_dir is None:
+                row_sums[s:e] = read_verified(ps, (slice(None), slice(s, e))).sum(axis=0)
+                continue
+            for R in range(ps.shape[0]):  # in row order, as numpy's sum over the column adds them
+                row_sums[s:e] += reader.read(R, C, (1, e - s), purpose="partial-sums")[0]
         writable(g["row_sums"])[:] = row_sums  # every chunk written, zero row sums too
         diag_sum = float(np.sum(read_whole(g["diag"]), dtype=np.float64))
         g.attrs.update({"complete": True, "diag_sum": diag_sum})
