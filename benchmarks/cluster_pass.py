@@ -30,7 +30,7 @@ from _common import bench_workdir, clustered, machine
 
 import dkpca
 from dkpca.execution import assign
-from dkpca.linalg import grid
+from dkpca.linalg import grid, touched_rows
 from dkpca.operator import StoredKernelOperator
 from dkpca.storage import FitStore, GramStore
 
@@ -88,15 +88,15 @@ def main() -> None:
             nb = len(op.bounds)
             carried = grid.carried_pass(min(w, nb * (nb + 1) // 2), n=a.n, width=WIDTH, cluster=True)
             print(f"LocalCluster {w} x 1: {', '.join(row)} a pass (dkpca carries V here: {carried}; the shares "
-                  f"touch {touched(nb, w, True)} row blocks in all, {touched(nb, w, False)} not gathered)", flush=True)
+                  f"touch {touched(op.bounds, w, True)} row blocks in all, {touched(op.bounds, w, False)} not "
+                  "gathered)", flush=True)
 
 
-def touched(nb: int, slots: int, gather: bool) -> int:
+def touched(bounds: list[tuple[int, int]], slots: int, gather: bool) -> int:
     """The row blocks a pass's shares touch in all (the V pieces they carry, the partial sums they return)."""
-    pairs = list(grid.upper_pairs(nb))
-    weights = grid.pair_weights([(i, i + 1) for i in range(nb)], pairs)  # equal blocks: the weights' classes
-    slot = assign.balance(weights, min(slots, len(pairs)), pairs if gather else None)
-    return sum(len({r for i, p in enumerate(pairs) if slot[i] == s for r in p}) for s in set(slot))
+    pairs = grid.upper_pairs(len(bounds))
+    slot = assign.balance(grid.pair_weights(bounds, pairs), slots, pairs if gather else None)
+    return sum(len(touched_rows([p for p, t in zip(pairs, slot, strict=True) if t == s])) for s in set(slot))
 
 
 if __name__ == "__main__":

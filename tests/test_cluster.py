@@ -527,7 +527,7 @@ def test_gathered_shares_keep_balance_s_loads_and_touch_fewer_row_blocks(n, slot
     V pieces a cluster share carries and the partial sums it returns (blocks of 4,000; at 41,000 an edge row
     block of 1,000 gives four weight classes, each dealt out on its own)."""
     from dkpca.execution import balance
-    from dkpca.linalg import block_bounds, pair_weights, upper_pairs
+    from dkpca.linalg import block_bounds, pair_weights, touched_rows, upper_pairs
 
     pairs = upper_pairs(len(block_bounds(n, 4000)))
     weights = pair_weights(block_bounds(n, 4000), pairs)
@@ -537,7 +537,7 @@ def test_gathered_shares_keep_balance_s_loads_and_touch_fewer_row_blocks(n, slot
         sorted(sorted(w for w, s in zip(weights, near, strict=True) if s == k) for k in range(slots))
 
     def touched(slot):
-        return sum(len({r for p, s in zip(pairs, slot, strict=True) if s == k for r in p}) for k in range(slots))
+        return sum(len(touched_rows([p for p, s in zip(pairs, slot, strict=True) if s == k])) for k in range(slots))
 
     assert (touched(near), touched(alone)) == (gathered_rows, balanced_rows)
 

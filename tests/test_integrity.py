@@ -233,6 +233,23 @@ def test_done_markers_are_read_from_their_files_and_a_damaged_one_counts_as_not_
     assert np.array_equal(got, want) and np.count_nonzero(got) == 21 - 4
 
 
+def test_done_markers_elsewhere_are_read_by_zarr_and_a_damaged_one_counts_as_not_done():
+    """A store that is not local files (here in memory): zarr reads the markers, and an empty one is 0."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from dkpca.storage.gramstore import read_done_markers
+
+    store = zarr.storage.MemoryStore()
+    done = _markers(zarr.open_group(store, mode="w"))
+    intact = read_done_markers(done)
+    sync(store.set("done/c/0/1", default_buffer_prototype().buffer.from_bytes(b"")))
+    got = read_done_markers(done)
+    assert got[0, 1] == 0 and intact[0, 1] == 2
+    got[0, 1] = intact[0, 1]
+    assert np.array_equal(got, intact)
+
+
 def test_row_sums_are_reduced_from_the_partial_sums_files_and_a_damaged_one_is_named(tmp_path):
     """``GramStore.finish`` adds each row block's partial sums (read from their files on a local store): the
     row sums of the whole K exactly (float64 sums of a few values); a partial sum changed after it was written

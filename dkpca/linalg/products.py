@@ -26,12 +26,13 @@ __all__ = ["block_products", "kernel_block_products", "formed_block_products", "
            "kernel_matrix", "matrix_product", "MEMORY_BLOCK"]
 
 
-def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
+def block_products(blk: np.ndarray, VI: np.ndarray | None, VJ: np.ndarray | None,
                    symmetric_pair: bool, compiled: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(blk @ VJ, blk.T @ VI)`` in float64 (the second is None on the diagonal, and where ``VI`` is None: zero).
+    """``(blk @ VJ, blk.T @ VI)`` in float64 (the second is None on the diagonal).
 
-    ``VJ`` None: V is zero on rows J (an update's probe on its new rows), so
-    ``blk @ VJ`` is zero, not computed (only off the diagonal: ``VI`` is then given).
+    ``VI`` or ``VJ`` None: V is zero on those rows (a product that skips zero
+    rows; an update's probe on its new rows), so that side's product is zero,
+    not computed.
 
     ``V`` in float32 asks for a single-precision product (solvers use it for
     early passes, whose errors later passes correct): no widening, half the
@@ -42,37 +43,23 @@ def block_products(blk: np.ndarray, VI: np.ndarray, VJ: np.ndarray,
     compiled exp has paid for numba already).
     """
     bi, bj = blk.shape
-    if VI is None:  # V is zero on rows I (a product that skips zero rows): K^T V_I is zero, not computed
-        yI = block_products(blk, np.zeros((bi, VJ.shape[1]), VJ.dtype), VJ, False, compiled)[0]
-        return yI, np.zeros((bj, VJ.shape[1])) if symmetric_pair else None
-    if VJ is None:
-        return np.zeros((bi, VI.shape[1])), _transposed_product(blk, VI) if symmetric_pair else None
-    if VI.dtype == np.float32 and blk.dtype == np.float32:
-        yI = (blk @ VJ).astype(np.float64)
-        return yI, (blk.T @ VI).astype(np.float64) if symmetric_pair else None
-    if compiled and blk.dtype == np.float32 and VI.dtype == np.float64:
-        w, part = _product_buffers(bj, VI.shape[1])
-        return widened_products(blk, VI, VJ, symmetric_pair, w, part)
-    yI = np.empty((bi, VJ.shape[1]), dtype=np.float64)
-    yJ = np.zeros((bj, VI.shape[1]), dtype=np.float64) if symmetric_pair else None
-    if blk.dtype == np.float64:
-        np.matmul(blk, VJ, out=yI)
-        if symmetric_pair:
-            np.matmul(blk.T, VI, out=yJ)
-        return yI, yJ
-    _widened_products(blk, VI if symmetric_pair else None, VJ, yI, yJ)
-    return yI, yJ
-
-
-def _transposed_product(blk: np.ndarray, VI: np.ndarray) -> np.ndarray:
-    """``blk.T @ VI`` in float64, as :func:`block_products` makes it (single precision for a float32 ``VI``)."""
-    if VI.dtype == np.float32 and blk.dtype == np.float32:
-        return (blk.T @ VI).astype(np.float64)
-    if blk.dtype == np.float64:
-        return blk.T @ VI
-    yJ = np.zeros((blk.shape[1], VI.shape[1]))
-    _widened_products(blk, VI, None, None, yJ)
-    return yJ
+    V = VJ if VJ is not None else VI
+    width = V.shape[1]
+    VI = VI if symmetric_pair else None  # the diagonal makes no K^T V_I
+    if VI is None and VJ is None:  # V zero on a diagonal block's rows: no product at all
+        yI = yJ = None
+    elif compiled and VJ is not None and blk.dtype == np.float32 and V.dtype == np.float64:
+        w, part = _product_buffers(bj, width)
+        yI, yJ = widened_products(blk, VI if VI is not None else np.zeros((bi, width)), VJ, VI is not None, w, part)
+    elif blk.dtype == np.float64 or V.dtype == np.float32:  # nothing to widen (a single-precision product)
+        yI = None if VJ is None else (blk @ VJ).astype(np.float64, copy=False)
+        yJ = None if VI is None else (blk.T @ VI).astype(np.float64, copy=False)
+    else:
+        yI = None if VJ is None else np.empty((bi, width))
+        yJ = None if VI is None else np.zeros((bj, width))
+        _widened_products(blk, VI, VJ, yI, yJ)
+    yI = np.zeros((bi, width)) if yI is None else yI
+    return yI, np.zeros((bj, width)) if yJ is None and symmetric_pair else yJ
 
 
 def _widened_products(blk: np.ndarray, VI: np.ndarray | None, VJ: np.ndarray | None, yI: np.ndarray | None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Any
 
 import numpy as np
 import zarr
@@ -54,20 +55,17 @@ def read_done_markers(done: zarr.Array) -> np.ndarray:
     blocks; elsewhere zarr reads them, concurrently.
     """
     reader = ChunkReader.of(store_name(done), done)
-    if reader.raw_dir is None:
-        try:
+    if reader.raw_dir is None:  # not local files: zarr reads them all at once, concurrently
+        with contextlib.suppress(Exception):  # a damaged chunk: each one read on its own below
             return done[...].astype(np.uint64)
-        except Exception:  # a damaged chunk: read each one below
-            pass
+    def marker(I: int, J: int) -> Any:  # the marker file itself where there is one, else through zarr
+        return reader.read(I, J, (1, 1), purpose="done-marker")[0, 0] if reader.raw_dir is not None else done[I, J]
+
     out = np.zeros(done.shape, dtype=np.uint64)
     for I in range(done.shape[0]):
         for J in range(I, done.shape[1]):
-            if reader.raw_dir is not None:
-                with contextlib.suppress(CorruptChunkError):
-                    out[I, J] = reader.read(I, J, (1, 1), purpose="done-marker")[0, 0]
-            else:
-                with contextlib.suppress(Exception):
-                    out[I, J] = done[I, J]
+            with contextlib.suppress(Exception):
+                out[I, J] = marker(I, J)
     return out
 
 

@@ -293,9 +293,9 @@ class GramStore(GramChecks):
             e = min(s + block, n)
             if reader.raw_dir is None:
                 row_sums[s:e] = read_verified(ps, (slice(None), slice(s, e))).sum(axis=0)
-                continue
-            for R in range(ps.shape[0]):  # in row order, as numpy's sum over the column adds them
-                row_sums[s:e] += reader.read(R, C, (1, e - s), purpose="partial-sums")[0]
+            else:
+                for R in range(ps.shape[0]):  # in row order, as numpy's sum over the column adds them
+                    row_sums[s:e] += reader.read(R, C, (1, e - s), purpose="partial-sums")[0]
         writable(g["row_sums"])[:] = row_sums  # every chunk written, zero row sums too
         diag_sum = float(np.sum(read_whole(g["diag"]), dtype=np.float64))
         g.attrs.update({"complete": True, "diag_sum": diag_sum})
