@@ -96,7 +96,7 @@ def in_memory_operator(K: np.ndarray, kernel: Kernel | str) -> InMemoryKernelOpe
     K's row sums, which centring takes anyway, are finite exactly when K is
     (else an overflow reaches the solver, e.g. as ARPACK error -9999).
     """
-    op = InMemoryKernelOperator(K)
+    op = InMemoryKernelOperator(K, kernel if isinstance(kernel, Kernel) else None)
     if not (np.isfinite(op.row_means).all() and np.isfinite(op.centering.diag_sum)):
         words = isinstance(kernel, str)  # a callable or precomputed kernel: its values are the user's
         fix = ("make it give finite values on this data" if words else

@@ -121,6 +121,42 @@ def test_an_iterative_solver_may_stop_short_and_the_others_never_do(name):
     assert converged is (not name.spec.iterative)
 
 
+class _Precisions:
+    """A float32 rbf K in memory whose products record whether each was asked in single precision."""
+
+    def __init__(self, op):
+        self.op, self.n, self.dtype, self.single_error, self.asked = op, op.n, op.dtype, op.single_error, []
+
+    @property
+    def passes(self):
+        return self.op.passes
+
+    def matmat(self, V, single=False):
+        self.asked.append(bool(single))
+        return self.op.matmat(V, single=single)
+
+
+@pytest.mark.parametrize("name", [s for s in Solver if s.spec.takes_start])
+def test_a_solver_multiplies_late_passes_in_float32_exactly_when_it_declares_so(problem, name, monkeypatch):
+    """Declared: given a float32 rbf K (whose operator bounds a float32 product's error), some passes after a
+    float64 one are single, never the first, and ``relaxed=False`` makes none; not declared: ``relaxed=``
+    is refused (TypeError).  Every Ritz step is made (``cheap_ritz``: a timing), so the residuals that decide
+    are known."""
+    X, kernel, K, _ = problem
+    op = _Precisions(InMemoryKernelOperator(K.astype(np.float32), kernel))
+    assert ("relaxed" in inspect.signature(get_solver(name)).parameters) == name.spec.float32_late_passes
+    if not name.spec.float32_late_passes:
+        with pytest.raises(TypeError):
+            get_solver(name)(op, K_COMP, rng=0, relaxed=True)
+        return
+    monkeypatch.setattr(dkpca.solvers.lanczos, "cheap_ritz", lambda *a: True)
+    res = get_solver(name)(op, K_COMP, rng=0, tol=1e-12, max_passes=60)
+    assert res.converged and not op.asked[0] and any(op.asked) and res.info["single_passes"] == sum(op.asked)
+    op.asked.clear()
+    get_solver(name)(op, K_COMP, rng=0, tol=1e-12, max_passes=60, relaxed=False)
+    assert op.asked and not any(op.asked)
+
+
 @pytest.mark.parametrize("name", list(Solver))
 def test_an_exact_solver_reaches_eigh_and_an_approximate_one_does_not(problem, name):
     """Exact: eigenvalues of K~ to 1e-6 relative (scipy eigh of the dense centred kernel); approximate

@@ -12,10 +12,11 @@ import time
 import numpy as np
 import pytest
 
+from dkpca.kernels import make_kernel
 from dkpca.linalg import pass_cost
 from dkpca.planning import auto, choose
 from dkpca.planning.estimate import EntryRates
-from dkpca.planning.modes import cheapest, single_passes
+from dkpca.planning.modes import cheapest, mode_cost, relaxed_passes, single_passes
 from dkpca.storage import gram_bytes
 
 from .conftest import ROOT, make_data, spy_calls, write_data
@@ -103,6 +104,20 @@ def test_single_passes_follow_the_randomized_solvers_switch():
     assert single_passes(9, 1e-6) == 6
     assert single_passes(9, 1e-2) == 0
     assert single_passes(9, 1e-12) == 3
+
+
+def test_relaxed_passes_follow_block_lanczos_s_rule_and_make_its_float32_passes_cheaper():
+    """Block Lanczos's last passes are single (lanczos.relaxes: 4 x the error bound, 2.7e-5 of lambda_1, times
+    the residual a pass starts from under a tenth of tol; the residual ~1 after the first pass, then
+    geometric): none of 3 passes at tol 1e-6, the last of 4 or 5, 3 of 9; at tol 1e-2 all but the first; the
+    plan prices a float32 K's Lanczos fit with them (``cheapest`` passes ``single_ok`` for a float32 K only)."""
+    assert [relaxed_passes(p, 1e-6) for p in (2, 3, 4, 5)] == [0, 0, 1, 1]
+    assert relaxed_passes(9, 1e-6) == 3 and relaxed_passes(9, 1e-9) == 2 and relaxed_passes(4, 1e-2) == 3
+    rates = EntryRates.documented(make_kernel("rbf", gamma=0.1), 50)
+    kw = dict(solver="lanczos", gram="store", passes=9, tol=1e-6, concurrency=2, rates=rates)
+    single = mode_cost(40_000, 4000, itemsize=4, **kw)
+    double = mode_cost(40_000, 4000, itemsize=4, single_ok=False, **kw)
+    assert single.single == 3 and double.single == 0 and single.seconds < double.seconds
 
 
 def test_measure_blocks_reports_the_filesystems_aggregate_rates(tmp_path):

@@ -60,7 +60,7 @@ from dkpca.io import as_dask, scan
 from dkpca.kernels import RBF, Linear
 from dkpca.operator import InMemoryKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from dkpca.planning import choose
-from dkpca.solvers import SOLVERS, PassReport, get_solver, postprocess
+from dkpca.solvers import SOLVERS, PassReport, get_solver, lanczos, postprocess
 from dkpca.solvers.lanczos import solve as lanczos_solve
 from dkpca.solvers.randomized import solve as randomized_solve
 from dkpca.storage import FitStore, SolverCheckpoint, gram_bytes
@@ -281,7 +281,7 @@ def test_lanczos_leaves_out_the_ritz_pairs_of_passes_that_cannot_converge(proble
     # rate of the last two computed, stays 10x above tol is not solved; the
     # result is the reference's all the same, from a computed last residual
     # (Ritz steps counted as costly, whatever they cost next to these small products)
-    monkeypatch.setattr("dkpca.solvers.lanczos.RITZ_SHARE", 0.0)
+    monkeypatch.setattr("dkpca.solvers.ritzsteps.RITZ_SHARE", 0.0)
     p = problems["slow"]
     res = postprocess(lanczos_solve(_operator(p, "stored"), K_COMP, tol=TOL, max_passes=BUDGET["lanczos", "slow"],
                                     rng=0), remove_zero=False)
@@ -313,10 +313,10 @@ def test_lanczos_computes_every_ritz_step_that_costs_little_next_to_its_pass(pro
     # the reference's in no more passes.
     p = problems["slow"]
     K = p["kernel"].block(p["X"], None, np.float64)
-    monkeypatch.setattr("dkpca.solvers.lanczos.RITZ_SHARE", 0.0)  # Ritz steps never cheap: the prediction decides
+    monkeypatch.setattr("dkpca.solvers.ritzsteps.RITZ_SHARE", 0.0)  # Ritz steps never cheap: the prediction decides
     fast = lanczos_solve(InMemoryKernelOperator(K), K_COMP, tol=TOL, max_passes=BUDGET["lanczos", "slow"], rng=0)
     assert any(np.isnan(fast.history))  # the same problem leaves some out
-    monkeypatch.setattr("dkpca.solvers.lanczos.RITZ_SHARE", 1.0)
+    monkeypatch.setattr("dkpca.solvers.ritzsteps.RITZ_SHARE", 1.0)
     slow = lanczos_solve(_SlowProducts(K, 0.1), K_COMP, tol=TOL, max_passes=BUDGET["lanczos", "slow"], rng=0)
     assert slow.converged and not any(np.isnan(slow.history)) and slow.passes <= fast.passes
     np.testing.assert_allclose(postprocess(slow, remove_zero=False).eigenvalues, p["lam"][:K_COMP], rtol=1e-8)
@@ -335,7 +335,7 @@ def test_lanczos_with_a_checkpoint_computes_every_pass_residual(problems, tmp_pa
 def test_a_pass_without_a_residual_is_logged_in_words(problems, caplog, monkeypatch):
     # K in memory: no checkpoint, so Lanczos may leave passes out (Ritz steps counted as costly, whatever
     # they cost next to these small products)
-    monkeypatch.setattr("dkpca.solvers.lanczos.RITZ_SHARE", 0.0)
+    monkeypatch.setattr("dkpca.solvers.ritzsteps.RITZ_SHARE", 0.0)
     p = problems["slow"]
     with caplog.at_level("INFO", logger="dkpca"):
         dkpca.fit(p["X"], n_components=K_COMP, kernel=p["kernel"], solver="lanczos", gram="memory",
@@ -750,6 +750,91 @@ def test_float32_kernel_in_memory_multiplies_exactly_unless_single_is_asked(blob
     single = op.raw_matmat(V, single=True)
     assert single.dtype == np.float64
     np.testing.assert_allclose(single, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+
+
+class _Counted:
+    """An operator's products, counting those asked in single precision; ``noise``: each single product gets an
+    error of that 2-norm added (as large as the solver's bound allows), fixed by a seed."""
+
+    def __init__(self, op, noise: float = 0.0):
+        self.op, self.n, self.dtype, self.noise, self.single = op, op.n, op.dtype, noise, 0
+        self.single_error = op.single_error
+        self.rng = np.random.default_rng(7)
+
+    @property
+    def passes(self):
+        return self.op.passes
+
+    def matmat(self, V, single=False):
+        self.single += bool(single)
+        out = self.op.matmat(V, single=single)
+        if single and self.noise:
+            G = self.rng.standard_normal(out.shape)
+            out = out + self.noise * G / np.linalg.norm(G, 2)
+        return out
+
+
+def _slow_float32(problems):
+    """The ``slow`` problem's K in float32 (lambda_{k+1}/lambda_k ~ 0.95: some ten passes) as the operator of
+    an rbf fit (entries > 0), and the reference: eigh of the centred fl32(K) in float64."""
+    p = problems["slow"]
+    K32 = _dense_kernel(p["X"], p["kernel"], dtype=np.float32).astype(np.float32)
+    lam, U = reference_eigh(K32.astype(np.float64), K_COMP)
+    return InMemoryKernelOperator(K32, p["kernel"]), lam, U
+
+
+def test_a_float32_rbf_operator_bounds_its_single_precision_products_and_others_make_none(problems):
+    """``single_error`` bounds ``||fl32(K) v - K v||`` for unit v (measured on this K: ~1e-2 of the bound);
+    None for a float64 K or a kernel whose entries may be negative."""
+    op, _, U = _slow_float32(problems)
+    V = np.linalg.qr(np.hstack([U, np.random.default_rng(0).standard_normal((N, 10))]))[0]
+    errors = np.linalg.norm(op.matmat(V, single=True) - op.matmat(V), axis=0)
+    assert np.all(errors <= op.single_error) and errors.max() >= 1e-3 * op.single_error
+    p = problems["slow"]
+    assert InMemoryKernelOperator(op.K.astype(np.float64), p["kernel"]).single_error is None
+    assert InMemoryKernelOperator(op.K, Linear()).single_error is None
+    assert InMemoryKernelOperator(op.K).single_error is None  # the kernel not known
+
+
+@pytest.fixture
+def every_ritz_step(monkeypatch):
+    """Block Lanczos makes every pass's Ritz step (it leaves out some whose cost, timed, is large next to a
+    product's: on this small in-memory K that would depend on the machine), so that the residuals that
+    decide its single-precision passes are known at every pass."""
+    monkeypatch.setattr(lanczos, "cheap_ritz", lambda *a: True)
+
+
+def test_lanczos_late_passes_multiply_in_single_precision_and_report_a_true_bound(problems, every_ritz_step):
+    """Where the operator bounds a float32 product's error, passes that start from small residuals multiply
+    in float32; every reported residual stays at least the true ``||K~ u - theta u||`` (a float64 product of
+    fl32(K)) and at most tol; the eigenvalues equal eigh's to 1e-12 relative (a residual of 1e-10 lambda_1,
+    squared, over a gap of ~1e-3 lambda_1: 1e-17; eigh's own rounding ~1e-14).  ``relaxed=False``: no
+    product is single, the same eigenvalues.  (On this spectrum the bound, 1.9e-4 of lambda_1, lets only
+    passes from residuals under ~1e-8 multiply in float32.)"""
+    op, lam, _ = _slow_float32(problems)
+    counted = _Counted(op)
+    res = lanczos_solve(counted, K_COMP, tol=1e-10, max_passes=40, rng=0)
+    assert res.converged and res.info["single_passes"] == counted.single >= 1
+    true = np.linalg.norm(op.matmat(res.eigenvectors) - res.eigenvectors * res.eigenvalues, axis=0)
+    assert np.all(true <= res.residuals) and res.residuals.max() <= 1e-10 * res.eigenvalues[0]
+    np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-12)
+    plain = _Counted(op)
+    double = lanczos_solve(plain, K_COMP, tol=1e-10, max_passes=40, rng=0, relaxed=False)
+    assert plain.single == 0 and double.info["single_passes"] == 0
+    np.testing.assert_allclose(res.eigenvalues, double.eigenvalues, rtol=1e-12)
+
+
+def test_lanczos_s_bound_holds_for_single_products_as_wrong_as_it_allows(problems, every_ritz_step):
+    """Single products each off by the whole error the solver allows for (``single_error`` times sqrt(width),
+    in the 2-norm, in a random direction): the true residuals (exact products) stay within the reported
+    ones, which reach tol."""
+    op, lam, _ = _slow_float32(problems)
+    width = lanczos.default_width(N, K_COMP)
+    counted = _Counted(op, noise=op.single_error * np.sqrt(width))
+    res = lanczos_solve(counted, K_COMP, tol=1e-8, max_passes=40, rng=0)
+    assert counted.single >= 1 and res.converged
+    true = np.linalg.norm(op.matmat(res.eigenvectors) - res.eigenvectors * res.eigenvalues, axis=0)
+    assert np.all(true <= res.residuals) and res.residuals.max() <= 1e-8 * res.eigenvalues[0]
 
 
 def test_arpack_on_a_float32_kernel_matches_the_dense_reference_to_single_precision(blobs):

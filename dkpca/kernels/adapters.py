@@ -102,6 +102,10 @@ class SparseInputKernel(Kernel):
     def positive_definite(self) -> bool:
         return self.base.positive_definite
 
+    @property
+    def nonnegative(self) -> bool:
+        return self.base.nonnegative
+
     def block(self, X: Any, Y: Any = None, dtype: Any = np.float64, out: np.ndarray | None = None) -> np.ndarray:
         if not (sp.issparse(X) or (Y is not None and sp.issparse(Y))):
             return self.base.block(X, Y, dtype, out)

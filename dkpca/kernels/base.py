@@ -162,6 +162,12 @@ class Kernel:
         """Whether the kernel is guaranteed positive semi-definite."""
         return True
 
+    @property
+    def nonnegative(self) -> bool:
+        """Whether every entry ``k(x, y)`` is guaranteed ``>= 0``: K's largest row sum then bounds ``|| |K| ||``
+        (what a float32 product's error scales with, :attr:`dkpca.operator.CenteredKernelOperator.single_error`)."""
+        return False
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable spec; ``from_dict(k.to_dict()) == k``."""
         d: dict[str, Any] = {"name": self.name}
@@ -204,6 +210,10 @@ class Sum(Kernel):
     def positive_definite(self) -> bool:
         return all(k.positive_definite for k in self.kernels)
 
+    @property
+    def nonnegative(self) -> bool:
+        return all(k.nonnegative for k in self.kernels)
+
     def resolve(self, n_features: int) -> Kernel:
         return replace(self, kernels=tuple(k.resolve(n_features) for k in self.kernels))
 
@@ -232,6 +242,7 @@ class Product(Kernel):
 
     validate = Sum.validate
     positive_definite = Sum.positive_definite
+    nonnegative = Sum.nonnegative
     resolve = Sum.resolve
     compiled = Sum.compiled
     to_dict = Sum.to_dict
@@ -266,6 +277,10 @@ class Scaled(Kernel):
     @property
     def positive_definite(self) -> bool:
         return self.kernel.positive_definite
+
+    @property
+    def nonnegative(self) -> bool:
+        return self.kernel.nonnegative  # scale > 0
 
     def resolve(self, n_features: int) -> Kernel:
         return replace(self, kernel=self.kernel.resolve(n_features))

@@ -47,6 +47,10 @@ class ExpKernel(GammaKernel):
     stationary: ClassVar[bool] = True
     exp: ClassVar = staticmethod(np.exp)
 
+    @property
+    def nonnegative(self) -> bool:
+        return True  # exp(.) > 0
+
     def _diag(self, X):
         return np.ones(X.shape[0], dtype=X.dtype)
 

@@ -9,18 +9,18 @@ own cost model), the larger of
 * the filesystem: K's bytes at what it takes from all of them at once (the
   measured ``write_bandwidth`` for the build, ``read_bandwidth`` for a pass),
 
-so the rule weighs the evaluation rate times the threads against K's write
-and read bandwidth.  The solvers differ in passes (block Lanczos needs fewer:
-a Krylov space, :func:`~dkpca.planning.measure.lanczos_passes`) and in their
-cost (subspace iteration's early passes multiply in single precision,
-:func:`single_passes`).  Measured (issue 40): on a lent 16-core machine at
-n = 100,000, with the build's blocks formed without the GIL, the stored K
-(20.8 GB, past the page cache's dirty threshold of 13.4 GB) took its tasks
-3.9 s and the device 4.4 s more, and recomputing with block Lanczos was
-1.2-1.3x faster than storing (10.65 / 11.93 s against 13.77 / 14.63 s); at
-40,000 (K 3.5 GB) the two were within 5 %; on the 2-core development machine
-at n = 40,000 storing and recomputing with block Lanczos were within 2 % and
-subspace iteration 1.4x slower.
+so the rule weighs the evaluation rate times the threads against K's write and
+read bandwidth. The solvers differ in passes (block Lanczos needs fewer: a
+Krylov space, :func:`~dkpca.planning.measure.lanczos_passes`) and in their cost
+(subspace iteration's early passes multiply in single precision,
+:func:`single_passes`; block Lanczos's last ones, :func:`relaxed_passes`).
+Measured (issue 40): on a lent 16-core machine at n = 100,000, with the build's
+blocks formed without the GIL, the stored K (20.8 GB, past the page cache's
+dirty threshold of 13.4 GB) took its tasks 3.9 s and the device 4.4 s more, and
+recomputing with block Lanczos was 1.2-1.3x faster than storing (10.65 / 11.93
+s against 13.77 / 14.63 s); at 40,000 (K 3.5 GB) the two were within 5 %; on
+the 2-core development machine at n = 40,000 storing and recomputing with block
+Lanczos were within 2 % and subspace iteration 1.4x slower.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ import numpy as np
 from ..linalg import PassCost
 from ..solvers import Solver
 from ..solvers.randomized import single_switch
+from ..solvers.relaxed import RELAX_SHARE
 from .estimate import PASS_SECONDS, EntryRates, estimate
 
-__all__ = ["ModeCost", "mode_cost", "cheapest", "single_passes"]
+__all__ = ["ModeCost", "mode_cost", "cheapest", "single_passes", "relaxed_passes"]
 
 
 def single_passes(passes: int, tol: float) -> int:
@@ -49,6 +50,25 @@ def single_passes(passes: int, tol: float) -> int:
     if not 0 < tol < 1 or switch >= 1:
         return 0
     return int(min(passes, np.floor(passes * np.log(switch) / np.log(tol))))
+
+
+#: the bound on a float32 product's error with a solver panel, relative to lambda_1, that block Lanczos works
+#: under (``operator.single_error`` times sqrt(width)): 2.7e-5 at n = 24,000 (rbf, d = 50, block 4,000, width 20)
+TYPICAL_SINGLE_ERROR = 2.7e-5
+
+
+def relaxed_passes(passes: int, tol: float, single_error: float = TYPICAL_SINGLE_ERROR) -> int:
+    """How many of block Lanczos's last ``passes`` multiply in single precision (:mod:`dkpca.solvers.relaxed`).
+
+    The residual stays about 1 after the first pass (the start block's), then falls geometrically to ``tol``
+    (``r_i = tol^((i - 1)/(p - 1))`` after pass i); pass i is single where ``4 error r_{i-1}`` stays under
+    ``RELAX_SHARE tol``.  Measured at n = 24,000 (tol 1e-6): a fresh fit's 4 passes ended at residuals 0.1,
+    1.6e-3, 2.6e-5, 2.5e-7 (the last single), a grown fit's 3 at 4.5e-3, 6.1e-5, 9.9e-7 (the last).
+    """
+    if not 0 < tol < 1:
+        return 0
+    r = [1.0] + [tol ** ((i - 1) / max(1, passes - 1)) for i in range(1, passes + 1)]
+    return sum(1 for i in range(2, passes + 1) if 4.0 * single_error * r[i - 1] <= RELAX_SHARE * tol)
 
 
 @dataclass(frozen=True)
@@ -89,16 +109,19 @@ def mode_cost(n: int, block: int, *, solver: str, gram: str, passes: int, tol: f
     Stored: the build (evaluate and write every block, the first product fused
     into it) and ``passes - 1`` passes that read K; recomputed: ``passes``
     passes that evaluate it (the first fused with the centring statistics).
-    ``single_ok``: subspace iteration's early products may be single (K in float32).
+    ``single_ok``: subspace iteration's early products and block Lanczos's late ones may be single (K in
+    float32).
     Each pass adds :data:`~dkpca.planning.estimate.PASS_SECONDS` (graph, round trip, the algebra between);
     ``compiling``: the seconds this mode spends compiling first (:func:`~dkpca.planning.compiledexp.compile_seconds`).
     """
-    single = single_passes(passes, tol) if single_ok and Solver.parse(solver).spec.float32_early_passes else 0
+    spec = Solver.parse(solver).spec
+    single = single_passes(passes, tol) if single_ok and spec.float32_early_passes else 0
+    late = relaxed_passes(passes, tol) if single_ok and spec.float32_late_passes else 0
     kw = dict(gram=gram, itemsize=itemsize, concurrency=concurrency, rates=rates, task_seconds=0.0,
               distributed=False)
     build, double = estimate(n, block, **kw)
     fast = estimate(n, block, single=True, **kw)[1]
-    sweeps = [fast] * single + [double] * (passes - single)
+    sweeps = [fast] * single + [double] * (passes - single - late) + [fast] * late
     if build is not None:
         first = sweeps.pop(0)
         # the fused first product runs in the build's tasks, while the blocks are in cache: no read
@@ -107,7 +130,7 @@ def mode_cost(n: int, block: int, *, solver: str, gram: str, passes: int, tol: f
         build = PassCost(build.block, build.tasks, build.compute + fused, build.io, build.scheduler)
     seconds = ((build.seconds if build is not None else 0.0) + sum(s.seconds for s in sweeps) + passes * PASS_SECONDS
                + compiling)
-    return ModeCost(solver, gram, passes, single, build, double, seconds, compiling)
+    return ModeCost(solver, gram, passes, single + late, build, double, seconds, compiling)
 
 
 def cheapest(n: int, block: int, *, solvers: list[str], grams: list[str], passes: dict[str, int], tol: float,

@@ -104,6 +104,9 @@ class SolverSpec:
         in the choice of K's precision.
     float32_early_passes : bool
         Its early products may run in float32, corrected by later passes: so may the fused first product.
+    float32_late_passes : bool
+        Its later products may run in float32 once its residual is small, the bound on their effect added
+        to the residuals it reports (``single_error=``, the fit's measured float32 product error).
     ritz : bool
         Returns its leading Ritz pairs with their exact products with K~ when asked (``ritz=p``:
         ``info["ritz"] = (theta, U, K~ U)``, no extra pass): the record a later update starts from.
@@ -118,6 +121,7 @@ class SolverSpec:
     fraction: bool
     float32_products: bool = False
     float32_early_passes: bool = False
+    float32_late_passes: bool = False
     ritz: bool = False
 
     @property
@@ -133,7 +137,7 @@ SOLVER_SPECS: Mapping[Solver, SolverSpec] = MappingProxyType({spec.name: spec fo
     SolverSpec(Solver.RANDOMIZED, in_memory_only=False, exact=True, iterative=True, takes_start=True,
                checkpoints=True, fraction=True, float32_early_passes=True, ritz=True),
     SolverSpec(Solver.LANCZOS, in_memory_only=False, exact=True, iterative=True, takes_start=True,
-               checkpoints=True, fraction=True, ritz=True),
+               checkpoints=True, fraction=True, float32_late_passes=True, ritz=True),
     SolverSpec(Solver.NYSTROM, in_memory_only=False, exact=False, iterative=False, takes_start=False,
                checkpoints=False, fraction=False),
     SolverSpec(Solver.ARPACK, in_memory_only=True, exact=True, iterative=True, takes_start=False,

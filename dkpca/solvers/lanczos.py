@@ -29,8 +29,9 @@ the iteration is thick-restarted (Wu & Simon 2000): the best Ritz vectors are
 kept, with the projected matrix ``diag(theta)``, and the Krylov relation stays
 exact, so the residual formula still holds.
 
-Products are always float64 (unlike the randomized solver's early float32
-passes): an inexact product is baked into T and would cap the accuracy.
+Products are float64 while the Ritz pairs are far from converged (an inexact
+product is baked into T); late passes may multiply a float32 K in float32
+under a bound the residuals then include (:mod:`dkpca.solvers.relaxed`).
 
 Wanted are the k largest eigenvalues by value: Ritz values are ranked by
 value, and thick restarts keep the leading ones by value.  A Krylov space
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -49,7 +51,9 @@ import scipy.linalg
 from ..execution import row_blocks
 from ..linalg import RowBlocks, cholesky_qr
 from .randomized import iteration_width, start_block
+from .relaxed import Relaxation
 from .result import DEFAULT_MAX_PASSES, Callback, EigResult, report
+from .ritzsteps import cheap_ritz, worth_ritz
 
 __all__ = ["solve", "default_width", "default_block", "default_max_basis", "OVERSAMPLING"]
 
@@ -112,62 +116,19 @@ def _ritz(T: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
     return theta[::-1], S[:, ::-1]
 
 
-#: passes in a row whose Ritz pairs may be left out (:func:`_worth_ritz`)
-MAX_SKIPPED_RITZ = 2
-
-#: a pass's Ritz pairs are computed, whatever :func:`_worth_ritz` predicts, when they are expected to cost at
-#: most this share of the pass's product (:func:`_cheap_ritz`)
-RITZ_SHARE = 0.05
-
-
-def _cheap_ritz(last: tuple[float, int] | None, size: int, product_seconds: float) -> bool:
-    """Whether this pass's Ritz pairs cost little next to its product: leaving them out saves nothing.
-
-    ``last``: the latest Ritz step's seconds and T's order then; T's eigenproblem grows as the cube of its
-    order (``size`` now).  Leaving a pass's pairs out risks the pass after it when the prediction is wrong:
-    measured after a grown fit's warm start (n = 9,600, rbf, k = 10, tol 1e-6), residuals 1.5e-2 and 1.4e-3
-    predicted 1.2e-5 at pass 4, which was then left out; it was 5.9e-7, and the fit made a fifth pass for a
-    Ritz step of under a millisecond.
-    """
-    if last is None:
-        return False
-    seconds, order = last
-    return seconds * (size / max(order, 1)) ** 3 <= RITZ_SHARE * product_seconds
-
-#: a pass's Ritz pairs are computed when its residual is predicted below this many times tol
-RITZ_MARGIN = 10.0
-
-
-def _worth_ritz(history: list[float], tol: float) -> bool:
-    """Whether this pass's residual could come near ``tol``, judged by the last two residuals computed.
-
-    Their geometric rate, carried forward to this pass, must come within
-    :data:`RITZ_MARGIN` of ``tol``; a Krylov method's rate only improves as
-    it goes (superlinear convergence), so the prediction errs on the late side.
-    Measured on USPS (k = 256, tol 1e-10): residuals 1.3e-5 and 8.9e-7 at
-    passes 4 and 5 predict 6e-8 and 4e-9 at 6 and 7 (computed: 4.4e-8 and
-    1.6e-9).  Late by more than the margin, a skipped pass may have met tol
-    (:func:`_cheap_ritz`, where skipping is worth that risk).  Never more than
-    :data:`MAX_SKIPPED_RITZ` in a row, never when the residual stalls.
-    """
-    known = [(i, r) for i, r in enumerate(history) if np.isfinite(r) and r > 0]
-    if tol <= 0 or len(known) < 2 or len(history) - 1 - known[-1][0] >= MAX_SKIPPED_RITZ:
-        return True
-    (a, ra), (b, rb) = known[-2:]
-    rate = (rb / ra) ** (1.0 / (b - a))
-    return rate >= 1 or rb * rate ** (len(history) - b) <= RITZ_MARGIN * tol
-
-
-def _ritz_pairs(T: np.ndarray, W: np.ndarray, m: int, k: int,
-                extra: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def _ritz_pairs(T: np.ndarray, W: np.ndarray, m: int, k: int, extra: int,
+                slack: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """``(theta, S, residuals, |theta_1|)``: T's leading Ritz pairs (the k wanted, or ``extra`` if more).
 
     By the Krylov relation ``K~ basis = basis T + W E_j^T`` the residual of
-    Ritz pair i is ``||W s_i||`` over ``s_i``'s last panel (from row ``m``).
+    Ritz pair i is ``||W s_i||`` over ``s_i``'s last panel (from row ``m``);
+    ``slack(S)`` is added: what single-precision passes may hide (:meth:`~dkpca.solvers.relaxed.Relaxation.slack`).
     """
     theta, S = _ritz(T, min(T.shape[0], max(k, extra)))
     kk = min(k, theta.size)
     res = np.linalg.norm(W @ S[m:, :kk], axis=0)
+    if slack is not None:
+        res = res + slack(S[:, :kk])
     return theta, S, res, max(abs(theta[0]), np.finfo(float).tiny)
 
 
@@ -181,8 +142,13 @@ def _relative(res: np.ndarray, scale: float, k: int) -> float:
 SVQR_MAX_COND = 1e4
 
 
-def _next_panel(R: np.ndarray, basis: np.ndarray, scale: float, rows: RowBlocks) -> np.ndarray:
+def _next_panel(R: np.ndarray, basis: np.ndarray, scale: float, rows: RowBlocks, single: bool = False) -> np.ndarray:
     """Orthonormal basis of the part of ``R`` not yet in the Krylov space.
+
+    ``single``: R comes from a single-precision product, whose error along the older panels (~1e-7
+    ||K~||, far above rounding) the first sweep left in it: R is swept against the whole basis first, or
+    those directions would pass the rounding floor below and vanish in the second sweep (a Cholesky QR
+    of an n = 300, width-70 space failed so).
 
     Twice: first ``R``'s own left singular vectors, then those swept once
     more against the whole basis and made orthonormal by a Cholesky QR
@@ -206,6 +172,8 @@ def _next_panel(R: np.ndarray, basis: np.ndarray, scale: float, rows: RowBlocks)
     call wants (measured: scipy's QR of a 7,291 x 266 panel took 0.23 s
     right after a numpy GEMM, 0.08 s after a scipy one).
     """
+    if single and basis.shape[1]:
+        R = R - rows.times(basis, rows.inner(basis, R))
     w, Ub = np.linalg.eigh(rows.inner(R, R))
     sv = np.sqrt(np.maximum(w[::-1], 0.0))
     # Kept directions have weight above 1e3 eps ||K~||, so the rounding left
@@ -231,7 +199,8 @@ def _next_panel(R: np.ndarray, basis: np.ndarray, scale: float, rows: RowBlocks)
 
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAULT_MAX_PASSES, rng=None,
           callback: Callback | None = None, width: int | None = None, max_basis: int | None = None,
-          start: np.ndarray | None = None, checkpoint=None, block: int | None = None, ritz: int = 0) -> EigResult:
+          start: np.ndarray | None = None, checkpoint=None, block: int | None = None, ritz: int = 0,
+          relaxed: bool = True) -> EigResult:
     """Top-``k`` eigenpairs of K~ (largest eigenvalues by value) by block Lanczos.
 
     Parameters
@@ -274,6 +243,10 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
         Also return the leading ``ritz`` Ritz pairs (fewer if the basis is smaller) with their exact
         products, ``info["ritz"] = (theta, U, K~ U)``: ``K~ U = U diag(theta) + W S_last`` by the Krylov
         relation, no extra pass (a grown fit's first product, :mod:`dkpca.growth`).
+    relaxed : bool
+        Late passes multiply in float32 where ``operator.single_error`` bounds such a product's error and
+        the bound they add to the residuals stays under a tenth of ``tol`` (:mod:`dkpca.solvers.relaxed`); the
+        residuals include that bound, and ``info["single_passes"]`` counts them.  False: all in float64.
     """
     n = operator.n
     max_passes = DEFAULT_MAX_PASSES if max_passes is None else int(max_passes)
@@ -321,15 +294,28 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
     # where the previous panel starts: the newest panels a product is orthogonalised against first
     local_from = 0
     ritz_cost: tuple[float, int] | None = None  # the latest Ritz step: seconds, T's order
+    saved = state.arrays.get("slack") if state is not None and basis.shape[1] else None
+    relax = Relaxation(operator, ell, space.shape[1], enabled=relaxed, saved=saved)
+    # the previous pass's remainder (its next panel's source): a single pass takes T's coupling to the previous
+    # panel from it (that panel's own product), not from its own float32 product
+    R_prev: np.ndarray | None = None
     for _ in range(max(1, max_passes - resumed)):
         t0 = time.perf_counter()
-        W = operator.matmat(V)
+        # relaxed: a late pass multiplies in float32 (see the module), only right after a pass that made V
+        # (not after a restart or a resume: the coupling to the kept vectors is not a panel's product)
+        single = R_prev is not None and relax.single(history, scale, tol)
+        W = operator.matmat(V, single=True) if single else operator.matmat(V)
+        if single:
+            relax.record(basis.shape[1], basis.shape[1] + V.shape[1])
         product_seconds = time.perf_counter() - t0
         # The new panel joins the basis; T gains V_j's row and column.
         m = basis.shape[1]
         space[:, m:m + V.shape[1]] = V
         basis = space[:, :m + V.shape[1]]
         W, H = _orthogonalise(basis[:, local_from:], W, rows)
+        if single:  # the previous panel's coupling from its own (float64) product: Q_prev^T K V = R_prev^T V
+            H = H.copy()
+            H[:m - local_from] = rows.inner(R_prev, V)
         T = np.pad(T, ((0, V.shape[1]), (0, V.shape[1])))
         T[local_from:, m:] = H
         T[m:, local_from:] = H.T
@@ -343,30 +329,34 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
         # USPS's 8th pass), and a pass whose residual cannot reach tol only
         # reports it.  A checkpoint, a restart and the last pass need them.
         due = (scale is None or checkpoint is not None or full or done >= max_passes
-               or basis.shape[1] + ell > cap or _cheap_ritz(ritz_cost, T.shape[0], product_seconds)
-               or _worth_ritz(history, tol))
+               or basis.shape[1] + ell > cap or cheap_ritz(ritz_cost, T.shape[0], product_seconds)
+               or worth_ritz(history, tol))
         # A pass that would skip them makes its next panel first: if there is
         # none (no new direction: an invariant subspace), its Ritz pairs are
         # exact and due after all.
-        nxt = None if due else _next_panel(W, basis, scale, rows)
+        nxt = None if due else _next_panel(W, basis, scale, rows, single)
         due = due or nxt.shape[1] == 0
         if due:
             t1 = time.perf_counter()
-            theta_all, S, res, scale = _ritz_pairs(T, W, m, k, max(ritz, 2 * ell if checkpoint is not None else 0))
+            theta_all, S, res, scale = _ritz_pairs(T, W, m, k, max(ritz, 2 * ell if checkpoint is not None else 0),
+                                                   relax.slack if relax.active else None)
             ritz_cost = (time.perf_counter() - t1, T.shape[0])
         history.append(_relative(res, scale, k) if due else float("nan"))
         converged = due and res.size == k and history[-1] <= tol
         stop = converged or full
         if not stop:
-            V = _next_panel(W, basis, scale, rows) if nxt is None else nxt
+            V = _next_panel(W, basis, scale, rows, single) if nxt is None else nxt
             stop = V.shape[1] == 0
+            R_prev = W
         if not stop and checkpoint is not None:
             # saved before the pass is reported: a fit killed after "pass N" resumes at pass N
             keep = min(basis.shape[1], 2 * ell)
-            checkpoint.save(done, history, U=rows.times(basis, S[:, :keep]), theta=theta_all[:keep], V=V)
+            extra = {"slack": relax.slack(S[:, :keep])} if relax.active else {}
+            checkpoint.save(done, history, U=rows.times(basis, S[:, :keep]), theta=theta_all[:keep], V=V, **extra)
         report(callback, done, history[-1], time.perf_counter() - t0)
         if stop:
-            converged = converged or res.size == k
+            # a whole space or an invariant one makes the Ritz pairs exact -- of T, which single passes made inexact
+            converged = converged or (res.size == k and not relax.active)
             break
         if basis.shape[1] + V.shape[1] > cap:
             # Thick restart: keep the leading Ritz vectors; K~ U_keep = U_keep
@@ -375,15 +365,18 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
             keep = max(res.size, min(basis.shape[1], cap - V.shape[1]) // 2)
             if S.shape[1] < keep:
                 theta_all, S = _ritz(T, keep)
+            relax.fold(S[:, :keep])  # the kept vectors carry the single panels' bound
             space[:, :keep] = rows.times(basis, S[:, :keep])
             basis = space[:, :keep]
+            R_prev = None  # the next pass is coupled to the kept vectors, not to a panel
             T = np.diag(theta_all[:keep])
             restarts += 1
             local_from = 0  # K~ V is not orthogonal to the kept Ritz vectors
     p = min(ritz, S.shape[1])
     Up = rows.times(basis, S[:, :max(res.size, p)])  # the wanted Ritz vectors and the recorded ones, one product
     theta, U = theta_all[:res.size].copy(), np.ascontiguousarray(Up[:, :res.size])
-    info = {"block_size": ell, "basis_size": int(basis.shape[1]), "max_basis": cap, "restarts": restarts}
+    info = {"block_size": ell, "basis_size": int(basis.shape[1]), "max_basis": cap, "restarts": restarts,
+            "single_passes": relax.count}
     if resumed:
         info["resumed_at_pass"] = resumed
     if ritz:
