@@ -854,6 +854,32 @@ def test_lanczos_s_bound_holds_for_single_products_as_wrong_as_it_allows(problem
     assert np.all(true <= res.residuals) and res.residuals.max() <= 1e-8 * res.eigenvalues[0]
 
 
+def test_the_single_passes_bound_follows_ritz_vectors_through_a_restart_and_a_checkpoint():
+    """``Relaxation.slack``: a single panel's error times 3 x the Ritz vector's weight on it plus its weight on
+    the next panel; folded at a thick restart into the kept vectors (the panels go, each kept vector carries
+    its bound, and a later Ritz vector the bound of its kept components); a checkpoint's saved bound comes back
+    the same.  The operator's bound 0.5 on a panel of 4 columns: 1.0."""
+    from dkpca.solvers.relaxed import Relaxation
+
+    class Op:
+        single_error = 0.5
+
+    relax = Relaxation(Op(), width=4, size=20)
+    assert relax.error == 1.0 and not relax.active
+    relax.record(4, 8)
+    S = np.zeros((12, 2))
+    S[4:8, 0], S[8:12, 0], S[0, 1] = 0.1, 0.2, 1.0  # pair 0 on the single panel and the next; pair 1 off it
+    np.testing.assert_allclose(relax.slack(S), [3 * 0.2 + 0.4, 0.0])
+    relax.fold(S)  # keep the two Ritz vectors
+    assert not relax.panels and relax.count == 1
+    np.testing.assert_allclose(relax.carried[:3], [1.0, 0.0, 0.0])
+    later = np.array([[0.6, 0.0], [0.8, 1.0]])  # new Ritz vectors over the two kept ones
+    np.testing.assert_allclose(relax.slack(later), [0.6, 0.0])
+    again = Relaxation(Op(), width=4, size=20, saved=relax.carried[:2])
+    np.testing.assert_allclose(again.slack(later), relax.slack(later))
+    assert Relaxation(Op(), width=4, size=20, enabled=False).error is None
+
+
 def test_arpack_on_a_float32_kernel_matches_the_dense_reference_to_single_precision(blobs):
     """ARPACK runs in single precision on a float32 K (as scikit-learn's eigsh does): eigenvalues of the
     centred fl32(K) to 1e-5 relative, eigenvectors to 1e-3 (the gap of this spectrum is ~1e-2 of lambda_1)."""
