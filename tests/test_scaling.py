@@ -107,7 +107,7 @@ def test_single_passes_follow_the_randomized_solvers_switch():
 
 
 def test_relaxed_passes_follow_block_lanczos_s_rule_and_make_its_float32_passes_cheaper():
-    """Block Lanczos's last passes are single (lanczos.relaxes: 4 x the error bound, 2.7e-5 of lambda_1, times
+    """Block Lanczos's last passes are single (relaxed.relaxes: 4 x the error bound, 3.1e-5 of lambda_1, times
     the residual a pass starts from under a tenth of tol; the residual ~1 after the first pass, then
     geometric): none of 3 passes at tol 1e-6, the last of 4 or 5, 3 of 9; at tol 1e-2 all but the first; the
     plan prices a float32 K's Lanczos fit with them (``cheapest`` passes ``single_ok`` for a float32 K only)."""
