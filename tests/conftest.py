@@ -165,6 +165,34 @@ def spy_blas_threads(monkeypatch, module, name: str) -> list[set[int]]:
     return spy_calls(monkeypatch, module, name, blas_threads)
 
 
+class PrecisionSpy:
+    """An operator's products as a solver sees them, recording whether each was asked in single precision
+    (``asked``); ``noise``: each single product gets an error of that 2-norm added in a random direction
+    (seeded) -- as large as block Lanczos's bound allows, where it is the operator's ``single_error`` times
+    sqrt(width)."""
+
+    def __init__(self, op, noise: float = 0.0):
+        self.op, self.n, self.dtype, self.single_error, self.noise = op, op.n, op.dtype, op.single_error, noise
+        self.asked: list[bool] = []
+        self.rng = np.random.default_rng(7)
+
+    @property
+    def passes(self) -> int:
+        return self.op.passes
+
+    @property
+    def single(self) -> int:
+        return sum(self.asked)
+
+    def matmat(self, V, single=False):
+        self.asked.append(bool(single))
+        out = self.op.matmat(V, single=single)
+        if single and self.noise:
+            G = self.rng.standard_normal(out.shape)
+            out = out + self.noise * G / np.linalg.norm(G, 2)
+        return out
+
+
 def wait_until(cond, timeout: float, interval: float = 0.01, what: str = "condition"):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -21,7 +21,7 @@ from dkpca.request import FitOptions
 from dkpca.solvers import SOLVER_SPECS, Solver, SolverSpec, get_solver
 from dkpca.storage import FitStore, SolverCheckpoint
 
-from .conftest import make_data, reference_eigh, write_data
+from .conftest import PrecisionSpy, make_data, reference_eigh, write_data
 
 N, K_COMP = 200, 3
 
@@ -121,21 +121,6 @@ def test_an_iterative_solver_may_stop_short_and_the_others_never_do(name):
     assert converged is (not name.spec.iterative)
 
 
-class _Precisions:
-    """A float32 rbf K in memory whose products record whether each was asked in single precision."""
-
-    def __init__(self, op):
-        self.op, self.n, self.dtype, self.single_error, self.asked = op, op.n, op.dtype, op.single_error, []
-
-    @property
-    def passes(self):
-        return self.op.passes
-
-    def matmat(self, V, single=False):
-        self.asked.append(bool(single))
-        return self.op.matmat(V, single=single)
-
-
 @pytest.mark.parametrize("name", [s for s in Solver if s.spec.takes_start])
 def test_a_solver_multiplies_late_passes_in_float32_exactly_when_it_declares_so(problem, name, monkeypatch):
     """Declared: given a float32 rbf K (whose operator bounds a float32 product's error), some passes after a
@@ -143,7 +128,7 @@ def test_a_solver_multiplies_late_passes_in_float32_exactly_when_it_declares_so(
     is refused (TypeError).  Every Ritz step is made (``cheap_ritz``: a timing), so the residuals that decide
     are known."""
     X, kernel, K, _ = problem
-    op = _Precisions(InMemoryKernelOperator(K.astype(np.float32), kernel))
+    op = PrecisionSpy(InMemoryKernelOperator(K.astype(np.float32), kernel))
     assert ("relaxed" in inspect.signature(get_solver(name)).parameters) == name.spec.float32_late_passes
     if not name.spec.float32_late_passes:
         with pytest.raises(TypeError):

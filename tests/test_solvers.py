@@ -65,7 +65,7 @@ from dkpca.solvers.lanczos import solve as lanczos_solve
 from dkpca.solvers.randomized import solve as randomized_solve
 from dkpca.storage import FitStore, SolverCheckpoint, gram_bytes
 
-from .conftest import centered, reference_eigh
+from .conftest import PrecisionSpy, centered, reference_eigh
 
 N, K_COMP, BLOCK, TOL = 480, 6, 128, 1e-10
 
@@ -769,28 +769,6 @@ def test_float32_kernel_in_memory_multiplies_exactly_unless_single_is_asked(blob
     np.testing.assert_allclose(single, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
 
 
-class _Counted:
-    """An operator's products, counting those asked in single precision; ``noise``: each single product gets an
-    error of that 2-norm added (as large as the solver's bound allows), fixed by a seed."""
-
-    def __init__(self, op, noise: float = 0.0):
-        self.op, self.n, self.dtype, self.noise, self.single = op, op.n, op.dtype, noise, 0
-        self.single_error = op.single_error
-        self.rng = np.random.default_rng(7)
-
-    @property
-    def passes(self):
-        return self.op.passes
-
-    def matmat(self, V, single=False):
-        self.single += bool(single)
-        out = self.op.matmat(V, single=single)
-        if single and self.noise:
-            G = self.rng.standard_normal(out.shape)
-            out = out + self.noise * G / np.linalg.norm(G, 2)
-        return out
-
-
 def _slow_float32(problems):
     """The ``slow`` problem's K in float32 (lambda_{k+1}/lambda_k ~ 0.95: some ten passes) as the operator of
     an rbf fit (entries > 0), and the reference: eigh of the centred fl32(K) in float64."""
@@ -829,13 +807,13 @@ def test_lanczos_late_passes_multiply_in_single_precision_and_report_a_true_boun
     product is single, the same eigenvalues.  (On this spectrum the bound, 1.9e-4 of lambda_1, lets only
     passes from residuals under ~1e-8 multiply in float32.)"""
     op, lam, _ = _slow_float32(problems)
-    counted = _Counted(op)
+    counted = PrecisionSpy(op)
     res = lanczos_solve(counted, K_COMP, tol=1e-10, max_passes=40, rng=0)
     assert res.converged and res.info["single_passes"] == counted.single >= 1
     true = np.linalg.norm(op.matmat(res.eigenvectors) - res.eigenvectors * res.eigenvalues, axis=0)
     assert np.all(true <= res.residuals) and res.residuals.max() <= 1e-10 * res.eigenvalues[0]
     np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-12)
-    plain = _Counted(op)
+    plain = PrecisionSpy(op)
     double = lanczos_solve(plain, K_COMP, tol=1e-10, max_passes=40, rng=0, relaxed=False)
     assert plain.single == 0 and double.info["single_passes"] == 0
     np.testing.assert_allclose(res.eigenvalues, double.eigenvalues, rtol=1e-12)
@@ -847,7 +825,7 @@ def test_lanczos_s_bound_holds_for_single_products_as_wrong_as_it_allows(problem
     ones, which reach tol."""
     op, lam, _ = _slow_float32(problems)
     width = lanczos.default_width(N, K_COMP)
-    counted = _Counted(op, noise=op.single_error * np.sqrt(width))
+    counted = PrecisionSpy(op, noise=op.single_error * np.sqrt(width))
     res = lanczos_solve(counted, K_COMP, tol=1e-8, max_passes=40, rng=0)
     assert counted.single >= 1 and res.converged
     true = np.linalg.norm(op.matmat(res.eigenvectors) - res.eigenvectors * res.eigenvalues, axis=0)
