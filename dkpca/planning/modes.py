@@ -33,7 +33,7 @@ import numpy as np
 from ..linalg import PassCost
 from ..solvers import Solver
 from ..solvers.randomized import single_switch
-from ..solvers.relaxed import RELAX_SHARE
+from ..solvers.relaxed import relaxes
 from .estimate import PASS_SECONDS, EntryRates, estimate
 
 __all__ = ["ModeCost", "mode_cost", "cheapest", "single_passes", "relaxed_passes"]
@@ -58,17 +58,18 @@ TYPICAL_SINGLE_ERROR = 3.1e-5
 
 
 def relaxed_passes(passes: int, tol: float, single_error: float = TYPICAL_SINGLE_ERROR) -> int:
-    """How many of block Lanczos's last ``passes`` multiply in single precision (:mod:`dkpca.solvers.relaxed`).
+    """How many of block Lanczos's last ``passes`` multiply in single precision: the solver's own rule
+    (:func:`~dkpca.solvers.relaxed.relaxes`) on a modelled residual history.
 
     The residual stays about 1 after the first pass (the start block's), then falls geometrically to ``tol``
-    (``r_i = tol^((i - 1)/(p - 1))`` after pass i); pass i is single where ``4 error r_{i-1}`` stays under
-    ``RELAX_SHARE tol``.  Measured at n = 24,000 (tol 1e-6): a fresh fit's 4 passes ended at residuals 0.1,
-    1.6e-3, 2.6e-5, 2.5e-7 (the last single), a grown fit's 3 at 4.5e-3, 6.1e-5, 9.9e-7 (the last).
+    (``r_i = tol^((i - 1)/(p - 1))`` after pass i).  Measured at n = 24,000 (tol 1e-6): a fresh fit's 4
+    passes ended at residuals 0.1, 1.6e-3, 2.6e-5, 2.5e-7 (the last single), a grown fit's 3 at 4.5e-3,
+    6.1e-5, 9.9e-7 (the last).
     """
     if not 0 < tol < 1:
         return 0
-    r = [1.0] + [tol ** ((i - 1) / max(1, passes - 1)) for i in range(1, passes + 1)]
-    return sum(1 for i in range(2, passes + 1) if 4.0 * single_error * r[i - 1] <= RELAX_SHARE * tol)
+    history = [tol ** ((i - 1) / max(1, passes - 1)) for i in range(1, passes + 1)]  # after passes 1 .. p
+    return sum(relaxes(history[:i - 1], single_error, tol) for i in range(2, passes + 1))
 
 
 @dataclass(frozen=True)

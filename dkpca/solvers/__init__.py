@@ -105,8 +105,9 @@ class SolverSpec:
     float32_early_passes : bool
         Its early products may run in float32, corrected by later passes: so may the fused first product.
     float32_late_passes : bool
-        Its later products may run in float32 once its residual is small, the bound on their effect added
-        to the residuals it reports (``single_error=``, the fit's measured float32 product error).
+        Its later products may run in float32 once its residual is small, under the operator's bound on a
+        float32 product's error (``operator.single_error``), which the residuals it reports then include
+        (``relaxed=False``: none).
     ritz : bool
         Returns its leading Ritz pairs with their exact products with K~ when asked (``ritz=p``:
         ``info["ritz"] = (theta, U, K~ U)``, no extra pass): the record a later update starts from.

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import scipy.linalg
@@ -117,7 +117,7 @@ def _ritz(T: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ritz_pairs(T: np.ndarray, W: np.ndarray, m: int, k: int, extra: int,
-                slack: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+                slack: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """``(theta, S, residuals, |theta_1|)``: T's leading Ritz pairs (the k wanted, or ``extra`` if more).
 
     By the Krylov relation ``K~ basis = basis T + W E_j^T`` the residual of
@@ -126,9 +126,7 @@ def _ritz_pairs(T: np.ndarray, W: np.ndarray, m: int, k: int, extra: int,
     """
     theta, S = _ritz(T, min(T.shape[0], max(k, extra)))
     kk = min(k, theta.size)
-    res = np.linalg.norm(W @ S[m:, :kk], axis=0)
-    if slack is not None:
-        res = res + slack(S[:, :kk])
+    res = np.linalg.norm(W @ S[m:, :kk], axis=0) + slack(S[:, :kk])
     return theta, S, res, max(abs(theta[0]), np.finfo(float).tiny)
 
 
@@ -339,7 +337,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
         if due:
             t1 = time.perf_counter()
             theta_all, S, res, scale = _ritz_pairs(T, W, m, k, max(ritz, 2 * ell if checkpoint is not None else 0),
-                                                   relax.slack if relax.active else None)
+                                                   relax.slack)
             ritz_cost = (time.perf_counter() - t1, T.shape[0])
         history.append(_relative(res, scale, k) if due else float("nan"))
         converged = due and res.size == k and history[-1] <= tol

@@ -58,8 +58,13 @@ def read_done_markers(done: zarr.Array) -> np.ndarray:
     if reader.raw_dir is None:  # not local files: zarr reads them all at once, concurrently
         with contextlib.suppress(Exception):  # a damaged chunk: each one read on its own below
             return done[...].astype(np.uint64)
-    def marker(I: int, J: int) -> Any:  # the marker file itself where there is one, else through zarr
-        return reader.read(I, J, (1, 1), purpose="done-marker")[0, 0] if reader.raw_dir is not None else done[I, J]
+
+        def marker(I: int, J: int) -> Any:
+            return done[I, J]
+    else:  # the marker file itself
+
+        def marker(I: int, J: int) -> Any:
+            return reader.read(I, J, (1, 1), purpose="done-marker")[0, 0]
 
     out = np.zeros(done.shape, dtype=np.uint64)
     for I in range(done.shape[0]):
