@@ -858,6 +858,31 @@ def test_the_single_passes_bound_follows_ritz_vectors_through_a_restart_and_a_ch
     assert Relaxation(Op(), width=4, size=20, enabled=False).error is None
 
 
+def test_lanczos_resumed_after_a_single_pass_keeps_its_bound(problems, every_ritz_step, monkeypatch, tmp_path):
+    """A fit killed right after a single pass resumes from a checkpoint that carries the pass's bound: with each
+    single product off by the whole bound the solver allows (as above), the resumed run's true residuals stay
+    within the reported ones, which reach tol; the eigenvalues equal eigh's to 1e-12.  (Without the saved
+    bound the reported residuals were 2-8 % under the true ones here.)  Passes may be single from residuals
+    up to ``tol`` (``RELAX_SHARE`` = 1, not 0.1) so that one is, before the run is stopped."""
+    monkeypatch.setattr("dkpca.solvers.relaxed.RELAX_SHARE", 1.0)
+    op, lam, _ = _slow_float32(problems)
+    noise = op.single_error * np.sqrt(lanczos.default_width(N, K_COMP))
+    whole = PrecisionSpy(op, noise=noise)
+    lanczos_solve(whole, K_COMP, tol=1e-10, max_passes=40, rng=0)
+    first_single = whole.asked.index(True) + 1
+    path = str(tmp_path / "ck.zarr")
+    FitStore.at(path).open_for_write()
+    ck = SolverCheckpoint(path, {"test": "relaxed"}, interval=0)
+    killed = PrecisionSpy(op, noise=noise)
+    part = lanczos_solve(killed, K_COMP, tol=1e-10, max_passes=first_single, rng=0, checkpoint=ck)
+    assert killed.asked[-1] and not part.converged and "slack" in ck.load().arrays
+    res = lanczos_solve(PrecisionSpy(op, noise=noise), K_COMP, tol=1e-10, max_passes=40, rng=0, checkpoint=ck)
+    assert res.info["resumed_at_pass"] == first_single and res.converged
+    true = np.linalg.norm(op.matmat(res.eigenvectors) - res.eigenvectors * res.eigenvalues, axis=0)
+    assert np.all(true <= res.residuals) and res.residuals.max() <= 1e-10 * res.eigenvalues[0]
+    np.testing.assert_allclose(res.eigenvalues, lam, rtol=1e-12)
+
+
 def test_arpack_on_a_float32_kernel_matches_the_dense_reference_to_single_precision(blobs):
     """ARPACK runs in single precision on a float32 K (as scikit-learn's eigsh does): eigenvalues of the
     centred fl32(K) to 1e-5 relative, eigenvectors to 1e-3 (the gap of this spectrum is ~1e-2 of lambda_1)."""
