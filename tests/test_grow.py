@@ -160,6 +160,19 @@ def test_an_update_with_other_parameters_is_refused_naming_them(grown, what, kw,
     assert dkpca.load(store).n_samples == 300
 
 
+def test_grown_input_of_another_data_type_is_refused_naming_both(grown):
+    """The old rows are checked by the digests of their stored values, which another element type changes: the
+    refusal says so (not only that the data differ), before anything is written; the same rows in the store's
+    type update it."""
+    X, store = grown
+    attrs = dict(FitStore.at(store).open()["data"].attrs)
+    with pytest.raises(ValueError, match=r"300 rows of float64 data, and this input of 400 rows is float32.*"
+                                         r"X\.astype\('float64'\)"):
+        _fit(X.astype(np.float32), store)
+    assert dict(FitStore.at(store).open()["data"].attrs) == attrs
+    assert dkpca.load(store).n_samples == 300
+
+
 @pytest.mark.parametrize("n_old, n_new", [(300, 301), (100, 350), (256, 300)],
                          ids=["one-row", "more-rows-than-stored", "old-end-on-a-tile-edge"])
 def test_growth_by_one_row_and_by_more_rows_than_the_store_had(tmp_path, n_old, n_new):

@@ -98,7 +98,8 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
     ------
     ValueError
         An update whose kernel, precision or tile differs from the store's,
-        naming each difference and the fix.
+        naming each difference and the fix; grown input of another data type
+        than the store's copy, naming both.
     """
     if store is None or store.is_new():
         return None
@@ -111,7 +112,15 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
     except (CorruptChunkError, ValueError, TypeError, KeyError):
         return None  # the plain path judges a damaged or foreign store, as before
     fp = ext.fingerprint or {}
-    if not ext.digested or ext.d != d or fp.get("dtype") != x_dtype:
+    if not ext.digested or ext.d != d:
+        return None
+    if fp.get("dtype") != x_dtype:
+        if n > ext.rows:  # more rows of the same features: meant as an update, which the digests cannot check
+            raise ValueError(
+                f"store {store.path!r} holds a fit of {ext.rows} rows of {fp.get('dtype')} data, and this input of "
+                f"{n} rows is {x_dtype}: an update checks the old rows by the digests of their stored values, so "
+                f"the input must be {fp.get('dtype')} too (e.g. X.astype({fp.get('dtype')!r})). Convert it, or "
+                "pass overwrite=True (CLI: --overwrite) to fit from scratch, or choose another store.")
         return None
     model_rows = _model_rows(store)
     if ext.growing is not None:
