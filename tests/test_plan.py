@@ -19,7 +19,7 @@ from dkpca.linalg import cluster_block_size, default_block_size, pass_cost, pass
 from dkpca.planning import plan
 from dkpca.storage import FitStore, fitstore, gram_bytes
 
-from .conftest import ROOT, cli_error, dkpca_cmd, make_data, write_data
+from .conftest import ROOT, cli_error, dkpca_cmd, make_data, spy_calls, write_data
 
 
 def test_plan_sizes_without_computing(tmp_path):
@@ -323,3 +323,19 @@ def test_the_measured_line_names_the_block_its_figures_are_for(tmp_path):
     plan = dkpca.plan(X, n_components=3, gamma=0.1, store=str(tmp_path / "s.dkpca.zarr"))
     [line] = [line for line in str(plan).splitlines() if line.strip().startswith("measured:")]
     assert "(per 4000x4000 block, one thread; timed at 2048x2048)" in line
+
+
+def test_a_plan_shows_the_passes_its_decision_weighed_from_one_subsample(tmp_path, monkeypatch):
+    """Where ``auto`` measures (K above ``SMALL_GRAM_BYTES``, lowered here), the plan's passes are those the
+    decision weighed for the solver it chose, with how they were estimated: one subsample spectrum, not a
+    second for the plan (0.07 s at n = 40,000; for k > 10 the second, at block Lanczos's narrower width, also
+    disagreed with the decision)."""
+    import dkpca.planning.auto
+    from dkpca.planning import measure
+
+    monkeypatch.setattr(dkpca.planning.auto, "SMALL_GRAM_BYTES", 0)
+    spectra = spy_calls(monkeypatch, measure, "spectrum_passes", lambda: None)
+    p = dkpca.plan(make_data(3200, d=3), n_components=3, gamma=0.5, store=str(tmp_path / "s.dkpca.zarr"))
+    decided = p.decision.details
+    assert len(spectra) == 1 and p.expected_passes == decided["expected_passes"]
+    assert p.passes_note.startswith(decided["passes_note"]) and "subsample" in p.passes_note

@@ -143,7 +143,7 @@ def test_measure_blocks_reports_the_filesystems_aggregate_rates(tmp_path):
 
 def _measure_both(monkeypatch, tmp_path, threads: int, passes: int | None = None):
     """``measure_and_estimate`` at BANDWIDTH_EDGE on ``threads`` local threads, recording where and when its
-    subsample estimate ran and when the filesystem probe started; ``(result, X, estimates, probe starts)``."""
+    subsample estimate ran and when the filesystem probe started; ``(timings, note, X, estimates, probe starts)``."""
     import threading
 
     import dask
@@ -166,9 +166,9 @@ def _measure_both(monkeypatch, tmp_path, threads: int, passes: int | None = None
     edge = BANDWIDTH_EDGE
     X = da.from_array(make_data(2 * edge, d=6).astype(np.float32), chunks=(edge, 6))
     with dask.config.set(num_workers=threads):
-        got = measure.measure_and_estimate(X, make_kernel("rbf").resolve(6), edge, np.dtype("float32"), 12,
-                                           str(tmp_path / "s.zarr"), k=4, tol=1e-6, max_passes=30, passes=passes)
-    return got, X, estimates, probes
+        got, note = measure.measure_and_estimate(X, make_kernel("rbf").resolve(6), edge, np.dtype("float32"), 12,
+                                                 str(tmp_path / "s.zarr"), k=4, tol=1e-6, max_passes=30, passes=passes)
+    return got, note, X, estimates, probes
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -178,18 +178,18 @@ def test_the_plans_spectrum_estimate_runs_after_its_block_timings(monkeypatch, t
     from dkpca.kernels import make_kernel
     from dkpca.planning import estimate_passes
 
-    timed, X, estimates, probes = _measure_both(monkeypatch, tmp_path, threads=threads)
+    timed, note, X, estimates, probes = _measure_both(monkeypatch, tmp_path, threads=threads)
     [(on_main, started, _, out)] = estimates
     assert on_main and len(probes) == 1 and started >= probes[0]
-    alone = estimate_passes(X, make_kernel("rbf").resolve(6), 4, 12, 1e-6, 30, "randomized")[0]
-    assert timed["passes"] == out[0] == alone
+    alone = estimate_passes(X, make_kernel("rbf").resolve(6), 4, 12, 1e-6, 30, "randomized")
+    assert (timed["passes"], note) == out == alone
     assert {"kernel_block", "product_block", "write_bandwidth", "read_bandwidth"} <= set(timed)
 
 
 def test_the_plans_known_passes_are_not_estimated_again(monkeypatch, tmp_path):
     """Passes kept from a decision in another precision: the blocks are timed, the subsample left alone."""
-    timed, _, estimates, probes = _measure_both(monkeypatch, tmp_path, threads=2, passes=7)
-    assert estimates == [] and timed["passes"] == 7 and len(probes) == 1 and "kernel_block" in timed
+    timed, note, _, estimates, probes = _measure_both(monkeypatch, tmp_path, threads=2, passes=7)
+    assert estimates == [] and timed["passes"] == 7 and note is None and len(probes) == 1 and "kernel_block" in timed
 
 
 def _scaling_module():

@@ -195,7 +195,10 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     if precision.dtype != np.dtype(choice.details["dtype"]).name:  # again in K's precision: its blocks timed again,
         if measured is None and "measured" in choice.details:  # the spectrum's passes kept
             kw["measured"] = {"passes": choice.details["measured"]["passes"]}
+        note = choice.details.get("passes_note")
         choice = _choose_modes(n, k, solver, gram, dtype=precision.dtype, **kw)
+        if note is not None:
+            choice.details.setdefault("passes_note", note)
     choice.precision = precision
     return choice
 
@@ -309,8 +312,10 @@ def compare_modes(n, k, solvers, grams, ell, blk, dtype, X, kernel, store, tol, 
     if measured is None or "kernel_block" not in measured:  # not measured, or only the passes (another dtype's)
         if X is None or kernel is None:
             return grams[0], "no data to measure a pass on; storing K (the default)", solvers[0]
-        measured = measure_and_estimate(X, kernel, blk, np.dtype(dtype), ell, store, k=k, tol=tol,
-                                        max_passes=max_passes, passes=(measured or {}).get("passes"))
+        measured, note = measure_and_estimate(X, kernel, blk, np.dtype(dtype), ell, store, k=k, tol=tol,
+                                              max_passes=max_passes, passes=(measured or {}).get("passes"))
+        if note is not None:  # how the passes were estimated: dkpca plan shows this estimate, not another
+            details["passes_note"] = note
     if workers is None:
         workers = max(1, n_workers_threads())
     p = int(measured.get("passes", max_passes))

@@ -31,7 +31,7 @@ from ..linalg import Centering, block_products, scratch
 from ..storage import ChunkReader, ChunkWriter, gram_bytes, probe_array, write_direct
 
 __all__ = ["measure_blocks", "measure_and_estimate", "disk_bandwidth", "dirty_threshold", "writeback_rates",
-           "rates_line", "estimate_passes",
+           "rates_line", "estimate_passes", "spectrum_passes",
            "lanczos_passes", "dense_solve_seconds", "centred_spectrum", "extrapolated_gap",
            "MAX_MEASURE_EDGE", "BANDWIDTH_EDGE", "SPECTRUM_SAMPLE", "DENSE_SAMPLE"]
 
@@ -74,9 +74,11 @@ def measure_blocks(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int
 
 
 def measure_and_estimate(X: Any, kernel: Kernel, block: int, dtype: np.dtype, ell: int, store: str | None, *,
-                         k: int, tol: float, max_passes: int, passes: int | None = None) -> dict[str, float]:
-    """:func:`measure_blocks`' timings with :func:`estimate_passes`' randomized passes (key ``passes``).
-    ``passes``: known already (kept from a decision in another precision): not estimated.
+                         k: int, tol: float, max_passes: int,
+                         passes: int | None = None) -> tuple[dict[str, float], str | None]:
+    """:func:`measure_blocks`' timings with :func:`estimate_passes`' randomized passes (key ``passes``), and how
+    those were estimated (None where ``passes`` was known already: kept from a decision in another precision,
+    not estimated).  ``dkpca plan`` shows the decision's estimate (``estimate_passes(known=)``), not another.
 
     Both run in the client before anything else can start, so they are a fit's serial part: at n = 40,000
     the timings ~0.2-0.3 s here and the estimate 0.07-0.08 s (0.22-0.24 s before its spectra were found by
@@ -87,9 +89,10 @@ def measure_and_estimate(X: Any, kernel: Kernel, block: int, dtype: np.dtype, el
     alone; a fit's plan took 0.22-0.30 s either way).
     """
     timed = measure_blocks(X, kernel, block, dtype, ell, store)
+    note = None
     if passes is None:
-        passes = estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")[0]
-    return {**timed, "passes": passes}
+        passes, note = estimate_passes(X, kernel, k, ell, tol, max_passes, "randomized")
+    return {**timed, "passes": passes}, note
 
 
 def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype: np.dtype, ell: int,
@@ -260,8 +263,12 @@ ARPACK_PRODUCTS_PER_NCV = 2.6
 
 
 def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_passes: int, solver: str,
-                    seed: int = 0) -> tuple[int, str]:
-    """Passes over K and how they were estimated, from the spectrum of a random subsample."""
+                    seed: int = 0, known: tuple[int, str] | None = None) -> tuple[int, str]:
+    """Passes over K and how they were estimated, from the spectrum of a random subsample.
+
+    ``known``: subspace iteration's passes and how they were estimated, as a decision found them
+    (:func:`measure_and_estimate`): converted for ``solver`` without a subsample.
+    """
     if solver == "dense":
         return 1, "dense: one read of K, then an in-memory eigh"
     if solver == "nystrom":
@@ -271,6 +278,16 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
         ncv = min(n, max(2 * k + 1, 20))  # scipy's eigsh default
         return int(np.ceil(ARPACK_PRODUCTS_PER_NCV * ncv)), (
             f"ARPACK: ~{ARPACK_PRODUCTS_PER_NCV:g} x ncv={ncv} one-vector products (measured, not estimated)")
+    p, note = known if known is not None else spectrum_passes(X, kernel, k, ell, tol, max_passes, seed)
+    if solver == "lanczos":
+        p, note = lanczos_passes(p, tol, max_passes), note + ", block Lanczos"
+    return p, note
+
+
+def spectrum_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_passes: int,
+                    seed: int = 0) -> tuple[int, str]:
+    """Subspace iteration's passes at width ``ell`` from the spectrum of a random subsample, and how."""
+    n = X.shape[0]
     m = min(n, SPECTRUM_SAMPLE)
     idx = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
     S = np.asarray(compute(X[idx], local=for_the_client(X.nbytes))[0], dtype=np.float64)
@@ -280,7 +297,8 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     lam_half = centred_spectrum(K[np.ix_(half, half)], min(top, m // 2))  # a copy: K stays uncentred
     lam = centred_spectrum(K, top)
     if k >= m or lam[min(k, m) - 1] <= 0:
-        return max_passes, f"subsample of {m} points cannot resolve k={k}; at most max_passes={max_passes}"
+        return max_passes, (f"subsample of {m} points cannot resolve k={k}: subspace iteration taken to need "
+                            f"max_passes={max_passes}")
     sample_gap = lam[ell] / lam[k - 1] if ell < m else 0.0
     gap = extrapolated_gap(lam, lam_half, k, ell, n, (m, m // 2)) if ell < m // 2 else sample_gap
     # residual_p ~ lambda_k gap^p, relative to lambda_1 -> stop when below tol
@@ -292,11 +310,8 @@ def estimate_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     else:
         p = int(np.ceil(np.log(target) / np.log(gap))) + 1
     p = int(min(max(p, 2), max_passes))
-    note = (f"estimated from a {m}-point subsample: lambda_{ell + 1}/lambda_{k} = {sample_gap:.3f} there, "
-            f"~{gap:.3f} at n={n:,}, tol={tol:g}")
-    if solver == "lanczos":
-        p, note = lanczos_passes(p, tol, max_passes), note + ", block Lanczos"
-    return p, note
+    return p, (f"estimated from a {m}-point subsample: lambda_{ell + 1}/lambda_{k} = {sample_gap:.3f} there, "
+               f"~{gap:.3f} at n={n:,}, tol={tol:g}")
 
 
 def centred_spectrum(K: np.ndarray, count: int | None = None) -> np.ndarray:

@@ -1,28 +1,24 @@
 """Plan a fit before running it: sizes, memory, passes and a measured time estimate.
 
-``dkpca.plan("data.zarr", n_components=20)`` (CLI: ``dkpca plan``) answers
-what an HPC user needs to size a job request -- bytes of the Gram store and
-free space where it goes, chunk shape, memory per worker task, the expected
-number of passes over K and a time estimate -- without computing K.  The
-estimate comes from a short measured sample on this machine:
+``dkpca.plan("data.zarr", n_components=20)`` (CLI: ``dkpca plan``) answers what an HPC user needs to size a job
+request -- bytes of the Gram store and free space where it goes, chunk shape, memory per worker task, the expected
+number of passes over K and a time estimate -- without computing K.  The estimate comes from a short measured
+sample on this machine (the one :func:`~dkpca.planning.decide` made, where it measured):
 
 * a few kernel blocks of the real data (first rows of X) are evaluated;
-* one block is written to and read back from a scratch array next to the
-  store (same filesystem);
-* one block product ``K_IJ V`` is timed;
-* the passes are estimated from the spectrum of a small random subsample
-  (``m`` points): subspace iteration's residuals shrink roughly like
-  ``(lambda_{l+1} / lambda_k)^p`` per pass ``p`` (Halko et al. 2011, sec. 9).
+* one block is written to and read back from a scratch array next to the store, and one product ``K_IJ V`` timed;
+* the passes are estimated from the spectrum of a small random subsample (``m`` points): subspace
+  iteration's residuals shrink roughly like ``(lambda_{l+1} / lambda_k)^p`` per pass ``p`` (Halko et al. 2011,
+  sec. 9), block Lanczos's faster (:func:`~dkpca.planning.lanczos_passes`).
 
 Times are scaled to the whole matrix and divided among the concurrent tasks (workers x threads)
-(:mod:`dkpca.planning.estimate`); the distributed scheduler's serial time per pass (its measured cost per
-task x the pass's tasks) comes on top, and its share of a pass is printed.  The filesystem is assumed to
-keep up unless ``fs_bandwidth`` (an assumed aggregate bandwidth) is given: then a pass takes at least K's
-bytes / ``fs_bandwidth``.  For a cluster (``cluster=`` or an active client) without ``chunk_size``, the
-block edge is chosen so that the scheduler stays under 5 % of a pass within the workers' memory
-(:func:`dkpca.linalg.cluster_block_size`); ``dkpca.fit`` keeps its own default, so the plan names the
-``chunk_size`` to pass.  Grown data into a store holding the fit of its first rows: the plan says the fit
-would update it (:mod:`dkpca.planning.growthplan`), at the stored tile.
+(:mod:`dkpca.planning.estimate`); the distributed scheduler's serial time per pass (its cost per task x the pass's
+tasks) comes on top, and its share of a pass is printed. The filesystem is assumed to keep up unless
+``fs_bandwidth`` (an assumed aggregate bandwidth) is given: then a pass takes at least K's bytes / ``fs_bandwidth``.
+For a cluster (``cluster=`` or an active client) without ``chunk_size``, the block edge keeps the scheduler under
+5 % of a pass within the workers' memory (:func:`dkpca.linalg.cluster_block_size`); ``dkpca.fit`` keeps its own
+default, so the plan names the ``chunk_size`` to pass. On grown data the plan says the fit would update the store's
+fit, at its tile (:mod:`dkpca.planning.growthplan`).
 """
 
 from __future__ import annotations
@@ -225,7 +221,8 @@ class Plan:
 def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str,
               store: str, tol: float = DEFAULTS["tol"], max_passes: int | None = None, resources: dict | None = None,
               measure: bool = True, fraction: float | None = None, fs_bandwidth: float | None = None,
-              rates: EntryRates | None = None, block_reason: str = "", precision: Precision | None = None) -> Plan:
+              rates: EntryRates | None = None, block_reason: str = "", precision: Precision | None = None,
+              estimated: tuple[int, str] | None = None) -> Plan:
     """Plan for a validated dask array ``X`` (row chunks = ``block``) and resolved kernel.
 
     ``measure=False`` does no work beyond arithmetic on the sizes (the pass
@@ -234,6 +231,8 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     per-entry times measured already (at another block edge), instead of
     measuring here.  ``fs_bandwidth``: assumed aggregate bytes/s of the
     store's filesystem (checked by the caller).  ``precision``: how ``dtype`` was decided (a lossy float32 warns).
+    ``estimated``: subspace iteration's passes and how, as the decision estimated them: shown for ``solver``
+    (``estimate_passes(known=)``), not estimated again.
     """
     dtype = np.dtype(dtype)
     n, d = X.shape
@@ -257,7 +256,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
                         f"{_fmt_bytes(avail)}; use a smaller chunk_size")
     warnings += [precision.warning()] if precision is not None and precision.lossy else []
     mp = max_passes or DEFAULT_MAX_PASSES
-    passes, note = (estimate_passes(X, kernel, k, ell, tol, mp, solver) if measure or solver == "dense"
+    passes, note = (estimate_passes(X, kernel, k, ell, tol, mp, solver, known=estimated) if measure or solver == "dense"
                     else (mp, f"at most max_passes={mp}; not estimated"))
     if rates is None and measure:
         rates = EntryRates.measured(measure_blocks(X, kernel, block, dtype, ell, store), block)
@@ -382,6 +381,7 @@ max_passes, gram
     res = cluster_resources(cluster)
     dtype, ell = fp.dtype, fp.width
     timed = measure and (fp.details.get("measured") or measure_blocks(req.X, req.kernel, req.tile, dtype, ell, path))
+    estimated = (int(timed["passes"]), fp.details["passes_note"]) if timed and "passes_note" in fp.details else None
     rates = EntryRates.measured(timed, req.tile) if timed else None  # the decision's timing where it timed blocks
     X, block = req.X, req.tile
     why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
@@ -395,5 +395,6 @@ max_passes, gram
                    f"to fit, whose default is {req.tile}")
     return replace(make_plan(X, req.kernel, fp.k, block, dtype, fp.solver, fp.reason, fp.gram, path, tol=req.tol,
                              max_passes=req.max_passes, resources=res, measure=measure, fraction=req.fraction,
-                             fs_bandwidth=bandwidth, rates=rates, block_reason=why, precision=fp.precision),
+                             fs_bandwidth=bandwidth, rates=rates, block_reason=why, precision=fp.precision,
+                             estimated=estimated),
                    decision=fp, update=note)
