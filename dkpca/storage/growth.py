@@ -117,7 +117,7 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
     if fp.get("dtype") != x_dtype:
         if n > ext.rows:  # more rows of the same features: meant as an update, which the digests cannot check
             raise ValueError(
-                f"store {store.path!r} holds a fit of {ext.rows} rows of {fp.get('dtype')} data, and this input of "
+                f"store {store.path!r} holds {ext.rows} rows of {fp.get('dtype')} data, and this input of "
                 f"{n} rows is {x_dtype}: an update checks the old rows by the digests of their stored values, so "
                 f"the input must be {fp.get('dtype')} too (e.g. X.astype({fp.get('dtype')!r})). Convert it, or "
                 "pass overwrite=True (CLI: --overwrite) to fit from scratch, or choose another store.")
