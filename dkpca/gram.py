@@ -46,7 +46,7 @@ from .linalg import (
 )
 from .storage import FitStore, GramInfo, GramStore, GramWriters, Lease, gram_bytes, use_direct_io
 
-__all__ = ["build_gram"]
+__all__ = ["build_gram", "gram_identity", "refuse_other_gram"]
 
 
 def _ones(m: int) -> np.ndarray:
@@ -125,6 +125,18 @@ def _formed(kernel: Kernel, XI: np.ndarray, XJ: np.ndarray, dtype: str, same: bo
     return blk, np.ascontiguousarray(yI[:, 0]), None if same else np.ascontiguousarray(yJ[:, 0]), products
 
 
+def gram_identity(X: da.Array, kernel: Kernel, fingerprint: Fingerprint, dtype: Any) -> dict[str, Any]:
+    """What a stored K is of (fingerprint, kernel, block, dtype, n): recorded by the build, compared on reuse."""
+    return {"fingerprint": fingerprint.to_dict(), "kernel": kernel.to_dict(), "block": X.chunks[0][0],
+            "dtype": np.dtype(dtype).name, "n": X.shape[0]}
+
+
+def refuse_other_gram(store: FitStore, X: da.Array, kernel: Kernel, fingerprint: Fingerprint, dtype: Any) -> None:
+    """Raise ``ValueError`` where ``store`` holds K of another kernel, precision, tile or data than this
+    build's (what :func:`build_gram` refuses without ``overwrite``), before a fit says anything."""
+    GramStore(store).refuse_other(gram_identity(X, kernel, fingerprint, dtype))
+
+
 def build_gram(
     store: FitStore,
     X: da.Array,
@@ -187,8 +199,7 @@ def build_gram(
     nb = len(X.chunks[0])
     direct = use_direct_io(gram_bytes(n, block, dtype))  # a bad config value is refused before the store is touched
     gs = GramStore(store)
-    done = gs.prepare({"fingerprint": fingerprint.to_dict(), "kernel": kernel.to_dict(), "block": block,
-                       "dtype": dtype.name, "n": n}, overwrite, needed_bytes)
+    done = gs.prepare(gram_identity(X, kernel, fingerprint, dtype), overwrite, needed_bytes)
     todo = [(I, J) for I in range(nb) for J in range(I, nb) if not done[I, J]]
     total = nb * (nb + 1) // 2
     probe_product = None

@@ -33,7 +33,7 @@ from .eigensolve import (
 )
 from .execution import compute, serial_blas
 from .fitlog import log_done, log_gram, log_plan, log_solved, log_stage
-from .gram import build_gram
+from .gram import build_gram, refuse_other_gram
 from .growth import Update, find_update, grow_store, ritz_count, save_ritz, update_report
 from .io import Fingerprint, input_path, scan
 from .kernels import Kernel
@@ -209,6 +209,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
               req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,
                                    lease=lease))
         timings["copy_data"] = time.perf_counter() - t
+        if plan.gram is GramMode.STORE and not req.overwrite and update is None:
+            refuse_other_gram(req.store, Xs, req.kernel, fp, req.dtype)  # another kernel's K: refused first, too
         # the plan's one line (fitlog), once the input is known good: an input error is the only thing said
         log_plan(req, plan)
         log_stage("training data in the store", timings["copy_data"])

@@ -357,3 +357,16 @@ def test_heartbeat_slightly_ahead_is_still_a_live_lock(tmp_path):
     with pytest.raises(StoreLockedError) as info, exclusive(store):
         pass
     assert "heartbeat 0 s ago" in str(info.value) and "-" not in str(info.value).split("heartbeat")[1][:4]
+
+
+@pytest.mark.parametrize("flags, words", [(["--gamma", "0.7"], "kernel differs"),
+                                          (["--dtype", "float32"], "dtype differs")], ids=["kernel", "dtype"])
+def test_a_refit_onto_k_of_another_kernel_is_refused_as_its_only_line(capsys, fitted, flags, words):
+    """The same data into a store whose K is of another kernel (or precision): refused before the fit says
+    anything -- not after the plan's line and the data copy's, as the build used to -- and the store's model
+    is still the old one."""
+    _, data, store = fitted
+    capsys.readouterr()
+    err = cli_error(capsys, ["fit", data, "-k", "3", "--store", store, "--gamma", "0.2", *flags])
+    assert words in err and "overwrite" in err
+    assert dkpca.load(store).kernel.to_dict() == {"name": "rbf", "gamma": 0.2}

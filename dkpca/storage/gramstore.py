@@ -230,6 +230,20 @@ class GramStore(GramChecks):
                 diffs.append(f"{label} differs (store: {attrs.get(key)!r}, now: {want[key]!r})")
         return "; ".join(diffs)
 
+    def refuse_other(self, want: dict[str, Any], attrs: dict | None = None) -> None:
+        """Raise ``ValueError`` where the store holds K of another fit than ``want`` (``attrs``: its Gram group's,
+        read here when not given): what :meth:`prepare` refuses without ``overwrite``, which a fit asks before
+        it says anything (a kernel changed on the same data is refused as its first and only line)."""
+        if attrs is None:
+            root = self.store.open()
+            attrs = dict(root[GROUP].attrs) if GROUP in root else None
+        mismatch = self.describe_mismatch(attrs, want) if attrs is not None else ""
+        if mismatch:
+            raise ValueError(
+                f"store {self.store.path!r} holds a Gram matrix that does not match this fit: {mismatch}. "
+                "Pass overwrite=True (CLI: --overwrite) to rebuild it, or choose another store."
+            )
+
     def prepare(self, want: dict[str, Any], overwrite: bool, needed: int | None = None) -> np.ndarray:
         """Open or create the Gram arrays for ``want`` (fingerprint, kernel, block, dtype, n); the done markers.
 
@@ -243,13 +257,8 @@ class GramStore(GramChecks):
         nb = n_blocks(n, block)
         if GROUP in root:
             attrs = dict(root[GROUP].attrs)
-            mismatch = self.describe_mismatch(attrs, want)
-            if mismatch and not overwrite:
-                raise ValueError(
-                    f"store {self.store.path!r} holds a Gram matrix that does not match this fit: {mismatch}. "
-                    "Pass overwrite=True (CLI: --overwrite) to rebuild it, or choose another store."
-                )
-            if not mismatch and not overwrite:
+            if not overwrite:
+                self.refuse_other(want, attrs)
                 if not self.store.is_url:
                     remove_partials(os.path.join(self.store.path, GROUP))
                 return self.mend_sums(root[GROUP])
