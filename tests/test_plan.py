@@ -339,3 +339,23 @@ def test_a_plan_shows_the_passes_its_decision_weighed_from_one_subsample(tmp_pat
     decided = p.decision.details
     assert len(spectra) == 1 and p.expected_passes == decided["expected_passes"]
     assert p.passes_note.startswith(decided["passes_note"]) and "subsample" in p.passes_note
+
+
+@pytest.mark.parametrize("rows, kw, words", [
+    (300, dict(gamma=0.9), "the store's K is of another fit (kernel differs"),
+    (300, dict(gamma=0.2, dtype="float32"), "the store's K is of another fit (dtype differs"),
+    (250, dict(gamma=0.2), "the store holds data of 300 x 4: dkpca fit would refuse this 250 x 4 input"),
+], ids=["kernel", "dtype", "fewer-rows"])
+def test_a_plan_warns_of_what_fit_would_refuse_in_the_store(tmp_path, rows, kw, words):
+    """Before a batch job is submitted: the plan warns where ``dkpca.fit`` with the same arguments would refuse
+    the store (and it does); the same fit, or grown data (an update), is no warning."""
+    X = make_data(400, d=4)
+    store = str(tmp_path / "s.dkpca.zarr")
+    dkpca.fit(X[:300], n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64")
+    args = dict(n_components=3, store=store, chunk_size=100, **{"dtype": "float64", **kw})
+    [warning] = [w for w in dkpca.plan(X[:rows], **args).warnings if "dkpca fit would refuse" in w]
+    assert words in warning and "overwrite=True" in warning
+    with pytest.raises(ValueError, match="overwrite=True"):
+        dkpca.fit(X[:rows], **args)
+    for same in (X[:300], X):  # the same fit; grown data
+        assert not any("refuse" in w for w in dkpca.plan(same, **{**args, "gamma": 0.2, "dtype": "float64"}).warnings)

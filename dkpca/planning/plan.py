@@ -36,6 +36,7 @@ from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
 from ..request import DEFAULT_MAX_PASSES, DEFAULTS, FitOptions, check_bandwidth, check_bool, make_request
 from ..solvers import subspace_width
 from ..storage import free_bytes, gram_bytes, json_safe
+from ..storage.growth import refit_conflicts
 from .decision import FitPlan, decide
 from .estimate import (
     BUILD_SECONDS,
@@ -64,7 +65,6 @@ def _fmt_bytes(b: float | None) -> str:
         if abs(b) < 1024 or unit == "PiB":
             return f"{b:.1f} {unit}" if unit != "B" else f"{int(b)} B"
         b /= 1024
-    return f"{b:.1f} PiB"  # pragma: no cover
 
 
 def _fmt_seconds(s: float | None) -> str:
@@ -319,14 +319,12 @@ def plan(
     gamma: float | None = DEFAULTS["gamma"],
     degree: int = DEFAULTS["degree"], coef0: float = DEFAULTS["coef0"],
     kernel_params: dict | None = DEFAULTS["kernel_params"],
-    solver: str = DEFAULTS["solver"],
-    store: str | os.PathLike | None = DEFAULTS["store"],
+    solver: str = DEFAULTS["solver"], store: str | os.PathLike | None = DEFAULTS["store"],
     chunk_size: int | None = DEFAULTS["chunk_size"],
     dtype: str = DEFAULTS["dtype"],
     tol: float = DEFAULTS["tol"], max_passes: int | None = DEFAULTS["max_passes"],
     gram: str = DEFAULTS["gram"],
-    cluster: Any = None,
-    measure: bool = True,
+    cluster: Any = None, measure: bool = True,
     fs_bandwidth: float | str | None = None,
     cluster_block: bool = True,
 ) -> Plan:
@@ -393,8 +391,10 @@ max_passes, gram
             why = (f"{best}, chosen for this cluster (to keep the scheduler under {100 * SCHEDULING_SHARE:.0f} % "
                    f"of a pass, as far as the workers' memory allows): pass chunk_size={best} (--chunk-size {best}) "
                    f"to fit, whose default is {req.tile}")
-    return replace(make_plan(X, req.kernel, fp.k, block, dtype, fp.solver, fp.reason, fp.gram, path, tol=req.tol,
-                             max_passes=req.max_passes, resources=res, measure=measure, fraction=req.fraction,
-                             fs_bandwidth=bandwidth, rates=rates, block_reason=why, precision=fp.precision,
-                             estimated=estimated),
-                   decision=fp, update=note)
+    # what dkpca.fit would refuse in the store, said before a job is submitted for it (an update's: refused above)
+    refused = [] if growth else refit_conflicts(req.store, req.n, req.d, req.kernel.to_dict(), dtype.name, req.tile)
+    return replace(p := make_plan(X, req.kernel, fp.k, block, dtype, fp.solver, fp.reason, fp.gram, path,
+                                  tol=req.tol, max_passes=req.max_passes, resources=res, measure=measure,
+                                  fraction=req.fraction, fs_bandwidth=bandwidth, rates=rates, block_reason=why,
+                                  precision=fp.precision, estimated=estimated),
+                   decision=fp, update=note, warnings=refused + p.warnings)

@@ -222,9 +222,11 @@ class GramStore(GramChecks):
         self.store = store
 
     @staticmethod
-    def describe_mismatch(attrs: dict, want: dict) -> str:
+    def describe_mismatch(attrs: dict, want: dict, keys: tuple[str, ...] = ("fingerprint", "kernel", "block",
+                                                                             "dtype")) -> str:
+        """What differs between a stored K's attributes and ``want`` (those of ``keys``), in words; "" if nothing."""
         diffs = []
-        for key in ("fingerprint", "kernel", "block", "dtype"):
+        for key in keys:
             if attrs.get(key) != want[key]:
                 label = {"fingerprint": "data X"}.get(key, key)
                 diffs.append(f"{label} differs (store: {attrs.get(key)!r}, now: {want[key]!r})")

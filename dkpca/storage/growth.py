@@ -33,9 +33,10 @@ from ..linalg.grid import n_blocks
 from .datacopy import DATA
 from .fitstore import FitStore
 from .gramcheck import GROUP
+from .gramstore import GramStore
 from .integrity import CorruptChunkError, writable
 
-__all__ = ["Growth", "find_growth", "grow_gram", "stored_tile", "update_blocks"]
+__all__ = ["Growth", "find_growth", "grow_gram", "refit_conflicts", "stored_tile", "update_blocks"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,28 @@ def stored_tile(store: FitStore | None, n: int, d: int) -> int | None:
     except (CorruptChunkError, ValueError, TypeError, KeyError):
         return None
     return ext.edge if ext.rows == n and ext.d == d and ext.growing is None and ext.edge else None
+
+
+def refit_conflicts(store: FitStore | None, n: int, d: int, kernel: dict, dtype: str, block: int) -> list[str]:
+    """What a fit (no update) of ``n`` x ``d`` data into ``store`` without ``overwrite`` would refuse, in words,
+    read from attributes alone (``dkpca plan`` says it before a job is submitted): a data copy of another
+    shape, K of another kernel, precision or tile.  Data of the same shape the fit compares by checksum,
+    which reads all of it: not here.  Nothing for a new, unreadable or foreign store (the fit judges those).
+    """
+    if store is None or store.is_new():
+        return []
+    try:
+        root = store.open()
+        ext = store.data_extent() if DATA in root else None
+        attrs = dict(root[GROUP].attrs) if GROUP in root else None
+    except (CorruptChunkError, ValueError, TypeError, KeyError, OSError):
+        return []
+    fix = "pass overwrite=True (CLI: --overwrite) to replace it, or choose another store"
+    if ext is not None and (ext.rows, ext.d) != (n, d):  # refused there first: K's attributes follow from it
+        return [f"the store holds data of {ext.rows} x {ext.d}: dkpca fit would refuse this {n} x {d} input; {fix}"]
+    mismatch = GramStore.describe_mismatch(attrs, {"kernel": kernel, "block": block, "dtype": dtype},
+                                           ("kernel", "block", "dtype")) if attrs is not None else ""
+    return [f"the store's K is of another fit ({mismatch}): dkpca fit would refuse it; {fix}"] if mismatch else []
 
 
 def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: dict, dtype: str | None,
