@@ -171,7 +171,7 @@ def _next_panel(R: np.ndarray, basis: np.ndarray, scale: float, rows: RowBlocks,
     right after a numpy GEMM, 0.08 s after a scipy one).
     """
     if single and basis.shape[1]:
-        R = R - rows.times(basis, rows.inner(basis, R))
+        R = _orthogonalise(basis, R, rows)[0]
     w, Ub = np.linalg.eigh(rows.inner(R, R))
     sv = np.sqrt(np.maximum(w[::-1], 0.0))
     # Kept directions have weight above 1e3 eps ||K~||, so the rounding left

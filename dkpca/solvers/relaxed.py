@@ -29,7 +29,7 @@ __all__ = ["Relaxation", "relaxes", "RELAX_SHARE"]
 RELAX_SHARE = 0.1
 
 
-def relaxes(history: list[float], eps: float | None, tol: float) -> bool:
+def relaxes(history: list[float], eps: float, tol: float) -> bool:
     """Whether the next pass may multiply in single precision (``eps``: its error bound relative to lambda_1).
 
     It adds ``eps (3 ||y_j|| + ||y_next||)`` to the residuals (:meth:`Relaxation.slack`); a Ritz pair's
@@ -39,9 +39,7 @@ def relaxes(history: list[float], eps: float | None, tol: float) -> bool:
     residual.  The prediction only chooses: the weights the residuals then include are the Ritz pairs' own.
     """
     known = [r for r in history if np.isfinite(r)]
-    if eps is None or not known:
-        return False
-    return 4.0 * eps * known[-1] <= RELAX_SHARE * tol
+    return bool(known) and 4.0 * eps * known[-1] <= RELAX_SHARE * tol
 
 
 class Relaxation:

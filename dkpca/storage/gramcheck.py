@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
 
 import numpy as np
 import zarr
@@ -55,22 +54,15 @@ def read_done_markers(done: zarr.Array) -> np.ndarray:
     blocks; elsewhere zarr reads them, concurrently.
     """
     reader = ChunkReader.of(store_name(done), done)
-    if reader.raw_dir is None:  # not local files: zarr reads them all at once, concurrently
+    files = reader.raw_dir is not None
+    if not files:  # not local files: zarr reads them all at once, concurrently
         with contextlib.suppress(Exception):  # a damaged chunk: each one read on its own below
             return done[...].astype(np.uint64)
-
-        def marker(I: int, J: int) -> Any:
-            return done[I, J]
-    else:  # the marker file itself
-
-        def marker(I: int, J: int) -> Any:
-            return reader.read(I, J, (1, 1), purpose="done-marker")[0, 0]
-
     out = np.zeros(done.shape, dtype=np.uint64)
     for I in range(done.shape[0]):
         for J in range(I, done.shape[1]):
-            with contextlib.suppress(Exception):
-                out[I, J] = marker(I, J)
+            with contextlib.suppress(Exception):  # the marker file itself where there is one, else through zarr
+                out[I, J] = reader.read(I, J, (1, 1), purpose="done-marker")[0, 0] if files else done[I, J]
     return out
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import zarr
 
 from ..linalg.grid import n_blocks
-from .datacopy import DATA
+from .datacopy import DATA, DataExtent
 from .fitstore import FitStore
 from .gramcheck import GROUP
 from .gramstore import GramStore
@@ -66,6 +66,18 @@ def _model_rows(store: FitStore) -> int | None:
         return None
 
 
+def _recorded(store: FitStore | None) -> tuple[DataExtent | None, dict | None]:
+    """The store's data copy (its extent) and K's attributes, each None where absent -- or both None for no
+    store, a new one, or one whose records cannot be read (damaged or foreign: the fit's own checks judge it)."""
+    if store is None or store.is_new():
+        return None, None
+    try:
+        root = store.open()
+        return (store.data_extent() if DATA in root else None), (dict(root[GROUP].attrs) if GROUP in root else None)
+    except (CorruptChunkError, ValueError, TypeError, KeyError):
+        return None, None
+
+
 def stored_tile(store: FitStore | None, n: int, d: int) -> int | None:
     """The tile of the store's complete data copy of ``n`` x ``d`` rows (None: none such, or unreadable).
 
@@ -73,15 +85,8 @@ def stored_tile(store: FitStore | None, n: int, d: int) -> int | None:
     per row chunk, so another tile would call the same data different (and
     after an update the stored tile is the old fit's, not the default for n).
     """
-    if store is None or store.is_new():
-        return None
-    try:
-        if DATA not in store.open():
-            return None
-        ext = store.data_extent()
-    except (CorruptChunkError, ValueError, TypeError, KeyError):
-        return None
-    return ext.edge if ext.rows == n and ext.d == d and ext.growing is None and ext.edge else None
+    ext = _recorded(store)[0]
+    return ext.edge if ext is not None and ext.rows == n and ext.d == d and ext.growing is None and ext.edge else None
 
 
 def refit_conflicts(store: FitStore | None, n: int, d: int, kernel: dict, dtype: str, block: int) -> list[str]:
@@ -90,14 +95,7 @@ def refit_conflicts(store: FitStore | None, n: int, d: int, kernel: dict, dtype:
     shape, K of another kernel, precision or tile.  Data of the same shape the fit compares by checksum,
     which reads all of it: not here.  Nothing for a new, unreadable or foreign store (the fit judges those).
     """
-    if store is None or store.is_new():
-        return []
-    try:
-        root = store.open()
-        ext = store.data_extent() if DATA in root else None
-        attrs = dict(root[GROUP].attrs) if GROUP in root else None
-    except (CorruptChunkError, ValueError, TypeError, KeyError, OSError):
-        return []
+    ext, attrs = _recorded(store)
     fix = "pass overwrite=True (CLI: --overwrite) to replace it, or choose another store"
     if ext is not None and (ext.rows, ext.d) != (n, d):  # refused there first: K's attributes follow from it
         return [f"the store holds data of {ext.rows} x {ext.d}: dkpca fit would refuse this {n} x {d} input; {fix}"]
@@ -124,16 +122,9 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
         naming each difference and the fix; grown input of another data type
         than the store's copy, naming both.
     """
-    if store is None or store.is_new():
-        return None
-    try:
-        root = store.open()
-        if DATA not in root:
-            return None
-        ext = store.data_extent()
-        gram = dict(root[GROUP].attrs) if GROUP in root else None
-    except (CorruptChunkError, ValueError, TypeError, KeyError):
-        return None  # the plain path judges a damaged or foreign store, as before
+    ext, gram = _recorded(store)
+    if ext is None:
+        return None  # no data copy; the plain path judges a damaged or foreign store, as before
     fp = ext.fingerprint or {}
     if not ext.digested or ext.d != d:
         return None
