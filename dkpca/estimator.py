@@ -178,7 +178,8 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
     X_fit_ : ndarray, sparse matrix or dask array of shape (n_samples, n_features)
         Training data (out of core: the lazy copy in the store).
     gamma_ : float
-        Kernel coefficient used (``1 / n_features`` when ``gamma=None``).
+        Kernel coefficient used: the kernel's own where it has one (set by ``gamma``, ``kernel_params`` or a
+        kernel object), else ``gamma`` or ``1 / n_features`` when ``gamma=None``, as scikit-learn's.
     kernel_ : Kernel or None
         The resolved dkpca kernel (``None`` for callables and ``"precomputed"``).
     eigen_solver_ : str
@@ -283,8 +284,8 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
                 "K(X_train, X_train) to fit and K(X_new, X_train) to transform."
             )
         self._out_dtype = X.dtype
-        self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
         self.kernel_ = self._make_kernel(d)
+        self.gamma_ = self._fitted_gamma(d)
         k, solver = self._in_memory_choice(n)
         # K in X's precision unless asked otherwise: scikit-learn's arithmetic
         # (its pairwise kernels and eigensolvers keep float32), at half the
@@ -309,12 +310,12 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         if len(shape) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(shape)}.")
         n, d = (int(s) for s in shape)
-        self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
         model = fit_with(X, self._fit_options(n, d))
         self.model_ = model
         facts = model.fit_report  # typed: the fit's own report, never a dict read back
         self.precision_ = facts.precision
         self.kernel_ = model.kernel
+        self.gamma_ = self._fitted_gamma(d)
         self._compute_dtype = np.dtype(np.float64)
         self._out_dtype = np.dtype(np.float64)
         self.eigenvalues_ = model.eigenvalues_
@@ -395,7 +396,8 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         With ``store=`` (or dask, Zarr or file batches, which need it) each
         call is :func:`dkpca.fit` on the store's data copy followed by the
         batch, out of core: the store is updated, nothing n x n is held in
-        memory.
+        memory; a new estimator's first call on a store that holds a fit
+        continues that fit.  A batch refused leaves the estimator as it was.
         """
         check_kernel_pca_params(self.get_params(deep=False), EIGEN_SOLVERS)
         return self._grow(X, out_of_core=_is_out_of_core(X))

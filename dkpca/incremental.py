@@ -36,11 +36,13 @@ from sklearn.utils.validation import validate_data
 
 from .execution import local_threads
 from .growth import nystroem_rows
-from .io import as_dask
+from .io import as_dask, scan
 from .kernels import Kernel
 from .linalg import Centering, balanced_block, block_bounds, rows_per_block
 from .linalg.products import MEMORY_BLOCK
+from .model import load
 from .solvers import Solver, subspace_width
+from .storage import FitStore
 
 __all__ = ["PartialFit", "KeptKernel", "GROWTH", "cross_kernel", "extend_eigenvectors", "grown_matrix", "warm_start"]
 
@@ -218,25 +220,44 @@ class PartialFit:
             raise ValueError(
                 "partial_fit out of core (a dask array, Zarr or file batch, or a fit made out of core) grows a "
                 "store: pass store='path.dkpca.zarr' to KernelPCA, or pass numpy batches to grow the fit in memory.")
-        batch = as_dask(X, min_samples=1 if fitted else 2, purpose="partial_fit")
-        if fitted and batch.shape[1] != self.n_features_in_:
+        seen = self._rows_seen(fitted)
+        batch = as_dask(X, min_samples=1 if seen is not None else 2, purpose="partial_fit")
+        if seen is not None and batch.shape[1] != seen.shape[1]:
             raise ValueError(f"X has {batch.shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input.")
-        # the stored data copy (lazily) followed by the batch: dkpca.fit sees a store whose data is the
-        # first rows of its input, and updates it
-        seen = self.X_fit_ if isinstance(getattr(self, "X_fit_", None), da.Array) else (
-            da.from_array(np.asarray(self.X_fit_)) if fitted else None)
-        self.fit(batch if seen is None else da.concatenate([seen, batch.astype(seen.dtype)]))
+                             f"{seen.shape[1]} features as input.")
+        scan(batch)  # a non-finite value named by its row in the batch, not in the rows seen and the batch
+        state = dict(self.__dict__)
+        try:
+            # the rows seen (lazily) followed by the batch: dkpca.fit sees a store whose data is the first
+            # rows of its input, and updates it
+            self.fit(batch if seen is None else da.concatenate([seen, batch.astype(seen.dtype)]))
+        except BaseException:
+            # fit drops the fitted attributes first: a batch refused leaves the estimator as it was, as in memory
+            self.__dict__.clear()
+            self.__dict__.update(state)
+            raise
+
+    def _rows_seen(self, fitted: bool) -> da.Array | None:
+        """The rows fitted so far, lazily; None before the first fit.  A fresh estimator whose store holds a
+        fit continues it (a job run again each night on its new rows), reading the model's own rows."""
+        if fitted:
+            return self.X_fit_ if isinstance(self.X_fit_, da.Array) else da.from_array(np.asarray(self.X_fit_))
+        store = FitStore.at(self.store)
+        if store.is_new():
+            return None
+        try:
+            held = store.model_group() is not None
+        except (OSError, ValueError):  # not a store dkpca reads: the fit refuses it, naming why
+            return None
+        if not held:
+            return None
+        seen = load(self.store).X_fit  # damage raises here, naming it
+        logger.info("partial_fit: continuing the fit of %d rows in store %s", seen.shape[0], store.path)
+        return seen
 
     def _check_kernel_unchanged(self) -> None:
         """Refuse kernel parameters changed since the fit (``set_params``): its kept K is of the old kernel."""
-        fitted_gamma, d = self.gamma_, self.n_features_in_
-        # the kernel the parameters now give, resolved as fit resolves it (fit reads gamma through gamma_)
-        self.gamma_ = 1.0 / d if self.gamma is None else self.gamma
-        try:
-            now = self._make_kernel(d)
-        finally:
-            self.gamma_ = fitted_gamma
+        now = self._make_kernel(self.n_features_in_)  # the kernel the parameters now give, resolved as fit does
         if now != self.kernel_:
             raise ValueError(
                 f"the kernel parameters changed since this KernelPCA was fitted (fitted: "

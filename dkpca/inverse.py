@@ -72,6 +72,9 @@ class InverseTransform:
             Unknown method, or a kernel the method does not apply to.
         """
         check_is_fitted(self)
+        if self._is_precomputed():  # no input space: every method maps to one (the rows fitted, their kernel)
+            raise ValueError("inverse_transform needs the input space, which a model fitted on a precomputed kernel "
+                             "matrix has not seen; fit on the data with its kernel (kernel='rbf', ...) instead.")
         if method is None:
             if not self.fit_inverse_transform:
                 raise NotFittedError(

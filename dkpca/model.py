@@ -30,7 +30,7 @@ import numpy as np
 from .execution import compute
 from .fitreport import REPORT_SCHEMA, FitReport, read_gram_mode, read_report, stored_gram_mode
 from .grammode import GramMode
-from .io import as_dask, open_input
+from .io import as_dask, check_feature_names, open_input, read_feature_names
 from .jsonsafe import printable
 from .kernels import Kernel, from_dict
 from .linalg import Centering, ProjectionWeights, kernel_product, rows_per_block
@@ -121,6 +121,8 @@ class KPCAModel:
     gram_mode: GramMode | None = None
     #: the schema ``report`` is written in (None: an older store's report, saved again as it was read)
     report_schema: int | None = field(default=REPORT_SCHEMA, repr=False)
+    #: a data frame's column names, which ``transform`` checks a data frame's by (None: fitted on an array)
+    feature_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         # a fit hands its typed report: the dict view and the Gram mode are derived from it, once
@@ -196,6 +198,7 @@ class KPCAModel:
     # -- out of sample ----------------------------------------------------
     def _scores(self, X: Any) -> tuple[Any, bool]:
         store = self._open_store()
+        check_feature_names(X, self.feature_names)
         raw = open_input(X)
         # dask in, dask out, with the caller's row chunks; paths and arrays give numpy
         lazy = isinstance(raw, da.Array) and not isinstance(X, (str, os.PathLike))
@@ -255,6 +258,7 @@ class KPCAModel:
              "block": self.block, "n_features": self.n_features, "report": self.report,
              "gram_mode": self.gram_mode,
              **({} if self.report_schema is None else {"report_schema": self.report_schema}),
+             **({} if self.feature_names is None else {"feature_names": list(self.feature_names)}),
              "saved": datetime.datetime.now(datetime.UTC).isoformat(), "dkpca_version": __version__})
         return self.store
 
@@ -316,7 +320,7 @@ class KPCAModel:
         return cls(eigenvalues_=lam, eigenvectors_=U, row_means_=r, grand_mean_=float(a["grand_mean"]),
                    trace_=float(a["trace"]), kernel=kernel, store=store.path, block=a["block"],
                    n_features=a["n_features"], report=report, fit_report=typed,
-                   gram_mode=mode, report_schema=schema)
+                   gram_mode=mode, report_schema=schema, feature_names=read_feature_names(a, bad))
 
     # -- display ----------------------------------------------------------
     def summary(self) -> str:

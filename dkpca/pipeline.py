@@ -35,7 +35,7 @@ from .execution import compute, serial_blas
 from .fitlog import log_done, log_gram, log_plan, log_solved, log_stage
 from .gram import build_gram, refuse_other_gram
 from .growth import Update, find_update, grow_store, ritz_count, save_ritz, update_report
-from .io import Fingerprint, input_path, scan
+from .io import Fingerprint, feature_names, input_path, scan
 from .kernels import Kernel
 from .linalg import Centering
 from .model import KPCAModel
@@ -203,7 +203,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
     req.store.check_target()
     with req.store.lock() as lease:
         t = time.perf_counter()
-        path = input_path(source)
+        path, names = input_path(source), feature_names(source)
         source = absolute(path) if path is not None else None
         Xs = (grow_store(req, update, fp, lease, plan.gram is GramMode.STORE, source) if update is not None else
               req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,
@@ -254,7 +254,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
         model = KPCAModel(
             eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,
             grand_mean_=op.grand_mean, trace_=op.trace, kernel=req.kernel, store=req.store.path, block=req.tile,
-            n_features=req.d, fit_report=report, temporary=req.temporary,
+            n_features=req.d, fit_report=report, temporary=req.temporary, feature_names=names,
         )
         if req.temporary is None:
             # A temporary store is the model's own and dies with it: nobody can load a model from it, so

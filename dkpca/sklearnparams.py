@@ -55,9 +55,16 @@ class SklearnParams:
         degree = self.degree
         if isinstance(degree, numbers.Real) and float(degree).is_integer():
             degree = int(degree)  # scikit-learn accepts degree=3.0
-        kern = make_kernel(self.kernel, gamma=self.gamma_, degree=degree, coef0=self.coef0,
+        # the gamma as given (None: 1/n_features, filled by resolve), so that make_kernel can refuse it beside a
+        # kernel object or kernel_params that set their own
+        kern = make_kernel(self.kernel, gamma=self.gamma, degree=degree, coef0=self.coef0,
                            kernel_params=self.kernel_params)
         return kern.resolve(n_features)
+
+    def _fitted_gamma(self, n_features: int) -> float:
+        """``gamma_``: the fitted kernel's own where it has one, else the gamma given or 1/n_features."""
+        own = getattr(self.kernel_, "gamma", None)
+        return float(own) if own is not None else 1.0 / n_features if self.gamma is None else self.gamma
 
     def _evaluator(self) -> Kernel:
         """The kernel that evaluates blocks in memory: the resolved one, or an adapter."""

@@ -370,3 +370,58 @@ def test_a_refit_onto_k_of_another_kernel_is_refused_as_its_only_line(capsys, fi
     err = cli_error(capsys, ["fit", data, "-k", "3", "--store", store, "--gamma", "0.2", *flags])
     assert words in err and "overwrite" in err
     assert dkpca.load(store).kernel.to_dict() == {"name": "rbf", "gamma": 0.2}
+
+
+# -- inputs and settings that failed with a traceback --------------------------------------------------
+def _data_npy(tmp_path) -> str:
+    np.save(tmp_path / "x.npy", make_data(60, d=3))
+    return str(tmp_path / "x.npy")
+
+
+@pytest.mark.parametrize("content, words", [(b"{}", "is not one a Dask scheduler wrote"),
+                                            (b"not json", "is not one a Dask scheduler wrote"),
+                                            (b'{"address": 5}', "is not one a Dask scheduler wrote")])
+def test_a_scheduler_file_without_an_address_is_one_line(tmp_path, capsys, content, words):
+    (tmp_path / "sched.json").write_bytes(content)
+    err = cli_error(capsys, ["fit", _data_npy(tmp_path), "-k", "2", "-q", "--scheduler-file",
+                             str(tmp_path / "sched.json")])
+    assert words in err
+
+
+def test_an_empty_npy_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "e.npy").write_bytes(b"")
+    for command in ("fit", "plan"):
+        assert "is empty, not a .npy array" in cli_error(capsys, [command, str(tmp_path / "e.npy"), "-k", "2"])
+
+
+def test_a_binary_cluster_file_is_one_line_naming_it(tmp_path, capsys):
+    data = _data_npy(tmp_path)
+    err = cli_error(capsys, ["fit", data, "-k", "2", "-q", "--cluster", data])
+    assert f"{data}: not valid YAML" in err
+
+
+def test_the_distributed_scheduler_setting_without_a_client_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DASK_SCHEDULER", "distributed")
+    import dask
+
+    dask.config.refresh()
+    try:
+        err = cli_error(capsys, ["fit", _data_npy(tmp_path), "-k", "2", "-q", "--store", str(tmp_path / "s.zarr")])
+    finally:
+        monkeypatch.delenv("DASK_SCHEDULER")
+        dask.config.refresh()
+    assert "scheduler='distributed'" in err and "no client" in err
+
+
+def test_a_csv_of_only_a_header_says_it_has_no_rows(tmp_path, capsys):
+    (tmp_path / "h.csv").write_text("a,b,c\n")
+    assert "holds no rows of data" in cli_error(capsys, ["fit", str(tmp_path / "h.csv"), "-k", "2", "-q"])
+
+
+def test_the_same_data_in_another_chunk_size_is_refused_naming_the_chunk_size(tmp_path, capsys):
+    """Not "fitted on different data": the data is the same, and the message names the chunk size to pass."""
+    data, store = _data_npy(tmp_path), str(tmp_path / "s.zarr")
+    assert main(["fit", data, "-k", "2", "-q", "--store", store, "--chunk-size", "30"]) == 0
+    capsys.readouterr()
+    err = cli_error(capsys, ["fit", data, "-k", "2", "-q", "--store", store, "--chunk-size", "20"])
+    assert "in chunks of 30 rows, and this fit asks for 20" in err and "--chunk-size 30" in err

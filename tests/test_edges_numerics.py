@@ -195,3 +195,19 @@ def test_auto_refit_reuses_a_stored_float64_gram_matrix(tmp_path):
     np.testing.assert_allclose(again.eigenvalues_, first.eigenvalues_, rtol=1e-12)
     # and a plan of the same refit says the same
     assert dkpca.plan(Xs, n_components=3, store=store, chunk_size=100, gram="store").precision["dtype"] == "float64"
+
+
+def test_unscaled_pixels_whose_kernel_is_nearly_the_identity_plan_and_fit_with_dtype_auto(tmp_path):
+    """0-254 integers with gamma = 1/d: every off-diagonal rbf entry is below 1e-100, K ~ I, where LAPACK's partial
+    eigh (the precision sample's) and ARPACK (the plan's spectrum) returned nothing.  Dense solve (the iterative
+    ones cannot separate 300 eigenvalues within 1e-5 of each other): eigh's answer to 1e-8 relative."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from dkpca.cli import main
+
+    X = np.random.default_rng(11).integers(0, 255, (300, 4)).astype(np.uint8)
+    np.save(tmp_path / "pix.npy", X)
+    assert main(["plan", str(tmp_path / "pix.npy"), "-k", "2", "--store", str(tmp_path / "s.dkpca.zarr")]) == 0
+    model = dkpca.fit(X, 2, store=tmp_path / "s.dkpca.zarr", solver="dense")
+    lam, _ = reference_eigh(rbf_kernel(X.astype(np.float64), gamma=1 / 4), 2)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)

@@ -222,3 +222,12 @@ def test_no_warning_when_reached():
         kp = dkpca.KernelPCA(n_components=FIRST_ROUND["fraction"], kernel="rbf", gamma=FIRST_ROUND["gamma"],
                              eigen_solver="randomized", random_state=0).fit(X)
     assert kp.eigenvalues_.size == FIRST_ROUND["k"]
+
+
+@pytest.mark.parametrize("solver", ["dense", "lanczos", "randomized", "auto"])
+def test_a_fraction_of_an_indefinite_kernel_is_refused_by_every_solver(solver):
+    """sigmoid (gamma 0.3, coef0 2) on 300 Gaussian points: K~'s positive eigenvalues sum to ~1.6 times its trace,
+    so ratios against the trace would add up past 1; every path refuses, as the dense one sees the negatives."""
+    X = np.random.default_rng(0).standard_normal((300, 5))
+    with pytest.raises(ValueError, match="needs a positive semi-definite kernel"):
+        dkpca.fit(X, 0.9, kernel="sigmoid", gamma=0.3, coef0=2.0, solver=solver, dtype="float64", random_state=0)

@@ -247,6 +247,20 @@ def _killed_fit(X, store, monkeypatch, kill):
             _fit(X, store)
 
 
+def test_an_update_recomputes_old_blocks_whose_sums_are_a_stale_copy(grown, tmp_path):
+    """An update reduces the row sums from the old blocks' sums without reading K: a stale copy of one (its CRC
+    intact, from a store of other data) is found by its block's sums marker and the block rebuilt."""
+    X, store = grown
+    other = str(tmp_path / "other.dkpca.zarr")
+    _fit(make_data(300, seed=4), other)
+    chunk = os.path.join("gram", "partial_sums", "c", "1", "0")
+    with open(os.path.join(other, chunk), "rb") as src, open(os.path.join(store, chunk), "wb") as dst:
+        dst.write(src.read())
+    model = _fit(X, store)
+    _check(model, X)
+    assert model.report["update"]["blocks_computed"] == 19  # the 18 of the update and the stale one
+
+
 @pytest.mark.parametrize("kill", [_kill_data_copy, _kill_gram_resize, _kill_blocks, _kill_sums, _kill_solve,
                                   _kill_model_switch], ids=lambda f: f.__name__[6:])
 def test_a_kill_at_each_stage_of_an_update_then_the_same_command_resumes(grown, monkeypatch, kill):
@@ -280,11 +294,21 @@ def test_verify_names_a_store_caught_mid_update(grown, monkeypatch):
     assert found["model"].ok and "fitted on the first 300 of the 400 rows" in found["model"].text
 
 
-def test_the_old_data_is_refused_while_an_update_is_unfinished(grown, monkeypatch):
+@pytest.mark.parametrize("kill, words", [
+    (_kill_data_copy, "is being updated to 400 rows"),
+    # the copy complete, K not: the store was never fitted on 400 rows, so "fitted on different data" would mislead
+    (_kill_blocks, "holds 400 rows of data and a model of its first 300: an update to 400 rows was killed"),
+], ids=["in the data copy", "after the data copy"])
+def test_the_old_data_is_refused_while_an_update_is_unfinished(grown, monkeypatch, kill, words):
     X, store = grown
-    _killed_fit(X, store, monkeypatch, _kill_data_copy)
-    with pytest.raises(ValueError, match="is being updated to 400 rows"):
-        _fit(X[:300], store)
+    _killed_fit(X, store, monkeypatch, kill)
+    # the old rows; after the copy also fewer new rows than the update's (in the copy they are another update)
+    for Y in (X[:300], X[:350]) if kill is _kill_blocks else (X[:300],):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            _fit(Y, store)
+    conflicts = growth_module.refit_conflicts(FitStore.at(store), 350, X.shape[1], {}, "float64", EDGE)
+    if kill is _kill_blocks:  # dkpca plan says it too
+        assert "killed before it finished: rerun it with the 400-row data" in conflicts[0]
     _check(_fit(X, store), X)
 
 

@@ -214,3 +214,26 @@ def test_cli_fit_and_transform_files(tmp_path, data, reference, fmt):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(da.from_zarr(out).compute(), reference.transform(data), atol=1e-10)
+
+
+# -- data frames: scikit-learn's conventions --------------------------------------------------------------
+def test_a_data_frame_s_column_names_are_kept_and_a_transform_in_another_order_is_refused(tmp_path, data):
+    """numpy reads a frame's columns by position: reordered, they would be projected as the wrong features."""
+    frame = pd.DataFrame(data, columns=[f"f{i}" for i in range(D)])
+    store = tmp_path / "s.dkpca.zarr"
+    model = dkpca.fit(frame, n_components=K, gamma=GAMMA, dtype="float64", store=store)
+    assert model.feature_names == ("f0", "f1", "f2", "f3")
+    for m in (model, dkpca.load(store)):  # kept with the model
+        assert m.feature_names == model.feature_names
+        np.testing.assert_array_equal(m.transform(frame), m.transform(data))  # a frame or its values: the same
+        with pytest.raises(ValueError, match=r"feature names should match.*X\[list\(model.feature_names\)\]"):
+            m.transform(frame[["f3", "f1", "f2", "f0"]])
+    assert dkpca.fit(data, n_components=K, gamma=GAMMA, dtype="float64").feature_names is None
+
+
+def test_a_data_frame_of_float_and_bool_columns_fits_as_its_float_values(reference, data):
+    frame = pd.DataFrame({"a": data[:, 0], "b": data[:, 1] > 0, "c": data[:, 2], "d": data[:, 3]})
+    values = frame.to_numpy(dtype=np.float64)
+    model = dkpca.fit(frame, n_components=K, gamma=GAMMA, dtype="float64")
+    np.testing.assert_allclose(model.eigenvalues_, dkpca.fit(values, n_components=K, gamma=GAMMA,
+                                                             dtype="float64").eigenvalues_, rtol=1e-12)

@@ -74,6 +74,48 @@ def test_damaged_sums_of_an_unfinished_build_are_recomputed(stored_fit, array, c
     _agrees_with_reference(X, refit())
 
 
+def _other_store(tmp_path):
+    """A store of the same layout as ``stored_fit``'s, fitted on other data: its chunks are intact, and stale."""
+    other = tmp_path / "other.dkpca.zarr"
+    dkpca.fit(make_data(300, seed=1, d=4), n_components=3, gamma=0.2, store=other, chunk_size=100,
+              dtype="float64", solver="dense", gram="store")
+    return other
+
+
+@pytest.mark.parametrize("chunk", ["partial_sums/c/1/0", "partial_sums/c/2/2"])
+def test_sums_copied_from_another_store_are_found_and_recomputed(stored_fit, tmp_path, chunk, caplog, capsys):
+    """Their CRC holds, so only the block's sums marker can tell: verify names the block, a rerun rebuilds it."""
+    X, store, refit = stored_fit
+    shutil.copyfile(_other_store(tmp_path) / "gram" / chunk, store / "gram" / chunk)
+    assert main(["verify", str(store)]) == 1
+    assert "(a stale or foreign copy)" in capsys.readouterr().out
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 1 and "stale or foreign" in caplog.text
+    assert main(["verify", str(store)]) == 0
+
+
+def test_row_sums_copied_from_another_store_are_reduced_again(stored_fit, tmp_path, caplog):
+    X, store, refit = stored_fit
+    shutil.copyfile(_other_store(tmp_path) / "gram" / "row_sums" / "c" / "1", store / "gram" / "row_sums" / "c" / "1")
+    assert main(["verify", str(store)]) == 1
+    _agrees_with_reference(X, refit())
+    assert "chunk (1) of array 'gram/row_sums'" in caplog.text and "stale or foreign" in caplog.text
+    assert main(["verify", str(store)]) == 0
+
+
+def test_a_store_built_before_the_sums_markers_is_reused_as_it_is(stored_fit):
+    """No sums markers and no row sums digests (an older dkpca's store): CRC only, nothing recomputed."""
+    X, store, refit = stored_fit
+    shutil.rmtree(store / "gram" / "sums_done")
+    g = zarr.open_group(str(store / "gram"), mode="r+")
+    g.attrs.pop("row_sums_digests")
+    assert main(["verify", str(store)]) == 0
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 0
+
+
 def test_missing_row_sums_are_reduced_again(stored_fit):
     X, store, refit = stored_fit
     (store / "gram" / "row_sums" / "c" / "1").unlink()

@@ -1,12 +1,15 @@
 """Each kernel against its textbook formula, written out naively."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 from sklearn.metrics.pairwise import pairwise_kernels
 
+import dkpca
 from dkpca import kernels as K
+from dkpca.kernels import RBF, Linear, make_kernel
 
 
 def naive(name, X, Y, gamma=None, degree=3, coef0=1.0):
@@ -419,3 +422,24 @@ def test_read_only_blocks_and_columns_meet_the_one_compiled_signature(rng):
         np.testing.assert_array_equal(g, w)
     assert [len(f.signatures) for f in fastexp._build_products("float32")[:2]] == [1, 1]
     assert len(fastexp._build_block_loop("float32").signatures) == 1
+
+
+@pytest.mark.parametrize("kernel, params, words", [
+    (RBF(0.5), {"gamma": 3.0}, "gamma=3.0 applies to a kernel named by a string"),
+    (RBF(0.5).to_dict(), {"gamma": 3.0}, "gamma=3.0 applies to a kernel named by a string"),
+    (RBF() + Linear(), {"kernel_params": {"gamma": 2.0}}, "kernel_params={'gamma': 2.0} applies to a kernel named"),
+    ("rbf", {"gamma": 3.0, "kernel_params": {"gamma": 0.5}}, "both set gamma"),
+], ids=["kernel object", "spec dict", "kernel_params beside a kernel object", "gamma twice"])
+def test_a_parameter_the_kernel_would_ignore_or_that_is_given_twice_is_refused(kernel, params, words):
+    """Silently ignored, gamma=3.0 would fit another kernel than the one asked for."""
+    with pytest.raises(ValueError, match=re.escape(words)):
+        make_kernel(kernel, **params)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        dkpca.fit(np.random.default_rng(0).standard_normal((50, 3)), 2, kernel=kernel, **params)
+
+
+@pytest.mark.parametrize("params, gamma", [({"kernel": RBF(0.5)}, 0.5), ({"kernel_params": {"gamma": 0.5}}, 0.5),
+                                           ({"gamma": 0.3}, 0.3), ({}, 0.25)])
+def test_kernel_pca_s_gamma_is_the_one_its_kernel_uses(params, gamma):
+    est = dkpca.KernelPCA(2, **{"kernel": "rbf", **params}).fit(np.random.default_rng(0).standard_normal((60, 4)))
+    assert est.gamma_ == est.kernel_.gamma == gamma

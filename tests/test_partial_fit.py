@@ -16,6 +16,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.metrics.pairwise import rbf_kernel
 
+import dkpca
 import dkpca.eigensolve
 import dkpca.incremental
 import dkpca.sklearnparams
@@ -314,3 +315,50 @@ def test_with_a_store_each_batch_updates_it(tmp_path):
     lam, U = reference_eigh(rbf_kernel(X, gamma=GAMMA), 5)
     np.testing.assert_allclose(est.eigenvalues_, lam, rtol=1e-8)
     np.testing.assert_allclose(np.abs(est.eigenvectors_), np.abs(U), atol=1e-6)
+
+
+def test_a_fresh_estimator_on_a_store_that_holds_a_fit_continues_it(tmp_path):
+    """A nightly job in a new process: ``KernelPCA(store=S).partial_fit(X_night)`` adds the night's rows to the
+    fit the store holds (README), the answer eigh's of all the rows (float64 K, tol 1e-10)."""
+    X, store = data(600), str(tmp_path / "s.dkpca.zarr")
+    KernelPCA(5, kernel="rbf", gamma=GAMMA, store=store, dtype="float64").partial_fit(X[:400])
+    est = KernelPCA(5, kernel="rbf", gamma=GAMMA, store=store, dtype="float64", tol=1e-10, random_state=0)
+    est.partial_fit(X[400:])
+    assert est.n_samples_seen_ == 600 and est.model_.report["update"]["rows_before"] == 400
+    lam, U = reference_eigh(rbf_kernel(X, gamma=GAMMA), 5)
+    np.testing.assert_allclose(est.eigenvalues_, lam, rtol=1e-8)
+    np.testing.assert_allclose(np.abs(est.eigenvectors_), np.abs(U), atol=1e-6)
+
+
+def test_a_fresh_estimator_of_another_kernel_on_a_store_is_refused_naming_it(tmp_path):
+    X, store = data(500), str(tmp_path / "s.dkpca.zarr")
+    KernelPCA(5, kernel="rbf", gamma=GAMMA, store=store, dtype="float64").partial_fit(X[:400])
+    est = KernelPCA(5, kernel="rbf", gamma=2 * GAMMA, store=store, dtype="float64")
+    with pytest.raises(ValueError, match="kernel differs"):
+        est.partial_fit(X[400:])
+    assert not hasattr(est, "eigenvalues_") and dkpca.load(store).n_samples == 400
+
+
+@pytest.mark.parametrize("refusal", ["non-finite row", "kernel changed"])
+def test_with_a_store_a_refused_batch_leaves_the_estimator_as_it_was(tmp_path, refusal):
+    """As in memory: the fitted attributes kept, transform works, the next good batch grows the fit."""
+    X = data(300)
+    est = KernelPCA(4, kernel="rbf", gamma=GAMMA, store=str(tmp_path / "s.dkpca.zarr"), dtype="float64",
+                    tol=1e-10, random_state=0).partial_fit(X[:100])
+    before, Z = est.eigenvalues_.copy(), est.transform(X[:5])
+    bad = X[100:110].copy()
+    if refusal == "non-finite row":
+        bad[2, 1] = np.nan
+        with pytest.raises(ValueError, match=r"first in row 2\)"):  # the batch's own row, not 102
+            est.partial_fit(bad)
+    else:
+        est.set_params(gamma=2 * GAMMA)
+        with pytest.raises(ValueError, match="kernel differs"):
+            est.partial_fit(bad)
+        est.set_params(gamma=GAMMA)
+    assert est.n_samples_seen_ == 100
+    np.testing.assert_array_equal(est.eigenvalues_, before)
+    np.testing.assert_allclose(est.transform(X[:5]), Z, rtol=0, atol=1e-12)
+    est.partial_fit(X[100:150])
+    assert est.n_samples_seen_ == 150
+    assert_matches_eigh(est, X[:150], k=4)

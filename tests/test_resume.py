@@ -195,3 +195,38 @@ def test_checkpoint_interval_throttles_saves(small_problem, monkeypatch):
     assert ck.load().passes == 2
     assert ck.save(3, [0.1, 0.01, 0.001], Q=Q) is False  # just saved
     assert SolverCheckpoint(path, {"k": 1}, interval=0).save(3, [0.1], Q=Q) is True
+
+
+class _Killed(BaseException):
+    """A kill: nothing in dkpca catches it."""
+
+
+@pytest.mark.parametrize("after", ["K", "diag", "done"])
+def test_a_fit_killed_while_creating_the_gram_arrays_resumes(tmp_path, monkeypatch, after):
+    """Killed between two arrays of a new Gram group (no block built yet): the same fit completes the group and
+    gives eigh's answer (dense solve, float64 K: 1e-8 relative); dkpca verify says a rerun builds K."""
+    from dkpca.storage import gramstore, verify_store
+
+    X = make_data(300, d=4)
+    store = str(tmp_path / "s.dkpca.zarr")
+    kw = dict(n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense", gram="store")
+    real, made = gramstore.create_array, []
+
+    def create(group, name, **options):
+        if made and made[-1] == after:
+            raise _Killed
+        made.append(name)
+        return real(group, name, **options)
+    real_K = gramstore._create_K
+
+    def create_K(group, *a):
+        made.append("K")
+        return real_K(group, *a)
+    with monkeypatch.context() as m:
+        m.setattr(gramstore, "create_array", create)
+        m.setattr(gramstore, "_create_K", create_K)
+        with pytest.raises(_Killed):
+            dkpca.fit(X, **kw)
+    assert all(f.ok for f in verify_store(store))
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 3)
+    np.testing.assert_allclose(dkpca.fit(X, **kw).eigenvalues_, lam, rtol=1e-8)

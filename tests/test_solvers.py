@@ -966,3 +966,14 @@ def test_arpack_on_a_zero_centred_kernel_returns_zero_eigenvalues():
     # all ones: K~ is 0 up to the corrections' rounding (1e-16 of ||K|| = 300 an entry)
     res = get_solver("arpack")(InMemoryKernelOperator(np.ones((300, 300))), 2, rng=0)
     assert np.abs(res.eigenvalues).max() <= 1e-12 * 300
+
+
+def test_nystrom_on_data_of_lower_rank_than_k_keeps_the_rank_and_reports_the_rest_dropped():
+    """A linear kernel on 3 features has rank 3: asked for 6, Nystroem (every point a landmark) gives the dense
+    solver's 3 (eigenvalues to 1e-8 relative, |eigenvectors| to 1e-6) and the same report, as every solver does."""
+    X = np.random.default_rng(0).standard_normal((50, 3))
+    nys = dkpca.fit(X, 6, kernel="linear", solver="nystrom", dtype="float64")
+    dense = dkpca.fit(X, 6, kernel="linear", solver="dense", dtype="float64")
+    np.testing.assert_allclose(nys.eigenvalues_, dense.eigenvalues_, rtol=1e-8)
+    np.testing.assert_allclose(np.abs(nys.eigenvectors_), np.abs(dense.eigenvectors_), atol=1e-6)
+    assert nys.report["zero_components_dropped"] == dense.report["zero_components_dropped"] == 3

@@ -335,6 +335,14 @@ def test_load_errors(tmp_path):
         SparseKernelPCA.load(path)
 
 
+def test_dkpca_load_of_a_sparse_model_names_its_loader(tmp_path):
+    X, _ = toy(0)
+    path = str(tmp_path / "sparse.zarr")
+    SparseKernelPCA(kernel="rbf", gamma=GAMMA, noise_variance=0.05).fit(X).save(path)
+    with pytest.raises(ValueError, match=r"holds no complete model.*dkpca.SparseKernelPCA.load"):
+        dkpca.load(path)
+
+
 # -- bad input ----------------------------------------------------------------------------
 
 

@@ -200,11 +200,12 @@ def load_file(path: str) -> dict:
         raise FileNotFoundError(f"cluster file {path!r} does not exist; give a file (see cluster_configs/), a "
                                 f"back end ({', '.join(b for b in BACKENDS if b != 'scheduler')}) or a running "
                                 f"scheduler's address ({SCHEDULER_FORMS}).")
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         try:
             cfg = yaml.safe_load(f)
-        except yaml.YAMLError as exc:
-            raise ClusterConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())}).") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:  # a binary file is not YAML either
+            raise ClusterConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())}); a cluster file is a "
+                                     "Dask configuration file (see cluster_configs/).") from None
     if cfg is None:
         return {}
     if not isinstance(cfg, Mapping):

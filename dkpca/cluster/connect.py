@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -76,6 +77,14 @@ def _reach(address: str | None = None, scheduler_file: str | None = None) -> Cli
         if not os.path.isfile(scheduler_file):
             raise FileNotFoundError(f"scheduler file {scheduler_file!r} does not exist (waited {timeout:g}s); start "
                                     "the scheduler with 'dask scheduler --scheduler-file FILE' or fix the path.")
+        try:  # distributed would fail on another file with an AssertionError or TypeError, naming neither
+            with open(scheduler_file, encoding="utf-8") as f:
+                ok = isinstance(json.load(f).get("address"), str)
+        except (OSError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            raise ClusterError(f"scheduler file {scheduler_file!r} is not one a Dask scheduler wrote (JSON with its "
+                               "'address'); pass the file 'dask scheduler --scheduler-file FILE' writes.")
     where = address or f"the address in {scheduler_file}"
     try:
         return Client(address, scheduler_file=scheduler_file, timeout=timeout, set_as_default=True)

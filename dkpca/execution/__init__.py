@@ -156,6 +156,10 @@ def compute(*tasks: Any, label: str = "", threads: int | None = None,
         # a Client makes itself Dask's scheduler setting: local means this process's threads all the same
         # (measured on a 16-worker cluster, a 40,000 x 50 scan went to the workers anyway: 2.3 s, not 0.07)
         scheduler = "threads"
+    elif scheduler in ("dask.distributed", "distributed"):  # dask's own error would be a traceback's last line
+        raise ValueError("the Dask setting scheduler='distributed' (DASK_SCHEDULER) asks for a cluster, but no "
+                         "client of one is running; pass --scheduler ADDRESS or --cluster (Python: start a "
+                         "distributed.Client first), or unset it to run on this machine's threads.")
     kw: dict[str, Any] = {}
     if scheduler in ("threads", "threading"):
         if not threads or dask.config.get("num_workers", None) is not None:

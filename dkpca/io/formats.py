@@ -197,6 +197,8 @@ def _open_npy(path: str, member: str | None, source: str) -> NpyFile:
     except ValueError as exc:  # object arrays cannot be mapped (and would need pickle)
         raise ValueError(f"input {source!r} cannot be memory-mapped ({exc}); save numeric data with np.save.") \
             from None
+    except EOFError:  # numpy's word for an empty file
+        raise ValueError(f"input {source!r} is empty, not a .npy array; save the data with np.save.") from None
     if not isinstance(m, np.ndarray):
         raise ValueError(f"input {source!r} is not a single .npy array.")
     return NpyFile(path, tuple(m.shape), m.dtype, _stamp(path))
@@ -311,6 +313,8 @@ def _open_table(path: str, member: str | None, source: str) -> Any:
     dtypes = df.dtypes.to_dict()
     numeric = pd.api.types.is_numeric_dtype  # bools included
     bad = [str(c) for c, t in dtypes.items() if not numeric(t)]
+    if bad and len(df.head(1, npartitions=-1)) == 0:  # no row to infer a type from: every column an object
+        raise ValueError(f"input {source!r} holds no rows of data, only its columns' names {list(map(str, dtypes))}.")
     if bad:
         raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. "
                          "Drop or encode them first.")

@@ -22,7 +22,8 @@ from ..execution import compute, for_the_client
 from ..linalg import default_block_size
 from .formats import open_path
 
-__all__ = ["open_input", "as_dask", "scan", "Fingerprint"]
+__all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
+           "read_feature_names"]
 
 
 def open_input(source: Any) -> Any:
@@ -42,6 +43,46 @@ def open_input(source: Any) -> Any:
     if hasattr(source, "dims") and hasattr(source, "data") and not isinstance(source, np.ndarray):
         return source.data  # xarray.DataArray: its backing numpy or dask array
     return source
+
+
+def feature_names(source: Any) -> tuple[str, ...] | None:
+    """A data frame's column names where all are strings (what scikit-learn records as ``feature_names_in_``),
+    else None: arrays and files carry none a transform could be checked by."""
+    columns = getattr(source, "columns", None) if hasattr(source, "dtypes") else None
+    names = [] if columns is None else list(columns)
+    return tuple(names) if names and all(isinstance(c, str) for c in names) else None
+
+
+def check_feature_names(X: Any, fitted: tuple[str, ...] | None) -> None:
+    """Refuse a data frame whose columns are not those fitted, in their order: numpy would read them by position
+    and project the wrong features without a word (scikit-learn's estimators refuse it too)."""
+    names = feature_names(X)
+    if fitted is not None and names is not None and names != fitted:
+        raise ValueError(f"The feature names should match those that were passed during fit: X has columns "
+                         f"{list(names)}, the model was fitted on {list(fitted)}; select them in that order "
+                         "(X[list(model.feature_names)]).")
+
+
+def read_feature_names(attrs: dict, refuse: Any) -> tuple[str, ...] | None:
+    """The feature names a model's ``attrs`` record (None: none), checked against its ``n_features``; anything
+    else raises ``refuse(field, why)`` (the model's reader names the damaged field)."""
+    value = attrs.get("feature_names")
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != attrs.get("n_features") or not all(
+            isinstance(v, str) for v in value):
+        raise refuse("feature_names", f"is {value!r}, not a list of {attrs.get('n_features')} column names")
+    return tuple(value)
+
+
+def _frame_values(frame: Any) -> Any:
+    """A data frame's values in its columns' common type: ``np.asarray`` makes float and bool columns objects."""
+    try:
+        dtypes = [np.dtype(t) for t in frame.dtypes]
+    except TypeError:  # an extension type (categorical, nullable): numpy's conversion says what it makes of it
+        return np.asarray(frame)
+    numeric = dtypes and all(t.kind in "biuf" for t in dtypes)
+    return frame.to_numpy(dtype=np.result_type(*dtypes)) if numeric else np.asarray(frame)
 
 
 def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, purpose: str = "kernel PCA",
@@ -66,7 +107,7 @@ def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, pu
             "sparse matrices are not supported by dkpca.fit; densify with X.toarray() or use dkpca.KernelPCA."
         )
     if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
-        arr = np.asarray(arr)
+        arr = _frame_values(arr) if hasattr(arr, "dtypes") else np.asarray(arr)
     shape = tuple(arr.shape)
     if len(shape) != 2:
         raise ValueError(

@@ -87,14 +87,17 @@ def make_kernel(
         ``"cosine"``, a :class:`Kernel` (e.g. ``RBF(0.5) + Linear()``) or a spec
         dict from :meth:`Kernel.to_dict`.
     gamma, degree, coef0 : as in :class:`sklearn.decomposition.KernelPCA`
-        Ignored by kernels that do not take them.
+        Ignored by named kernels that do not take them; ``gamma`` (None: 1/n_features
+        when resolved) is refused beside a :class:`Kernel` or spec dict, which
+        carries its own, and beside ``kernel_params`` that set it too.
     kernel_params : dict, optional
         Extra keyword arguments for the kernel (never mutated).
 
     Raises
     ------
     ValueError
-        Unknown kernel name or a parameter out of its allowed range.
+        Unknown kernel name, a parameter out of its allowed range, or one given
+        twice (above).
     """
     if kernel_params is not None and (not isinstance(kernel_params, Mapping)
                                       or not all(isinstance(key, str) for key in kernel_params)):
@@ -102,11 +105,19 @@ def make_kernel(
                 else getattr(kernel, "name", None)) or "the"
         raise ValueError(f"{what} kernel: kernel_params={kernel_params!r} is invalid; it must be None or a dict of "
                          "the kernel's parameters by name, e.g. kernel_params={'gamma': 0.1}.")
+    if isinstance(kernel, (Kernel, dict)) and (gamma is not None or kernel_params):
+        # they would be ignored without a word: the kernel object carries its own parameters
+        given = f"gamma={gamma!r}" if gamma is not None else f"kernel_params={kernel_params!r}"
+        raise ValueError(f"{given} applies to a kernel named by a string, but kernel={kernel!r} carries its own "
+                         "parameters; drop it, or set it in the kernel (e.g. RBF(gamma=0.1)).")
     if isinstance(kernel, Kernel):
         k = kernel
     elif isinstance(kernel, dict):
         k = from_dict(kernel)
     elif isinstance(kernel, str):
+        if gamma is not None and "gamma" in (kernel_params or {}):
+            raise ValueError(f"{kernel} kernel: gamma={gamma!r} and kernel_params={kernel_params!r} both set gamma; "
+                             "pass one of them.")
         if kernel not in _BASIC:
             raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNEL_NAMES)}.")
         cls = _BASIC[kernel]

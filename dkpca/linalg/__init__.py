@@ -4,6 +4,7 @@ Nothing here knows about stores, solvers or dask clusters.
 """
 
 from .centering import Centering, ProjectionWeights, center_block, center_diagonal, center_precomputed
+from .eigh import top_eigh
 from .grid import (
     BLOCK_BYTES,
     DEFAULT_BLOCK,
@@ -49,7 +50,7 @@ from .rowblocks import RowBlocks
 from .taskgraph import TaskGraph
 from .workspace import retire, scratch
 
-__all__ = ["Centering", "ProjectionWeights", "center_block", "center_diagonal", "center_precomputed",
+__all__ = ["top_eigh", "Centering", "ProjectionWeights", "center_block", "center_diagonal", "center_precomputed",
            "BLOCK_BYTES", "DEFAULT_BLOCK",
            "SCHEDULING_SHARE", "PassCost", "balanced_block", "block_bounds", "cluster_block_size", "default_block_size",
            "n_blocks", "sweep_entries", "pair_weights", "pass_cost", "pass_tasks", "carried_pass", "INLINE_PASS_BYTES",

@@ -36,13 +36,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 from scipy.spatial.distance import pdist
 
 from ..execution import active_client, compute, for_the_client, serial_blas
 from ..kernels import RBF, Kernel, Laplacian
-from ..linalg import Centering
+from ..linalg import Centering, top_eigh
 from ..request.options import DTYPES  # the values ``dtype`` takes: ``auto`` decides by choose_precision
 from ..solvers.spectrum import zero_threshold
 
@@ -234,7 +233,7 @@ def measure_precision(S: np.ndarray, kernel: Kernel, k: int) -> dict[str, Any]:
         out.update(finite="identity", entry_error=0.0, product_error=0.0)
         return out
     kk = max(1, min(k, m // 4, m - 1))
-    mu, V = scipy.linalg.eigh(cen.center_matrix(K64), subset_by_index=(m - kk, m - 1), check_finite=False)
+    mu, V = top_eigh(cen.center_matrix(K64), kk)
     mu, V = mu[::-1], V[:, ::-1]
     resolved = mu > max(zero_threshold(mu[0], np.float64, cen.cancelled), 0.0)
     if not resolved.any():  # K~ of the sample is rounding noise: float32's rounding would be all there is

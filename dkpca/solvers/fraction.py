@@ -38,7 +38,7 @@ from .randomized import iteration_width, start_block
 from .result import DEFAULT_MAX_PASSES, Callback, EigResult, PassReport
 from .spectrum import check_eigenvalues, components_for_fraction
 
-__all__ = ["solve_fraction", "working_k", "next_k", "WORKING_K", "DEFAULT_MAX_PASSES"]
+__all__ = ["solve_fraction", "working_k", "next_k", "refuse_indefinite", "WORKING_K", "DEFAULT_MAX_PASSES"]
 
 #: components solved for in the first round of an iterative solver
 WORKING_K = 20
@@ -90,6 +90,22 @@ def _round_of(state: Any) -> tuple[int, int] | None:
     if "round_k" not in a or "prior_passes" not in a:
         return None
     return int(a["round_k"][0]), int(a["prior_passes"][0])
+
+
+def refuse_indefinite(eigenvalues: np.ndarray, trace: float, fraction: float, tol: float) -> None:
+    """Raise ``ValueError`` where the computed eigenvalues sum to more than ``trace(K~)``, the sum of all n, by
+    more than the solver's error (``tol`` of the largest, each): then K~ has significant negative eigenvalues,
+    and ratios to its trace -- which they shrink -- are no explained variance (they would add up past 1).  The
+    dense solver, which sees the negative eigenvalues, refuses such a K~ too (the spectrum policy)."""
+    lam = np.maximum(np.asarray(eigenvalues, dtype=np.float64), 0.0)
+    top = float(lam.max(initial=0.0))
+    excess = float(lam.sum()) - trace
+    if top > 0 and excess > max(lam.size * tol, 1e-8) * top:
+        raise ValueError(
+            f"n_components={fraction} (a fraction of explained variance) needs a positive semi-definite kernel, but "
+            f"the centred kernel matrix has significant negative eigenvalues: its {lam.size} largest sum to "
+            f"{lam.sum():.6g}, more than its trace {trace:.6g} (the sum of all). Pass an integer n_components, or "
+            "a positive semi-definite kernel (sigmoid, for one, is not).")
 
 
 def _offset(callback: Callback | None, prior: int) -> Callback | None:
@@ -170,6 +186,7 @@ def solve_fraction(solve: Callable[..., EigResult], operator: Any, fraction: flo
         history += res.history
         rounds.append({"k": k, "passes": res.passes, "converged": bool(res.converged)})
         lam = np.asarray(res.eigenvalues, dtype=np.float64)
+        refuse_indefinite(lam, trace, fraction, tol)
         # the whole spectrum is known: all n pairs, or a computed eigenvalue that is numerically 0
         # (the spectrum policy's test; a PSD K~'s remaining ones are 0 too); then only rounding can
         # keep the fraction from being reached

@@ -49,7 +49,7 @@ import numpy as np
 import scipy.linalg
 
 from ..execution import row_blocks
-from ..linalg import RowBlocks, cholesky_qr
+from ..linalg import RowBlocks, cholesky_qr, top_eigh
 from .randomized import iteration_width, start_block
 from .relaxed import Relaxation
 from .result import DEFAULT_MAX_PASSES, Callback, EigResult, report
@@ -109,7 +109,7 @@ def _ritz(T: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
     """
     m = T.shape[0]
     if 4 * want <= m:
-        theta, S = scipy.linalg.eigh(T, check_finite=False, subset_by_index=[m - want, m - 1], driver="evr")
+        theta, S = top_eigh(T, want, driver="evr")
     else:
         theta, S = scipy.linalg.eigh(T, check_finite=False)
     # descending by value: the wanted pairs are the k largest eigenvalues, not magnitudes

@@ -184,11 +184,11 @@ def start_block(X: da.Array | np.ndarray, kernel: Kernel, ell: int, rng,
     """
     n = X.shape[0]
     m = min(n, max(int(n_landmarks), ell))
-    try:
-        U = solve(None, ell, rng=rng, n_landmarks=m, landmarks="uniform", X=X, kernel=kernel,
-                  local=for_the_client(X.nbytes)).eigenvectors
-    except ValueError:
+    res = solve(None, ell, rng=rng, n_landmarks=m, landmarks="uniform", X=X, kernel=kernel,
+                local=for_the_client(X.nbytes))
+    if res.info["rank"] < ell:  # fewer directions than the block: its other columns would be zero
         return None
+    U = res.eigenvectors
     try:  # the Nystroem eigenvectors are orthonormal but for rounding
         return cholesky_qr(U)
     except np.linalg.LinAlgError:

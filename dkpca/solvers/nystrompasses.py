@@ -124,8 +124,8 @@ def _spectrum(n: int, k: int, kernel: Kernel, idx: np.ndarray, pieces: list[np.n
 
     Returns ``lam``, ``mu`` (the features' mean), ``B`` and ``offset`` for the
     second pass (:func:`_vector_share`), ``rank``, ``diag_sum`` and
-    ``trace_nys`` (``||F||_F^2``).  Raises ``ValueError`` where the
-    approximation's rank is below k.
+    ``trace_nys`` (``||F||_F^2``).  Where the approximation's rank is below k
+    the other eigenvalues are 0 (with zero vectors).
     """
     _, W, s = _landmarks(kernel, idx, pieces)
     R = nystrom_features(W)
@@ -141,10 +141,9 @@ def _spectrum(n: int, k: int, kernel: Kernel, idx: np.ndarray, pieces: list[np.n
     sig2, Vs = sig2[::-1], Vs[:, ::-1]
     r = R.shape[1]
     if r < k:
-        raise ValueError(
-            f"the Nystroem approximation has rank {r} < k={k} (landmarks nearly duplicate); "
-            "use more landmarks (n_landmarks=...) or fewer components."
-        )
+        # fewer directions than k (low-rank data, or landmarks nearly duplicate): the rest are eigenvalue 0, which
+        # the spectrum policy drops and reports, as it does for every other solver
+        sig2, Vs = np.append(sig2, np.zeros(k - r)), np.hstack([Vs, np.zeros((r, k - r))])
     # F~^T F~ is PSD: a negative here is rounding, which the spectrum policy
     # (dkpca.solvers.spectrum) cleans like any other solver's -- no clamp of our own
     lam = sig2[:k].copy()

@@ -99,8 +99,8 @@ def _growing(attrs: dict) -> dict | None:
 class StoredData:
     """The training data's copy in a store: :meth:`store_data` writes it, the other methods read it, verified.
 
-    The class it is mixed into provides ``path``, ``open``, ``open_for_write``
-    and ``discard_data`` (withdraw the model, delete the old copy and K).
+    The class it is mixed into provides ``path``, ``open``, ``open_for_write``,
+    ``model_group`` and ``discard_data`` (withdraw the model, delete the old copy and K).
     """
 
     def store_data(self, X: da.Array, fingerprint: dict, overwrite: bool, progress: bool = False,
@@ -139,6 +139,21 @@ class StoredData:
                 )
             if attrs.get("fingerprint") != fingerprint and not overwrite:
                 old = attrs.get("fingerprint", {})
+                rows, fitted = (old.get("shape") or [None])[0], self.model_rows()
+                if isinstance(rows, int) and fitted is not None and fitted < rows:
+                    # the copy grew and the model did not follow: "fitted on" these rows would be untrue
+                    raise ValueError(
+                        f"store {self.path!r} holds {rows} rows of data and a model of its first {fitted}: an "
+                        f"update to {rows} rows was killed before it finished; rerun that update with the "
+                        f"{rows}-row data to finish it, or pass overwrite=True (CLI: --overwrite) to fit this data "
+                        "from scratch, or choose another store.")
+                edge, now = root[DATA]["X"].chunks[0], X.chunks[0][0]
+                if old.get("shape") == fingerprint.get("shape") and edge != now:  # the checksum is per chunk
+                    raise ValueError(
+                        f"store {self.path!r} holds data of the same shape in chunks of {edge} rows, and this fit "
+                        f"asks for {now} (chunk_size): the data's checksum is taken per chunk, so they cannot be "
+                        f"compared. Pass chunk_size={edge} (CLI: --chunk-size {edge}) to reuse the store, or "
+                        "overwrite=True (CLI: --overwrite) to replace it, or choose another store.")
                 raise ValueError(
                     f"store {self.path!r} was fitted on different data (store: shape {old.get('shape')}, "
                     f"checksum {old.get('checksum')}; now: shape {fingerprint.get('shape')}, checksum "
@@ -236,6 +251,14 @@ class StoredData:
             raise CorruptChunkError(self.path, DATA, None, f"records no digest of the chunk holding row {rows - 1}; "
                                     f"{RECOPY}")
         return RowPrefix(array=arr, digests=kept, rows=rows)
+
+    def model_rows(self) -> int | None:
+        """The rows of the store's current model (its eigenvectors' metadata), None if it has none readable."""
+        try:
+            name = self.model_group()
+            return None if name is None else int(self.open()[name]["eigenvectors"].shape[0])
+        except (KeyError, ValueError, TypeError, OSError):
+            return None
 
     def data_extent(self) -> DataExtent:
         """The complete rows, features and earlier row counts of the copy (a model load checks its own)."""

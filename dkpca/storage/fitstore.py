@@ -371,7 +371,8 @@ class FitStore(StoredData):
         For reads that must match the model (the Gram matrix's kernel, the data's shape): both are read
         again when a refit switches the model meanwhile; ``also``'s errors are raised if none did.
         """
-        return self._read_group(MODEL, f"model; run dkpca fit with --store {self.path}.", also)
+        return self._read_group(MODEL, f"model; run dkpca fit with --store {self.path} (a sparse model "
+                                       f"saved there loads with dkpca.SparseKernelPCA.load({self.path!r})).", also)
 
     def write_ritz(self, arrays: dict[str, tuple[np.ndarray, tuple[int, ...] | None]], attrs: dict) -> None:
         """Replace the Ritz record (:data:`RITZ`), as a model is replaced; ``attrs`` name the model it belongs to."""

@@ -2,8 +2,10 @@
 
 The solver reads K, never the sums or the diagonal once the row sums are
 reduced; so a rerun that reuses the store checks those (small: nb x n and n
-values) and recomputes the blocks whose sums are damaged
-(:meth:`GramChecks.mend_sums`).  Every array's shape is checked against
+values) -- their CRC, and their digests against the blocks' sums markers
+(:func:`sums_digest`) -- and recomputes the blocks whose sums are damaged
+(:meth:`GramChecks.mend_sums`); the row sums are checked against the digests
+recorded when they were reduced (:meth:`GramChecks.read_row_sums`).  Every array's shape is checked against
 the attributes before any chunk grid is walked (:meth:`GramChecks.check_layout`).
 A chunk found damaged while solving clears the markers of every damaged block
 (:meth:`GramChecks.repair`), so one rebuild mends them all.
@@ -22,9 +24,22 @@ import zarr
 
 from ..linalg.grid import block_bounds, n_blocks
 from .chunks import ChunkReader
-from .integrity import DIGEST, CorruptChunkError, check_layout, damaged_chunks, store_name, writable
+from .integrity import (
+    DIGEST,
+    CorruptChunkError,
+    check_layout,
+    chunk_digests,
+    decode_digests,
+    digest,
+    encode_digests,
+    padded_digest,
+    read_whole,
+    store_name,
+    writable,
+)
 
-__all__ = ["GROUP", "REBUILD", "GramChecks", "read_done_markers", "recorded_digests"]
+__all__ = ["GROUP", "REBUILD", "SUMS", "GramChecks", "gram_layout", "read_done_markers", "recorded_digests",
+           "row_sums_record", "sums_digest"]
 
 GROUP = "gram"
 
@@ -32,6 +47,39 @@ logger = logging.getLogger("dkpca")
 
 #: what to rerun when the Gram store's layout (its attributes or an array's metadata) is damaged
 REBUILD = "rerun the fit with overwrite=True (CLI: --overwrite) to rebuild the Gram matrix"
+
+
+#: the array of the blocks' sums markers: at [I, J] (I <= J) :func:`sums_digest` of the sums block (I, J) wrote
+#: (absent from stores built before they were recorded, whose sums are checked by CRC only)
+SUMS = "sums_done"
+
+
+def gram_layout(n: int, block: int) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every Gram array's shape and chunks for ``n`` rows in tiles of ``block``."""
+    nb = n_blocks(n, block)
+    return {"K": ((n, n), (block, block)), "partial_sums": ((nb, n), (1, block)), "diag": ((n,), (block,)),
+            "done": ((nb, nb), (1, 1)), SUMS: ((nb, nb), (1, 1)), "row_sums": ((n,), (block,))}
+
+
+def sums_digest(first: int, second: int) -> int:
+    """A block's sums marker: the digest of its two sums chunks' digests (partial sums ``(J, I)``, then
+    ``(I, J)`` or, on the diagonal, its diag chunk), as :meth:`~dkpca.storage.chunks.ChunkWriter.write` returned
+    them.  Their CRC cannot tell a stale or foreign copy from the chunk written there; this can."""
+    return digest(np.array([first, second], dtype=np.uint64))
+
+
+#: the attribute recording the digest of each chunk of the row sums, written with ``complete``
+ROW_SUMS_DIGESTS = "row_sums_digests"
+
+
+def _row_sums_digests(row_sums: np.ndarray, block: int) -> list[int]:
+    """The digest of each stored chunk of the row sums (zero-padded at the end, as zarr stores it)."""
+    return [padded_digest(row_sums[s:s + block], (block,)) for s in range(0, row_sums.shape[0], block)]
+
+
+def row_sums_record(row_sums: np.ndarray, block: int) -> dict[str, list[str]]:
+    """The Gram group's attribute that :meth:`GramChecks.read_row_sums` checks the row sums by."""
+    return {ROW_SUMS_DIGESTS: encode_digests(_row_sums_digests(row_sums, block))}
 
 
 def recorded_digests(gram: zarr.Group, markers: np.ndarray) -> np.ndarray | None:
@@ -84,21 +132,54 @@ class GramChecks:
             raise CorruptChunkError(self.store.path, GROUP, None,
                                     f"records n = {n!r} and block = {block!r} for data of {rows!r} rows: its "
                                     f"attributes are damaged or were edited; {REBUILD}")
-        nb = n_blocks(n, block)
-        layout = {"K": ((n, n), (block, block)), "partial_sums": ((nb, n), (1, block)), "diag": ((n,), (block,)),
-                  "done": ((nb, nb), (1, 1)), "row_sums": ((n,), (block,))}
+        layout = gram_layout(n, block)
         for name, (shape, chunks) in layout.items():
             if name in g:
                 check_layout(g[name], shape, chunks, REBUILD)
 
+    def read_row_sums(self, g: zarr.Group) -> np.ndarray:
+        """The reduced row sums, every chunk present and verified: its CRC, and its digest where the store
+        records them (:func:`row_sums_record`) -- a CRC cannot tell a stale or foreign copy, which would centre K
+        wrongly without a word.  A chunk that fails raises :class:`CorruptChunkError` naming it, and a rerun
+        reduces them again from the blocks' sums (:meth:`repair`)."""
+        row_sums = read_whole(g["row_sums"])
+        if ROW_SUMS_DIGESTS not in g.attrs:  # stores reduced before the digests were recorded: CRC only
+            return row_sums
+        try:
+            want = decode_digests(g.attrs[ROW_SUMS_DIGESTS])
+        except ValueError:
+            want = ()
+        got = _row_sums_digests(row_sums, int(g.attrs["block"]))
+        where, why = f"{GROUP}/row_sums", "not the row sums reduced from this store's blocks (a stale or foreign copy)"
+        if len(want) != len(got):
+            raise CorruptChunkError(self.store.path, where, (0,), "unconfirmed: the digests recorded of the row "
+                                    "sums are damaged or were edited")
+        for C, (a, b) in enumerate(zip(got, want, strict=True)):
+            if a != b:
+                raise CorruptChunkError(self.store.path, where, (C,), why)
+        return row_sums
+
     def damaged_sums(self, g: zarr.Group, markers: np.ndarray) -> list[tuple[int, int, CorruptChunkError]]:
-        """Built blocks (``markers``) whose partial sums or diagonal chunk is missing or fails its checksum."""
+        """Built blocks (``markers``) whose partial sums or diagonal chunk is missing, fails its checksum, or is
+        not the one the block wrote (against its sums marker, where the store records them)."""
         found: dict[tuple[int, int], CorruptChunkError] = {}
-        for arr in (g["partial_sums"], g["diag"]):
-            for c, exc in damaged_chunks(arr).items():
+        digests = {}
+        for name in ("partial_sums", "diag"):
+            digests[name], bad = chunk_digests(g[name])
+            for c, exc in bad.items():
                 block = (min(c), max(c))  # partial_sums (J, I) or (I, J) of block (I, J); diag (I,): (I, I)
                 if markers[block]:
                     found.setdefault(block, exc)
+        recorded = read_done_markers(g[SUMS]) if SUMS in g else None
+        for I, J in zip(*np.nonzero(np.triu(markers)), strict=True) if recorded is not None else ():
+            I, J = int(I), int(J)
+            parts = (digests["partial_sums"].get((J, I)),
+                     digests["partial_sums"].get((I, J)) if I != J else digests["diag"].get((I,)))
+            if (I, J) in found or None in parts or sums_digest(*parts) == recorded[I, J]:
+                continue
+            why = (f"unconfirmed: block ({I}, {J}) recorded no sums marker" if not recorded[I, J] else
+                   f"not the sums block ({I}, {J}) wrote (a stale or foreign copy)")
+            found[I, J] = CorruptChunkError(store_name(g[SUMS]), f"{GROUP}/partial_sums", (J, I), why)
         return [(I, J, exc) for (I, J), exc in sorted(found.items())]
 
     def mend_sums(self, g: zarr.Group) -> np.ndarray:

@@ -7,6 +7,7 @@ Layout, inside a :class:`~dkpca.storage.fitstore.FitStore`::
       partial_sums      nb x n: [J, rows of I] = sums over the columns of block (I, J) or its mirror
       diag              n: k(x_i, x_i) as stored
       done              nb x nb uint64 completion markers, one chunk per block: the digest of K's chunk
+      sums_done         nb x nb uint64 sums markers, one chunk per block: the digest of its sums chunks
       row_sums          n, float64 (written once every block is done)
 
 A block task writes K's chunk, its sums, then its marker (:class:`GramWriters`);
@@ -15,7 +16,11 @@ a rerun trusts the markers and nothing else.  The marker is the digest
 for, and the solver's reads check it: a chunk file that is corrupt, or intact
 but not the one written there (another block's, a stale copy), is refused.
 Stores whose ``gram`` attributes do not name the digest (``marker``) have
-markers that record none (uint8 1) and are checked by CRC only.
+markers that record none (uint8 1) and are checked by CRC only.  The sums
+marker (:func:`~dkpca.storage.gramcheck.sums_digest`, written just before the
+done marker) does the same for the block's partial sums and diagonal, which a
+rerun reduces to the row sums without reading K: a stale copy of them would
+centre K wrongly without a word.  Stores built before it have none.
 
 Finding damage and clearing its blocks' markers (repair) is the mix-in
 :class:`~dkpca.storage.gramcheck.GramChecks`.
@@ -36,7 +41,16 @@ from ..kernels import Kernel, from_dict
 from ..linalg.grid import block_bounds, n_blocks
 from .chunks import ChunkReader, ChunkWriter, remove_partials
 from .fitstore import FitStore, remove_member
-from .gramcheck import GROUP, GramChecks, read_done_markers, recorded_digests
+from .gramcheck import (
+    GROUP,
+    SUMS,
+    GramChecks,
+    gram_layout,
+    read_done_markers,
+    recorded_digests,
+    row_sums_record,
+    sums_digest,
+)
 from .integrity import (
     DIGEST,
     check_chunks,
@@ -81,7 +95,7 @@ def fit_footprint(n: int, d: int, block: int, dtype: Any, ell: int, data_itemsiz
     parts = {
         "K": gram_bytes(n, block, dtype) + k_files * FILE_OVERHEAD,
         "partial_sums": nb * n * 8 + nb * nb * FILE_OVERHEAD,
-        "done_markers": nb * nb * FILE_OVERHEAD,
+        "done_markers": 2 * nb * nb * FILE_OVERHEAD,  # K's and the sums
         "diag_and_row_sums": n * (itemsize + 8) + 2 * nb * FILE_OVERHEAD,
         "data_copy": n * d * data_itemsize + nb * FILE_OVERHEAD,
         "model": n * (ell + 1) * 8 + 2 * nb * FILE_OVERHEAD,
@@ -108,6 +122,22 @@ def check_disk_space(store: FitStore, needed: int) -> None:
 def _create_K(group: zarr.Group, shape: tuple[int, int], block: int, dtype: Any) -> zarr.Array:
     """K's array: square chunks, uncompressed (the raw chunk path reads and writes it directly)."""
     return create_array(group, "K", shape=shape, chunks=(block, block), dtype=dtype, fill_value=0.0)
+
+
+#: the arrays every Gram store has (older ones lack the sums markers), created in this order before any block
+CREATED = ("K", "partial_sums", "diag", "done", "row_sums")
+
+
+def _create_arrays(g: zarr.Group, n: int, block: int, dtype: Any) -> None:
+    """The Gram arrays for ``n`` rows in tiles of ``block`` that ``g`` lacks (all of them, for a new group)."""
+    for name, (shape, chunks) in gram_layout(n, block).items():
+        if name in g:
+            continue
+        if name == "K":
+            _create_K(g, shape, block, dtype)
+        else:
+            kind = dtype if name == "diag" else "uint64" if name in ("done", SUMS) else "float64"
+            create_array(g, name, shape=shape, chunks=chunks, dtype=kind, fill_value=0)
 
 
 def probe_array(directory: str, edge: int, dtype: Any, count: int = 1) -> tuple[str, zarr.Array]:
@@ -181,6 +211,8 @@ class GramWriters:
     partial_sums: ChunkWriter
     diag: ChunkWriter
     done: ChunkWriter
+    #: the sums markers' writer (None: a store built before they were recorded)
+    sums: ChunkWriter | None = None
     #: the fit's hold on the store, checked before the block's first write and before its marker
     lease: Lease | None = None
 
@@ -204,11 +236,13 @@ class GramWriters:
         if check is not None:
             check()
         self._fence()
-        self.partial_sums.write((J, I), row_sums[None])
+        first = self.partial_sums.write((J, I), row_sums[None])
         if I != J:
-            self.partial_sums.write((I, J), col_sums[None])
+            second = self.partial_sums.write((I, J), col_sums[None])
         else:
-            self.diag.write((I,), np.ascontiguousarray(np.diagonal(blk)))
+            second = self.diag.write((I,), np.ascontiguousarray(np.diagonal(blk)))
+        if self.sums is not None:
+            self.sums.write((I, J), np.full((1, 1), sums_digest(first, second), np.uint64))
         if self.done.dtype == "uint8":  # a store built before markers recorded digests
             self.done.write((I, J), np.ones((1, 1), np.uint8))
         else:
@@ -261,20 +295,20 @@ class GramStore(GramChecks):
             attrs = dict(root[GROUP].attrs)
             if not overwrite:
                 self.refuse_other(want, attrs)
+                g = root[GROUP]
+                if any(name not in g for name in CREATED):
+                    # killed while the arrays were being created, before any block could be built: finish it
+                    _create_arrays(g, n, block, dtype)
+                    return np.zeros((nb, nb), dtype=np.uint64)
                 if not self.store.is_url:
                     remove_partials(os.path.join(self.store.path, GROUP))
-                return self.mend_sums(root[GROUP])
+                return self.mend_sums(g)
             self.store.remove_model()  # derived from K: withdrawn first, so readers never pair it with a new K
             remove_member(root, GROUP)
         check_disk_space(self.store, needed if needed is not None else gram_bytes(n, block, dtype))
-        g = root.create_group(GROUP)
-        # Attributes first: an interrupted build is then recognisable as ours.
-        g.attrs.update(json_safe({**want, "complete": False, "marker": DIGEST}))
-        _create_K(g, (n, n), block, dtype)
-        create_array(g, "partial_sums", shape=(nb, n), chunks=(1, block), dtype="float64", fill_value=0.0)
-        create_array(g, "diag", shape=(n,), chunks=(block,), dtype=dtype, fill_value=0.0)
-        create_array(g, "done", shape=(nb, nb), chunks=(1, 1), dtype="uint64", fill_value=0)
-        create_array(g, "row_sums", shape=(n,), chunks=(block,), dtype="float64", fill_value=0.0)
+        # Attributes with the group, in one write: an interrupted build is then recognisable as ours.
+        g = root.create_group(GROUP, attributes=json_safe({**want, "complete": False, "marker": DIGEST}))
+        _create_arrays(g, n, block, dtype)
         return np.zeros((nb, nb), dtype=np.uint64)
 
     def writers(self, direct: bool, lease: Lease | None = None) -> GramWriters:
@@ -283,7 +317,8 @@ class GramStore(GramChecks):
         path = self.store.path
         return GramWriters(K=ChunkWriter.of(path, g["K"], direct=direct),
                            partial_sums=ChunkWriter.of(path, g["partial_sums"]),
-                           diag=ChunkWriter.of(path, g["diag"]), done=ChunkWriter.of(path, g["done"]), lease=lease)
+                           diag=ChunkWriter.of(path, g["diag"]), done=ChunkWriter.of(path, g["done"]),
+                           sums=ChunkWriter.of(path, g[SUMS]) if SUMS in g else None, lease=lease)
 
     def finish(self) -> None:
         """Reduce the per-block sums to row sums and trace, and mark the store complete (once)."""
@@ -309,7 +344,7 @@ class GramStore(GramChecks):
                     row_sums[s:e] += reader.read(R, C, (1, e - s), purpose="partial-sums")[0]
         writable(g["row_sums"])[:] = row_sums  # every chunk written, zero row sums too
         diag_sum = float(np.sum(read_whole(g["diag"]), dtype=np.float64))
-        g.attrs.update({"complete": True, "diag_sum": diag_sum})
+        g.attrs.update({"complete": True, "diag_sum": diag_sum, **row_sums_record(row_sums, block)})
 
     def recorded_dtype(self) -> str | None:
         """The precision of the K this store holds (``float32``/``float64``), or None (no store, no K, unreadable).
@@ -338,6 +373,7 @@ class GramStore(GramChecks):
         if not a.get("complete"):
             raise ValueError(f"the Gram matrix in {self.store.path!r} is incomplete; rerun the fit to finish it.")
         self.check_layout(g)
+        row_sums = self.read_row_sums(g)
         return GramInfo(store=self.store, n=a["n"], block=a["block"], dtype=np.dtype(a["dtype"]),
-                        kernel=from_dict(a["kernel"]), row_sums=read_whole(g["row_sums"]),
+                        kernel=from_dict(a["kernel"]), row_sums=row_sums,
                         diag_sum=float(a["diag_sum"]), digests=recorded_digests(g, read_done_markers(g["done"])))

@@ -32,7 +32,7 @@ import zarr
 from ..linalg.grid import n_blocks
 from .datacopy import DATA, DataExtent
 from .fitstore import FitStore
-from .gramcheck import GROUP
+from .gramcheck import GROUP, gram_layout
 from .gramstore import GramStore
 from .integrity import CorruptChunkError, writable
 
@@ -55,15 +55,6 @@ class Growth:
     copy_data: bool
     gram: bool
     model_rows: int | None
-
-
-def _model_rows(store: FitStore) -> int | None:
-    """The rows of the store's current model (its eigenvectors' metadata), None if it has none readable."""
-    try:
-        name = store.model_group()
-        return None if name is None else int(store.open()[name]["eigenvectors"].shape[0])
-    except (KeyError, ValueError, TypeError, OSError):
-        return None
 
 
 def _recorded(store: FitStore | None) -> tuple[DataExtent | None, dict | None]:
@@ -98,7 +89,11 @@ def refit_conflicts(store: FitStore | None, n: int, d: int, kernel: dict, dtype:
     ext, attrs = _recorded(store)
     fix = "pass overwrite=True (CLI: --overwrite) to replace it, or choose another store"
     if ext is not None and (ext.rows, ext.d) != (n, d):  # refused there first: K's attributes follow from it
-        return [f"the store holds data of {ext.rows} x {ext.d}: dkpca fit would refuse this {n} x {d} input; {fix}"]
+        fitted = store.model_rows()
+        killed = (f" (an update of its model of {fitted} rows, killed before it finished: rerun it with the "
+                  f"{ext.rows}-row data to finish it)" if fitted is not None and fitted < ext.rows else "")
+        return [f"the store holds data of {ext.rows} x {ext.d}{killed}: dkpca fit would refuse this {n} x {d} "
+                f"input; {fix}"]
     mismatch = GramStore.describe_mismatch(attrs, {"kernel": kernel, "block": block, "dtype": dtype},
                                            ("kernel", "block", "dtype")) if attrs is not None else ""
     return [f"the store's K is of another fit ({mismatch}): dkpca fit would refuse it; {fix}"] if mismatch else []
@@ -136,7 +131,7 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
                 f"the input must be {fp.get('dtype')} too (e.g. X.astype({fp.get('dtype')!r})). Convert it, or "
                 "pass overwrite=True (CLI: --overwrite) to fit from scratch, or choose another store.")
         return None
-    model_rows = _model_rows(store)
+    model_rows = store.model_rows()
     if ext.growing is not None:
         n_old, copy = ext.growing["from"], True
     elif n > ext.rows:
@@ -166,12 +161,6 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
                          "choose another store.")
     return Growth(n_old=int(n_old), n_new=int(n), block=block, copy_data=copy, gram=gram is not None,
                   model_rows=model_rows)
-
-
-def _shapes(n: int, block: int) -> dict[str, tuple[int, ...]]:
-    """The Gram arrays an update resizes, and their shapes for n rows in tiles of ``block``."""
-    nb = n_blocks(n, block)
-    return {"K": (n, n), "partial_sums": (nb, n), "diag": (n,), "done": (nb, nb), "row_sums": (n,)}
 
 
 def update_blocks(n_old: int, n_new: int, block: int) -> tuple[int, int, int]:
@@ -216,7 +205,9 @@ def grow_gram(store: FitStore, n_old: int, want: dict[str, Any]) -> bool:
         done = writable(g["done"])
         done[: last + 1, last] = 0
     # 3. every array to the new shape (metadata only: chunks of the old rows stay where they are)
-    for name, shape in _shapes(n_new, block).items():
+    for name, (shape, _) in gram_layout(n_new, block).items():
+        if name not in g:  # the sums markers, in a store built before they were recorded
+            continue
         arr: zarr.Array = writable(g[name])
         if tuple(arr.shape) != shape:
             arr.resize(shape)

@@ -30,8 +30,8 @@ from zarr.storage import LocalStore
 __all__ = ["CHECKSUM_BYTES", "CorruptChunkError", "checksum_codecs", "write_config", "writable", "create_array",
            "has_checksum", "chunk_key", "chunk_exists", "store_name", "DIGEST", "digest", "padded_digest",
            "content_digest", "verify_crc", "verify_digest", "check_layout", "present_chunks", "check_chunks",
-           "damaged_chunks", "chunk_coords", "chunk_region", "read_verified", "read_whole", "VerifiedArray",
-           "encode_digests", "decode_digests"]
+           "damaged_chunks", "chunk_digests", "chunk_coords", "chunk_region", "read_verified", "read_whole",
+           "VerifiedArray", "encode_digests", "decode_digests"]
 
 #: bytes the crc32c codec appends to each chunk (little-endian CRC-32C of the chunk's bytes)
 CHECKSUM_BYTES = 4
@@ -286,29 +286,36 @@ def read_verified(arr: zarr.Array, selection: Any = Ellipsis) -> np.ndarray:
 
 
 def damaged_chunks(arr: zarr.Array) -> dict[tuple[int, ...], CorruptChunkError]:
-    """Every chunk of ``arr`` that is missing or fails its checksum, by coordinates.
+    """Every chunk of ``arr`` that is missing or fails its checksum, by coordinates (:func:`chunk_digests`)."""
+    return chunk_digests(arr)[1]
+
+
+def chunk_digests(arr: zarr.Array) -> tuple[dict[tuple[int, ...], int], dict[tuple[int, ...], CorruptChunkError]]:
+    """Every readable chunk's :func:`padded_digest` (what :meth:`~dkpca.storage.chunks.ChunkWriter.write`
+    returned for it), and every chunk that is missing or fails its checksum, by coordinates.
 
     One listing, then a row of chunks read at a time; only a row that fails
     is read again chunk by chunk, to name each damaged one.
     """
     have = present_chunks(arr)
-    found = {}
+    digests, found = {}, {}
     for row in range(arr.cdata_shape[0] if arr.ndim else 0):
         sel = (slice(row * arr.chunks[0], (row + 1) * arr.chunks[0]),)
         try:
-            read_verified(arr, sel)
-            failed = False
+            data = read_verified(arr, sel)
         except CorruptChunkError:
-            failed = True
+            data = None
         for c in chunk_coords(arr, sel):
             try:
                 if c not in have:
                     raise CorruptChunkError(store_name(arr), arr.path, c, "missing")
-                if failed:
-                    read_verified(arr, chunk_region(arr, c))
+                region = chunk_region(arr, c)
+                # the row read covers the chunk's rows whole: the other axes' bounds select it there
+                part = read_verified(arr, region) if data is None else data[(slice(None), *region[1:])]
+                digests[c] = padded_digest(part, tuple(arr.chunks))
             except CorruptChunkError as exc:
                 found[c] = exc
-    return found
+    return digests, found
 
 
 def read_whole(arr: zarr.Array) -> np.ndarray:

@@ -20,7 +20,7 @@ from .chunks import partials
 from .fitstore import DATA, RITZ, FitStore
 from .gramstore import GROUP as GRAM
 from .gramstore import GramStore, read_done_markers
-from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified, read_whole
+from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified
 from .modelrecord import DamagedModelError
 
 __all__ = ["Finding", "verify_store"]
@@ -96,7 +96,7 @@ def _gram(store: FitStore, root: zarr.Group) -> Finding:
            for I, J, exc in GramStore(store).damaged_blocks()]
     if g.attrs.get("complete") and not bad:
         try:
-            read_whole(g["row_sums"])
+            GramStore(store).read_row_sums(g)
         except CorruptChunkError as exc:
             bad.append(f"row sums: {exc}")
     old = _unchecked([g["K"], g["partial_sums"], g["diag"]])
