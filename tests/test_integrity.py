@@ -19,7 +19,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca.cli import main
-from dkpca.storage import ChunkReader, ChunkWriter, CorruptChunkError, FitStore, create_array
+from dkpca.storage import ChunkReader, ChunkWriter, CorruptChunkError, DamagedModelError, FitStore, create_array
 
 from .conftest import cli_error, make_data, reference_eigh, write_data
 
@@ -307,3 +307,27 @@ def test_row_sums_are_reduced_from_the_partial_sums_files_and_a_damaged_one_is_n
     _flip_bit(tmp_path / "s.zarr" / "gram" / "partial_sums" / "c" / "1" / "0", offset=8 * 3 + 7)
     with pytest.raises(CorruptChunkError, match=r"chunk \(1, 0\) of array 'gram/partial_sums'"):
         gs.finish()
+
+
+@pytest.mark.parametrize("key", ["kernel", "diag_sum"])
+def test_edited_gram_attributes_are_refused_not_used(stored_fit, key, capsys):
+    """K built with gamma 0.2 whose recorded kernel reads 0.3 would be reused by a gamma 0.3 fit; an edited trace
+    would give other explained-variance ratios.  The Gram group's seal refuses both, naming the fix."""
+    X, store, _ = stored_fit
+    g = zarr.open_group(str(store / "gram"), mode="r+")
+    g.attrs[key] = {**g.attrs["kernel"], "gamma": 0.3} if key == "kernel" else 500.0
+    assert main(["verify", str(store)]) == 1
+    assert "attributes that were edited" in capsys.readouterr().out
+    gamma = 0.3 if key == "kernel" else 0.2
+    with pytest.raises(CorruptChunkError, match="attributes that were edited.*overwrite=True"):
+        dkpca.fit(X, n_components=3, gamma=gamma, store=store, chunk_size=100, dtype="float64", solver="dense",
+                  gram="store")
+
+
+def test_an_edited_model_attribute_is_refused_by_load(stored_fit):
+    """The model's trace (explained-variance ratios) and grand mean are numbers no array digest covers."""
+    X, store, _ = stored_fit
+    group = zarr.open_group(str(store / FitStore.at(store).model_group()), mode="r+")
+    group.attrs["trace"] = 1000.0
+    with pytest.raises(DamagedModelError, match="attribute .trace.* was edited after it was written"):
+        dkpca.load(store)

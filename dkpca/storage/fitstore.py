@@ -308,7 +308,7 @@ class FitStore(StoredData):
             arr[...] = data
             written[key] = (arr, data)
         # each array's shape, chunks, dtype and digest, checked by every read (modelrecord)
-        g.update_attributes(json_safe({**attrs, **record(written), "complete": True}))
+        g.update_attributes(json_safe({**attrs, **record(written, json_safe(attrs)), "complete": True}))
         self._switch(kind, name)
 
     def _read_group(self, kind: str, missing: str, also: Callable[[dict], Any] | None = None,

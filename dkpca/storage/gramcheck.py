@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Any
 
 import numpy as np
 import zarr
@@ -32,14 +33,15 @@ from .integrity import (
     decode_digests,
     digest,
     encode_digests,
+    json_digest,
     padded_digest,
     read_whole,
     store_name,
     writable,
 )
 
-__all__ = ["GROUP", "REBUILD", "SUMS", "GramChecks", "gram_layout", "read_done_markers", "recorded_digests",
-           "row_sums_record", "sums_digest"]
+__all__ = ["GROUP", "REBUILD", "SEAL", "SUMS", "GramChecks", "gram_layout", "gram_seal", "read_done_markers",
+           "recorded_digests", "row_sums_record", "sums_digest"]
 
 GROUP = "gram"
 
@@ -66,6 +68,16 @@ def sums_digest(first: int, second: int) -> int:
     ``(I, J)`` or, on the diagonal, its diag chunk), as :meth:`~dkpca.storage.chunks.ChunkWriter.write` returned
     them.  Their CRC cannot tell a stale or foreign copy from the chunk written there; this can."""
     return digest(np.array([first, second], dtype=np.uint64))
+
+
+#: the Gram group's attribute sealing what a fit takes from its attributes as they are (:func:`gram_seal`)
+SEAL = "seal"
+
+
+def gram_seal(attrs: dict[str, Any]) -> str:
+    """The digest of the kernel K was built with and of trace(K) (``diag_sum``, once reduced), as recorded: an
+    edited one would be used without a word (the tile, precision and size are checked against the arrays)."""
+    return json_digest({key: attrs.get(key) for key in ("kernel", "diag_sum")})
 
 
 #: the attribute recording the digest of each chunk of the row sums, written with ``complete``
@@ -125,6 +137,9 @@ class GramChecks:
         """
         g = self.store.open()[GROUP] if g is None else g
         a = dict(g.attrs)
+        if SEAL in a and a[SEAL] != gram_seal(a):  # stores written before it have none
+            raise CorruptChunkError(self.store.path, GROUP, None, "has attributes that were edited (the kernel or "
+                                    f"trace recorded with K no longer matches its seal); {REBUILD}")
         n, block = a.get("n"), a.get("block")
         shape = a["fingerprint"].get("shape") if isinstance(a.get("fingerprint"), dict) else None
         rows = shape[0] if isinstance(shape, list) and shape else n

@@ -43,9 +43,11 @@ from .chunks import ChunkReader, ChunkWriter, remove_partials
 from .fitstore import FitStore, remove_member
 from .gramcheck import (
     GROUP,
+    SEAL,
     SUMS,
     GramChecks,
     gram_layout,
+    gram_seal,
     read_done_markers,
     recorded_digests,
     row_sums_record,
@@ -307,7 +309,8 @@ class GramStore(GramChecks):
             remove_member(root, GROUP)
         check_disk_space(self.store, needed if needed is not None else gram_bytes(n, block, dtype))
         # Attributes with the group, in one write: an interrupted build is then recognisable as ours.
-        g = root.create_group(GROUP, attributes=json_safe({**want, "complete": False, "marker": DIGEST}))
+        attrs = json_safe({**want, "complete": False, "marker": DIGEST})
+        g = root.create_group(GROUP, attributes={**attrs, SEAL: gram_seal(attrs)})
         _create_arrays(g, n, block, dtype)
         return np.zeros((nb, nb), dtype=np.uint64)
 
@@ -344,7 +347,8 @@ class GramStore(GramChecks):
                     row_sums[s:e] += reader.read(R, C, (1, e - s), purpose="partial-sums")[0]
         writable(g["row_sums"])[:] = row_sums  # every chunk written, zero row sums too
         diag_sum = float(np.sum(read_whole(g["diag"]), dtype=np.float64))
-        g.attrs.update({"complete": True, "diag_sum": diag_sum, **row_sums_record(row_sums, block)})
+        g.attrs.update({"complete": True, "diag_sum": diag_sum, **row_sums_record(row_sums, block),
+                        SEAL: gram_seal({"kernel": g.attrs["kernel"], "diag_sum": diag_sum})})
 
     def recorded_dtype(self) -> str | None:
         """The precision of the K this store holds (``float32``/``float64``), or None (no store, no K, unreadable).

@@ -16,6 +16,7 @@ walked (:func:`check_layout`).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +29,10 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 __all__ = ["CHECKSUM_BYTES", "CorruptChunkError", "checksum_codecs", "write_config", "writable", "create_array",
-           "has_checksum", "chunk_key", "chunk_exists", "store_name", "DIGEST", "digest", "padded_digest",
-           "content_digest", "verify_crc", "verify_digest", "check_layout", "present_chunks", "check_chunks",
-           "damaged_chunks", "chunk_digests", "chunk_coords", "chunk_region", "read_verified", "read_whole",
-           "VerifiedArray", "encode_digests", "decode_digests"]
+           "has_checksum", "chunk_key", "chunk_exists", "store_name", "DIGEST", "digest", "json_digest",
+           "padded_digest", "content_digest", "verify_crc", "verify_digest", "check_layout", "present_chunks",
+           "check_chunks", "damaged_chunks", "chunk_digests", "chunk_coords", "chunk_region", "read_verified",
+           "read_whole", "VerifiedArray", "encode_digests", "decode_digests"]
 
 #: bytes the crc32c codec appends to each chunk (little-endian CRC-32C of the chunk's bytes)
 CHECKSUM_BYTES = 4
@@ -134,6 +135,12 @@ def digest(data: Any) -> int:
     read checks the CRC.
     """
     return xxhash.xxh3_64_intdigest(data) | 1
+
+
+def json_digest(value: Any) -> str:
+    """:func:`digest` of ``value`` as canonical JSON (sorted keys), 16 hex digits: attributes read back compared."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return f"{digest(np.frombuffer(text.encode(), dtype=np.uint8)):016x}"
 
 
 def padded_digest(data: np.ndarray, chunks: tuple[int, ...]) -> int:

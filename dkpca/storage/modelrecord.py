@@ -28,6 +28,7 @@ naming the store, the field and the fix.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -36,11 +37,13 @@ import numpy as np
 import psutil
 import zarr
 
-from .integrity import DIGEST, digest, encode_digests, has_checksum, read_verified, read_whole
+from .integrity import DIGEST, digest, encode_digests, has_checksum, json_digest, read_verified, read_whole
 
-__all__ = ["DamagedModelError", "RECORD", "record", "read_group", "read_recorded", "read_unrecorded", "check_pointer",
-           "digests_key"]
+__all__ = ["DamagedModelError", "ATTRS", "RECORD", "SEALED", "attrs_digest", "record", "read_group", "read_recorded",
+           "read_unrecorded", "check_pointer", "digests_key"]
 
+#: the attribute holding the digest of a group's other attributes (:func:`attrs_digest`)
+ATTRS = "attrs_digest"
 #: the model group's attribute holding the record of its arrays
 RECORD = "arrays"
 _FIXES = {"model": "refit the model", "sparse_model": "fit the sparse model again and save it"}
@@ -83,9 +86,39 @@ def _entry(arr: zarr.Array, data: np.ndarray) -> dict[str, Any]:
             "digest": encode_digests([digest(np.ascontiguousarray(data, dtype=arr.dtype))])[0]}
 
 
-def record(written: dict[str, tuple[zarr.Array, np.ndarray]]) -> dict[str, Any]:
-    """The attributes recording the arrays just written (name -> (array, the data written into it))."""
-    return {RECORD: {name: _entry(arr, data) for name, (arr, data) in written.items()}, "digest": DIGEST}
+def record(written: dict[str, tuple[zarr.Array, np.ndarray]], attrs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The attributes recording the arrays just written (name -> (array, the data written into it)), and the
+    digest of the group's other ``attrs`` (:func:`attrs_digest`)."""
+    out = {RECORD: {name: _entry(arr, data) for name, (arr, data) in written.items()}, "digest": DIGEST}
+    return out if attrs is None else {**out, ATTRS: attrs_digest(json.loads(json.dumps(attrs)))}
+
+
+#: the model attributes no other check covers: numbers the model's scores and ratios use as they are read (its
+#: kernel is checked against K's, its report and sizes by their readers, which name a malformed one)
+SEALED = ("grand_mean", "trace")
+
+
+def attrs_digest(attrs: dict[str, Any]) -> dict[str, str]:
+    """The digest of each :data:`SEALED` attribute as JSON holds it (:func:`record`): an edited grand mean or trace
+    would be used without a word."""
+    return {key: json_digest(attrs[key]) for key in SEALED if key in attrs}
+
+
+def _check_attrs(store: str, kind: str, group: str, attrs: dict[str, Any]) -> None:
+    """Refuse a well-formed sealed attribute whose digest is not the one recorded (a malformed one is left to its
+    reader, which names what is wrong with it; groups written before the digests have none)."""
+    recorded = attrs.get(ATTRS)
+    if recorded is None:
+        return
+    if not isinstance(recorded, dict):
+        raise DamagedModelError(store, f"{kind} attribute {ATTRS!r} of group {group!r}", f"is {recorded!r}, not the "
+                                "digests of the attributes", kind)
+    for key, value in recorded.items():
+        got = attrs.get(key)
+        number = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got)
+        if number and json_digest(got) != value:
+            raise DamagedModelError(store, f"{kind} attribute {key!r} of group {group!r}", "was edited after it was "
+                                    "written (its digest differs from the one recorded)", kind)
 
 
 def _parsed(store: str, kind: str, group: str, rec: Any, algo: Any) -> dict[str, dict[str, Any]]:
@@ -142,6 +175,7 @@ def _check_size(store: str, kind: str, arr: zarr.Array) -> None:
 def read_recorded(store: str, kind: str, group: zarr.Group, attrs: dict[str, Any]) -> dict[str, np.ndarray]:
     """Every array the group records, checked against the record: metadata before the read, digest after."""
     rec = _parsed(store, kind, group.path, attrs.get(RECORD), attrs.get("digest"))
+    _check_attrs(store, kind, group.path, attrs)
     out = {}  # only recorded arrays are read: a member added since is never taken for part of the model
     for name, e in rec.items():
         arr = _open(store, kind, group, name)
