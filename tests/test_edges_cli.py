@@ -425,3 +425,13 @@ def test_the_same_data_in_another_chunk_size_is_refused_naming_the_chunk_size(tm
     capsys.readouterr()
     err = cli_error(capsys, ["fit", data, "-k", "2", "-q", "--store", store, "--chunk-size", "20"])
     assert "in chunks of 30 rows, and this fit asks for 20" in err and "--chunk-size 30" in err
+
+
+def test_data_whose_kernel_overflows_is_refused_before_any_work_in_one_line(tmp_path, capsys):
+    """Finite values of 1e200: their rbf distances overflow.  The sample that chooses K's precision sees it, so no
+    warning and no data copy come before the one line (the build's refusal came after the copy, under warnings)."""
+    np.save(tmp_path / "big.npy", make_data(300, d=4) * 1e200)
+    store = tmp_path / "s.zarr"
+    err = cli_error(capsys, ["fit", str(tmp_path / "big.npy"), "-k", "2", "--store", str(store), "--no-progress"])
+    assert "non-finite values (overflow or NaN) on a 256-point sample" in err
+    assert not (store / "data").exists()
