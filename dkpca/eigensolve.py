@@ -99,11 +99,9 @@ def in_memory_operator(K: np.ndarray, kernel: Kernel | str) -> InMemoryKernelOpe
     op = InMemoryKernelOperator(K, kernel if isinstance(kernel, Kernel) else None)
     if not (np.isfinite(op.row_means).all() and np.isfinite(op.centering.diag_sum)):
         words = isinstance(kernel, str)  # a callable or precomputed kernel: its values are the user's
-        fix = ("make it give finite values on this data" if words else
-               "choose other kernel parameters (e.g. a smaller degree or gamma) or scale the data")
-        raise NonFiniteKernelError(
-            f"the kernel matrix has non-finite values (overflow or NaN): the kernel "
-            f"{kernel if words else _kernel_words(kernel)} is not usable on this data; {fix}.")
+        raise NonFiniteKernelError.of("the kernel matrix", kernel if words else _kernel_words(kernel),
+                                      fix="make it give finite values on this data" if words else
+                                      NonFiniteKernelError.FIX)
     return op
 
 

@@ -337,9 +337,7 @@ class MatrixFreeKernelOperator(CenteredKernelOperator):
         ones = np.ones((self.n, 1))
         raw = self.raw_matmat(ones if probe is None else np.hstack([ones, probe]))
         if not np.isfinite(raw[:, 0]).all():
-            raise NonFiniteKernelError(
-                f"the kernel {kernel.to_dict()} has non-finite values (overflow or NaN) on this data; choose other "
-                "kernel parameters (e.g. a smaller degree or gamma) or scale the data.")
+            raise NonFiniteKernelError.of("the kernel matrix", kernel.to_dict())
         self.setup_passes = 1
         if probe is not None:
             self.prime(probe, raw[:, 1:])

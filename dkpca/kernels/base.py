@@ -29,6 +29,16 @@ __all__ = ["Kernel", "Sum", "Product", "Scaled", "NonFiniteKernelError", "check_
 class NonFiniteKernelError(ValueError):
     """A kernel block overflowed or produced NaN: the kernel's parameters do not suit the data."""
 
+    #: what every refusal of a named kernel says to do
+    FIX = "choose other kernel parameters (e.g. a smaller degree or gamma) or scale the data"
+
+    @classmethod
+    def of(cls, subject: str, kernel: Any, where: str = "", fix: str = FIX) -> NonFiniteKernelError:
+        """The refusal, in one wording: ``subject`` (a block, the kernel matrix, the kernel) has non-finite
+        values ``where`` (e.g. " on a 256-point sample of the data"); ``kernel``: its spec or words."""
+        return cls(f"{subject} has non-finite values (overflow or NaN){where}: the kernel {kernel} is not usable on "
+                   f"this data; {fix}.")
+
 
 def check_positive(name: str, value: Any, kernel: str, allow_none: bool = False) -> None:
     if value is None and allow_none:

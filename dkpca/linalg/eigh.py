@@ -10,21 +10,21 @@ import scipy.linalg
 __all__ = ["top_eigh"]
 
 
-def top_eigh(A: np.ndarray, k: int, *, overwrite_a: bool = False, driver: str | None = None,
+def top_eigh(A: np.ndarray, k: int, *, driver: str | None = None,
              again: Callable[[], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(eigenvalues, eigenvectors)``: A's ``k`` largest by value, ascending (``scipy.linalg.eigh``'s order).
 
     Only those k are computed (``subset_by_index``), but LAPACK's subset
     solver can return fewer -- none, measured on a centred rbf kernel of
     unscaled pixel values, within 1e-5 of the identity -- and then the full
-    decomposition gives them.  With ``overwrite_a`` A is destroyed by the first
-    try: ``again()`` makes it anew for the second.
+    decomposition gives them.  With ``again`` (which makes A anew) A is
+    overwritten by the first try, so no copy of it is held.
     """
     n = A.shape[0]
-    lam, U = scipy.linalg.eigh(A, subset_by_index=(n - k, n - 1), overwrite_a=overwrite_a, check_finite=False,
-                               driver=driver)
+    lam, U = scipy.linalg.eigh(A, subset_by_index=(n - k, n - 1), overwrite_a=again is not None,
+                               check_finite=False, driver=driver)
     if lam.size < k:
-        B = again() if overwrite_a and again is not None else A
-        lam, U = scipy.linalg.eigh(B, overwrite_a=overwrite_a, check_finite=False)
+        B = A if again is None else again()
+        lam, U = scipy.linalg.eigh(B, overwrite_a=again is not None, check_finite=False)
         lam, U = lam[n - k:], U[:, n - k:]
     return lam, U

@@ -104,10 +104,7 @@ def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype:
     with np.errstate(over="ignore", invalid="ignore"):  # refused below, in one line, before any work
         t_kernel = _best_time(lambda: kernel.block(XI, XJ, dtype, out=out))
     if not np.isfinite(out).all() and np.isfinite(rows).all():  # non-finite data: the scan names its row
-        raise NonFiniteKernelError(
-            f"the kernel has non-finite values (overflow or NaN) on the first rows of the data: the kernel "
-            f"{kernel.to_dict()} is not usable on this data; choose other kernel parameters (e.g. a smaller degree "
-            "or gamma) or scale the data.")
+        raise NonFiniteKernelError.of("the kernel", kernel.to_dict(), " on the first rows of the data")
     V = np.random.default_rng(0).standard_normal((out.shape[1], ell))
     t_prod = _best_time(lambda: block_products(out, V[: out.shape[0]], V, True))
     V32 = V.astype(np.float32)  # a single-precision pass (the randomized solver's early ones)

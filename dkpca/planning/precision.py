@@ -291,16 +291,15 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     what = f"on a {S.shape[0]}-point sample ({seconds * 1e3:.0f} ms)"
     common = dict(requested=requested, entry_error=got["entry_error"], product_error=got["product_error"],
                   surviving=got["surviving"], checked=got["checked"], sample=int(S.shape[0]), seconds=seconds)
-    if got["finite"] in ("neither", "float64") and not np.isfinite(S).all():  # the scan names the data's bad row
-        return Precision("float32", reason=f"the sample is not finite {what}: the fit refuses X", **common)
     if got["finite"] in ("neither", "float64"):
+        if not np.isfinite(S).all():  # the data itself: the scan refuses it, naming its bad row
+            return Precision("float32", reason=f"the sample is not finite {what}: the fit refuses X", **common)
         # refused now, before the data is copied, in the build's words: a float64 K is not widened to either, as
         # entries beyond float32's range (1e38) overflow the products of a float64 K as well (a degree-400
         # polynomial: K up to 1e227, block Lanczos's eigh failed)
-        raise NonFiniteKernelError(
-            f"the kernel has non-finite values (overflow or NaN{' in float32' if got['finite'] == 'float64' else ''}) "
-            f"on a {S.shape[0]}-point sample of the data: the kernel {kernel.to_dict()} is not usable on this data; "
-            "choose other kernel parameters (e.g. a smaller degree or gamma) or scale the data.")
+        single = " in float32" if got["finite"] == "float64" else ""
+        raise NonFiniteKernelError.of("the kernel", kernel.to_dict(), f"{single} on a {S.shape[0]}-point sample of "
+                                      "the data")
     if got["finite"] == "constant":
         # identical points, or a kernel constant on them: K~ is rounding noise, float32's up to ~1e-4 of n c
         # (ARPACK's single-precision products, 300 identical points), above the zero rule's bound; float64's

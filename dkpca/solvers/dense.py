@@ -24,7 +24,7 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     Kc = operator.dense()
     n = Kc.shape[0]
     # the k largest by value, ascending (eigh's order); K~ is formed again only where LAPACK's subset fails
-    lam, U = top_eigh(Kc, k, overwrite_a=True, again=operator.dense)
+    lam, U = top_eigh(Kc, k, again=operator.dense)
     # eigh's own backward error bounds the residual; report it for uniformity.
     scale = max(abs(lam[-1]), np.finfo(np.float64).tiny) if k else 1.0
     residuals = np.full(k, np.finfo(np.float64).eps * max(scale, 1.0) * np.sqrt(n))

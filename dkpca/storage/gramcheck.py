@@ -185,16 +185,17 @@ class GramChecks:
                 block = (min(c), max(c))  # partial_sums (J, I) or (I, J) of block (I, J); diag (I,): (I, I)
                 if markers[block]:
                     found.setdefault(block, exc)
-        recorded = read_done_markers(g[SUMS]) if SUMS in g else None
-        for I, J in zip(*np.nonzero(np.triu(markers)), strict=True) if recorded is not None else ():
-            I, J = int(I), int(J)
-            parts = (digests["partial_sums"].get((J, I)),
-                     digests["partial_sums"].get((I, J)) if I != J else digests["diag"].get((I,)))
-            if (I, J) in found or None in parts or sums_digest(*parts) == recorded[I, J]:
-                continue
-            why = (f"unconfirmed: block ({I}, {J}) recorded no sums marker" if not recorded[I, J] else
-                   f"not the sums block ({I}, {J}) wrote (a stale or foreign copy)")
-            found[I, J] = CorruptChunkError(store_name(g[SUMS]), f"{GROUP}/partial_sums", (J, I), why)
+        if SUMS in g:  # stores built before the sums markers: CRC only
+            recorded = read_done_markers(g[SUMS])
+            for I, J in zip(*np.nonzero(np.triu(markers)), strict=True):
+                I, J = int(I), int(J)
+                parts = (digests["partial_sums"].get((J, I)),
+                         digests["partial_sums"].get((I, J)) if I != J else digests["diag"].get((I,)))
+                if (I, J) in found or None in parts or sums_digest(*parts) == recorded[I, J]:
+                    continue
+                why = (f"unconfirmed: block ({I}, {J}) recorded no sums marker" if not recorded[I, J] else
+                       f"not the sums block ({I}, {J}) wrote (a stale or foreign copy)")
+                found[I, J] = CorruptChunkError(store_name(g[SUMS]), f"{GROUP}/partial_sums", (J, I), why)
         return [(I, J, exc) for (I, J), exc in sorted(found.items())]
 
     def mend_sums(self, g: zarr.Group) -> np.ndarray:

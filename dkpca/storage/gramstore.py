@@ -126,10 +126,6 @@ def _create_K(group: zarr.Group, shape: tuple[int, int], block: int, dtype: Any)
     return create_array(group, "K", shape=shape, chunks=(block, block), dtype=dtype, fill_value=0.0)
 
 
-#: the arrays every Gram store has (older ones lack the sums markers), created in this order before any block
-CREATED = ("K", "partial_sums", "diag", "done", "row_sums")
-
-
 def _create_arrays(g: zarr.Group, n: int, block: int, dtype: Any) -> None:
     """The Gram arrays for ``n`` rows in tiles of ``block`` that ``g`` lacks (all of them, for a new group)."""
     for name, (shape, chunks) in gram_layout(n, block).items():
@@ -298,8 +294,9 @@ class GramStore(GramChecks):
             if not overwrite:
                 self.refuse_other(want, attrs)
                 g = root[GROUP]
-                if any(name not in g for name in CREATED):
-                    # killed while the arrays were being created, before any block could be built: finish it
+                if any(name not in g for name in gram_layout(n, block) if name != SUMS):
+                    # killed while the arrays were being created (in the layout's order, before any block could
+                    # be built): finish it.  Older stores lack only the sums markers, and keep lacking them
                     _create_arrays(g, n, block, dtype)
                     return np.zeros((nb, nb), dtype=np.uint64)
                 if not self.store.is_url:

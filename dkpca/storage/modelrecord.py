@@ -28,7 +28,6 @@ naming the store, the field and the fix.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any
@@ -42,7 +41,7 @@ from .integrity import DIGEST, digest, encode_digests, has_checksum, json_digest
 __all__ = ["DamagedModelError", "ATTRS", "RECORD", "SEALED", "attrs_digest", "record", "read_group", "read_recorded",
            "read_unrecorded", "check_pointer", "digests_key"]
 
-#: the attribute holding the digest of a group's other attributes (:func:`attrs_digest`)
+#: the attribute holding the digests of a group's :data:`SEALED` attributes (:func:`attrs_digest`)
 ATTRS = "attrs_digest"
 #: the model group's attribute holding the record of its arrays
 RECORD = "arrays"
@@ -88,9 +87,9 @@ def _entry(arr: zarr.Array, data: np.ndarray) -> dict[str, Any]:
 
 def record(written: dict[str, tuple[zarr.Array, np.ndarray]], attrs: dict[str, Any] | None = None) -> dict[str, Any]:
     """The attributes recording the arrays just written (name -> (array, the data written into it)), and the
-    digest of the group's other ``attrs`` (:func:`attrs_digest`)."""
+    digests of the group's :data:`SEALED` ``attrs`` (:func:`attrs_digest`)."""
     out = {RECORD: {name: _entry(arr, data) for name, (arr, data) in written.items()}, "digest": DIGEST}
-    return out if attrs is None else {**out, ATTRS: attrs_digest(json.loads(json.dumps(attrs)))}
+    return out if attrs is None else {**out, ATTRS: attrs_digest(attrs)}
 
 
 #: the model attributes no other check covers: numbers the model's scores and ratios use as they are read (its
