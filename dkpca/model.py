@@ -33,40 +33,14 @@ from .grammode import GramMode
 from .io import as_dask, check_feature_names, open_input, read_feature_names
 from .jsonsafe import printable
 from .kernels import Kernel, from_dict
-from .linalg import Centering, ProjectionWeights, kernel_product, rows_per_block
+from .linalg import Centering, ProjectionWeights
 from .plot import plot_embedding, plot_spectrum
-from .projection import project_blocks
+from .projection import project_stored
 from .request import TemporaryStore
 from .storage import DamagedModelError, FitStore, GramStore
 from .version import __version__
 
 __all__ = ["KPCAModel", "load"]
-
-
-def _project_block(Xb: np.ndarray, store: FitStore, block: int, n: int, kernel: Kernel, weights: ProjectionWeights,
-                   centering: Centering, temporary: Any = None, block_info: dict | None = None) -> np.ndarray:
-    """Rows ``[z(x) | mean(k(x)) | k(x, x)]`` for a block of new points, by the one projection loop.
-
-    :func:`~dkpca.projection.project_blocks` projects a user's dask chunk of any height a few rows at a time
-    (one kernel block of the budget :func:`~dkpca.linalg.rows_per_block` sizes per task), against the
-    store's data copy.  A non-finite row is an error naming it: a kernel block with one NaN row would make
-    every score of the block NaN.  ``temporary`` is unused here: being in the graph, it keeps a temporary
-    store alive as long as the lazy result that reads it.
-    """
-    Xb = np.ascontiguousarray(Xb, dtype=np.float64)
-    bad = ~np.isfinite(Xb).all(axis=1)
-    if bad.any():
-        offset = block_info[0]["array-location"][0][0] if block_info else 0
-        raise ValueError(f"X contains NaN or infinity (first in row {offset + int(np.argmax(bad))}); remove or "
-                         "impute non-finite values before transform.")
-    training = store.training_array(n)  # the model's own rows (an update may have grown the copy since)
-
-    def products(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        KW, ksum = kernel_product(kernel, rows, training, weights.W, rows=block)
-        return KW, ksum / n
-
-    Z, mean_k = project_blocks(Xb, weights, centering, products, rows_per_block(block))
-    return np.column_stack([Z, mean_k, kernel.diag(Xb) if len(Xb) else np.empty(0)])
 
 
 @dataclass
@@ -123,6 +97,9 @@ class KPCAModel:
     report_schema: int | None = field(default=REPORT_SCHEMA, repr=False)
     #: a data frame's column names, which ``transform`` checks a data frame's by (None: fitted on an array)
     feature_names: tuple[str, ...] | None = None
+    #: what binds the model to its rows of the store's data copy (:meth:`~dkpca.storage.FitStore.data_digest`),
+    #: set by :meth:`save`; every read of the training data checks it (None: a model saved before dkpca recorded it)
+    data_digest: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # a fit hands its typed report: the dict view and the Gram mode are derived from it, once
@@ -153,7 +130,7 @@ class KPCAModel:
     @property
     def X_fit(self) -> da.Array:
         """The training data as stored (lazy)."""
-        return self._open_store().training_data(self.n_samples)
+        return self._open_store().training_data(self.n_samples, self.data_digest)
 
     # -- lifetime of a temporary store --------------------------------------
     def _open_store(self) -> FitStore:
@@ -212,7 +189,7 @@ class KPCAModel:
         weights, centering = (dask.delayed(a, pure=True) for a in (self.projection_weights(), self.centering))
         k = self.n_components
         out = Xd.map_blocks(
-            _project_block, store, self.block, self.n_samples, self.kernel, weights, centering,
+            project_stored, store, self.block, self.n_samples, self.data_digest, self.kernel, weights, centering,
             self.temporary, dtype=np.float64, chunks=(Xd.chunks[0], (k + 2,)), meta=np.empty((0, 0)),
         )
         return out, lazy
@@ -249,8 +226,10 @@ class KPCAModel:
     # -- persistence ------------------------------------------------------
     def save(self) -> str:
         """Write the model into ``<store>/model`` (replacing an older one)."""
-        rows = min(self.block, self.n_samples)
-        FitStore.at(self.store).write_model(
+        rows, store = min(self.block, self.n_samples), FitStore.at(self.store)
+        if self.data_digest is None:  # a fit's model, saved beside the data it was fitted on (a loaded one keeps its)
+            self.data_digest = store.data_digest(self.n_samples)
+        store.write_model(
             {"eigenvalues": (self.eigenvalues_, None),
              "eigenvectors": (self.eigenvectors_, (rows, max(1, self.n_components))),
              "row_means": (self.row_means_, (rows,))},
@@ -259,6 +238,7 @@ class KPCAModel:
              "gram_mode": self.gram_mode,
              **({} if self.report_schema is None else {"report_schema": self.report_schema}),
              **({} if self.feature_names is None else {"feature_names": list(self.feature_names)}),
+             **({} if self.data_digest is None else {"data_digest": self.data_digest}),
              "saved": datetime.datetime.now(datetime.UTC).isoformat(), "dkpca_version": __version__})
         return self.store
 
@@ -276,16 +256,22 @@ class KPCAModel:
         """
         store = FitStore.at(path)
 
-        def beside(attrs: dict) -> tuple[dict | None, Any]:
+        def bad(field: str, why: str) -> DamagedModelError:
+            return DamagedModelError(store.path, f"model field {field!r}", why)
+
+        def beside(arrays: dict, attrs: dict) -> tuple[dict | None, Any]:
             # a model fitted from the stored K must name the kernel K was built with (checked below)
             stored_K = stored_gram_mode(attrs) == GramMode.STORE
-            return (GramStore(store).recorded_kernel() if stored_K else None), store.data_extent()
+            extent, U, bound = store.data_extent(), arrays.get("eigenvectors"), attrs.get("data_digest")
+            if bound is not None and not isinstance(bound, str):
+                raise bad("data_digest", f"is {bound!r}, not a digest")
+            rows = U.shape[0] if U is not None and U.ndim == 2 else None
+            if bound is not None and rows is not None and extent.covers(rows, attrs.get("n_features")):
+                store.training_array(rows, bound)  # its own rows, not another store's of the same shape
+            return (GramStore(store).recorded_kernel() if stored_K else None), extent
 
         # read with the model: a refit switching it meanwhile makes all of it be read again
         arrays, a, (built, extent) = store.read_model_with(beside)
-
-        def bad(field: str, why: str) -> DamagedModelError:
-            return DamagedModelError(store.path, f"model field {field!r}", why)
 
         for name in ("eigenvalues", "eigenvectors", "row_means"):
             if name not in arrays:
@@ -320,7 +306,8 @@ class KPCAModel:
         return cls(eigenvalues_=lam, eigenvectors_=U, row_means_=r, grand_mean_=float(a["grand_mean"]),
                    trace_=float(a["trace"]), kernel=kernel, store=store.path, block=a["block"],
                    n_features=a["n_features"], report=report, fit_report=typed,
-                   gram_mode=mode, report_schema=schema, feature_names=read_feature_names(a, bad))
+                   gram_mode=mode, report_schema=schema, feature_names=read_feature_names(a, bad),
+                   data_digest=a.get("data_digest"))
 
     # -- display ----------------------------------------------------------
     def summary(self) -> str:

@@ -5,7 +5,7 @@ points a block at a time, each block's kernel products with the projection
 weights (whatever computes them), centred by
 :meth:`~dkpca.linalg.Centering.center_scores`.  ``dkpca.fit``'s model
 (:meth:`dkpca.model.KPCAModel.transform`, products over the store's data
-copy) and :class:`dkpca.KernelPCA` fitted in memory (:func:`project`,
+copy: :func:`project_stored`) and :class:`dkpca.KernelPCA` fitted in memory (:func:`project`,
 products with ``X_fit`` held in memory) both call it.
 """
 
@@ -21,9 +21,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .kernels import Kernel
-from .linalg import Centering, ProjectionWeights, block_bounds, rows_per_block
+from .linalg import Centering, ProjectionWeights, block_bounds, kernel_product, rows_per_block
+from .storage import FitStore
 
-__all__ = ["kernel_diag", "project_blocks", "project_rows", "project"]
+__all__ = ["kernel_diag", "project_blocks", "project_rows", "project", "project_stored"]
 
 #: ``products(rows) -> (K(rows, X_fit) @ W, row means of K(rows, X_fit))`` for a block of new rows
 Products = Callable[[Any], tuple[np.ndarray, np.ndarray]]
@@ -79,3 +80,32 @@ def project(X: Any, X_fit: Any, weights: ProjectionWeights, centering: Centering
     fitted = [dask.delayed(a, pure=True) for a in (X_fit, weights, centering)]
     return X.map_blocks(rows, *fitted, dtype=np.float64, chunks=(X.chunks[0], (weights.W.shape[1],)),
                         meta=np.empty((0, 0)))
+
+
+def project_stored(Xb: np.ndarray, store: FitStore, block: int, n: int, bound: str | None, kernel: Kernel,
+                   weights: ProjectionWeights, centering: Centering, temporary: Any = None,
+                   block_info: dict | None = None) -> np.ndarray:
+    """Rows ``[z(x) | mean(k(x)) | k(x, x)]`` for a block of new points against a store's data copy.
+
+    The map_blocks function of :meth:`dkpca.model.KPCAModel.transform`: :func:`project_blocks` projects a
+    user's dask chunk of any height a few rows at a time (one kernel block of the budget
+    :func:`~dkpca.linalg.rows_per_block` sizes per task), against the model's own rows of the data copy
+    (``n`` rows, bound to the model by ``bound``: its ``data_digest``).  A non-finite row is an error
+    naming it: a kernel block with one NaN row would make every score of the block NaN.  ``temporary`` is
+    unused here: being in the graph, it keeps a temporary store alive as long as the lazy result that
+    reads it.
+    """
+    Xb = np.ascontiguousarray(Xb, dtype=np.float64)
+    bad = ~np.isfinite(Xb).all(axis=1)
+    if bad.any():
+        offset = block_info[0]["array-location"][0][0] if block_info else 0
+        raise ValueError(f"X contains NaN or infinity (first in row {offset + int(np.argmax(bad))}); remove or "
+                         "impute non-finite values before transform.")
+    training = store.training_array(n, bound)  # the model's own rows (an update may have grown the copy since)
+
+    def products(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        KW, ksum = kernel_product(kernel, rows, training, weights.W, rows=block)
+        return KW, ksum / n
+
+    Z, mean_k = project_blocks(Xb, weights, centering, products, rows_per_block(block))
+    return np.column_stack([Z, mean_k, kernel.diag(Xb) if len(Xb) else np.empty(0)])

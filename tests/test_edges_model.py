@@ -227,6 +227,64 @@ def test_a_store_whose_model_was_tampered_can_be_refit(fitted_store, store):
     np.testing.assert_array_equal(model.eigenvalues_, dkpca.load(store).eigenvalues_)
 
 
+# -- the model bound to its rows of the data copy -------------------------------------
+# Another store's ``data/`` (or model group) of the same shape is intact by every chunk digest it carries; only
+# the binding (``data_digest``: the digest of the model's rows' chunk digests, recorded when it is saved) tells
+# that the rows are not the ones the model was fitted on.  Before: transform projected against the other data
+# (scores off by up to 0.56), verify said intact.
+@pytest.fixture(scope="module")
+def other_store(tmp_path_factory):
+    """A fit like ``fitted_store``'s on other data of the same shape (300 x 4, same chunks)."""
+    path = tmp_path_factory.mktemp("other") / "o.dkpca.zarr"
+    dkpca.fit(make_data(300, seed=1, d=4), n_components=3, gamma=GAMMA, store=path, chunk_size=100,
+              dtype="float64", solver="dense", gram="store")
+    return path
+
+
+def test_the_data_of_another_store_of_the_same_shape_is_refused(store, other_store, new_points, tmp_path, capsys):
+    shutil.rmtree(store / "data")
+    shutil.copytree(other_store / "data", store / "data")
+    refused_everywhere(store, new_points, tmp_path, capsys, "data_digest", "copied from another store")
+
+
+def test_a_model_copied_from_another_store_of_the_same_shape_is_refused(store, other_store, new_points, tmp_path,
+                                                                       capsys):
+    name = group(other_store)
+    shutil.copytree(other_store / name, store / name)
+    edit_json(store, lambda m: m["attributes"].update({"model": name, "model_digests": name}))
+    refused_everywhere(store, new_points, tmp_path, capsys, "data_digest", "copied from another store")
+
+
+def test_a_loaded_model_refuses_to_project_once_its_data_was_replaced(store, other_store, new_points):
+    model = dkpca.load(store)
+    Z = model.transform(np.load(new_points))
+    shutil.rmtree(store / "data")
+    shutil.copytree(other_store / "data", store / "data")
+    with pytest.raises(ValueError, match="data_digest.*copied from another store"):
+        model.transform(np.load(new_points))
+    with pytest.raises(ValueError, match="data_digest"):
+        _ = model.X_fit
+    assert np.isfinite(Z).all()
+
+
+def test_a_model_saved_before_the_binding_still_loads(fitted_store, store, new_points):
+    # no ``data_digest`` (older dkpca): loaded, projected and verified as before
+    before = dkpca.load(store)
+    assert isinstance(before.data_digest, str)
+    edit_json(store / group(store), lambda m: m["attributes"].pop("data_digest"))
+    model = dkpca.load(store)
+    assert model.data_digest is None
+    np.testing.assert_array_equal(model.transform(np.load(new_points)), before.transform(np.load(new_points)))
+    assert all(f.ok for f in verify_store(store))
+
+
+@pytest.mark.parametrize("value", [12345, ["x"]])
+def test_a_binding_that_is_not_a_digest_is_one_line(value, store, new_points, tmp_path, capsys):
+    set_attr(store / group(store), "data_digest", value)
+    with pytest.raises(ValueError, match="data_digest.*not a digest"):
+        dkpca.load(store)
+
+
 # -- the sparse model: the same record, the same checks ------------------------------
 @pytest.fixture
 def sparse_store(tmp_path):

@@ -205,7 +205,6 @@ def test_model_and_estimator_project_through_the_one_loop_and_match_eigh(tmp_pat
         return project_blocks(*args, **kw)
 
     monkeypatch.setattr(dkpca.projection, "project_blocks", spy)
-    monkeypatch.setattr(dkpca.model, "project_blocks", spy)
     model = dkpca.fit(X, n_components=K_COMP, kernel="rbf", gamma=0.2, dtype="float64", solver="dense",
                       store=str(tmp_path / "m.zarr"))
     est = dkpca.KernelPCA(n_components=K_COMP, kernel="rbf", gamma=0.2, eigen_solver="dense").fit(X)

@@ -39,10 +39,12 @@ from .integrity import (
     create_array,
     decode_digests,
     encode_digests,
+    json_digest,
     padded_digest,
     writable,
 )
 from .lock import Fenced, Lease
+from .modelrecord import DamagedModelError
 from .paths import relation
 from .rowview import RowPrefix
 
@@ -94,6 +96,11 @@ def _growing(attrs: dict) -> dict | None:
             and 0 < g["from"] < g["to"] and isinstance(g.get("fingerprint"), dict)):
         raise ValueError(f"records an unusable update under way ({g!r})")
     return g
+
+
+def _bound(data: VerifiedArray) -> str | None:
+    """The digest of ``data``'s recorded chunk digests (None where it records none): :meth:`StoredData.data_digest`."""
+    return None if data.digests is None else json_digest([int(d) for d in data.digests])
 
 
 class StoredData:
@@ -204,8 +211,28 @@ class StoredData:
             check_layout(arr, shape, None, RECOPY)
         return arr, attrs, rows, growing
 
-    def training_array(self, rows: int | None = None) -> VerifiedArray:
+    def training_array(self, rows: int | None = None, bound: str | None = None) -> VerifiedArray:
         """The stored training data for tasks reading rows: every read verified, damage names its chunk.
+
+        ``bound``: a model's :meth:`data_digest` of its rows, recorded when it
+        was saved; other rows (``data/`` or the model copied from another
+        store of the same shape: every chunk intact, the wrong data) are
+        refused (:class:`~.modelrecord.DamagedModelError`, one line); a copy
+        recording no digests (made before dkpca recorded them) reads unbound.
+        """
+        data = self._training_array(rows)
+        if bound is not None and data.digests is not None and _bound(data) != bound:  # none: an old copy, unbound
+            raise DamagedModelError(self.path, "model field 'data_digest'", "names other training data than the "
+                                    f"store's {DATA}/X holds (the model or the data was copied from another store)")
+        return data
+
+    def data_digest(self, rows: int) -> str | None:
+        """What binds a model to its training data: a digest of the recorded digests of its rows' chunks (a
+        model fitted before an update reads the same from the grown copy); None for a copy recording none."""
+        return _bound(self._training_array(rows))
+
+    def _training_array(self, rows: int | None = None) -> VerifiedArray:
+        """:meth:`training_array` unbound.
 
         ``rows``: a model's own rows (default: all the copy holds, complete):
         the first ``rows`` of a copy that an update grew since, read as they
@@ -285,9 +312,10 @@ class StoredData:
     def _check_present(data: VerifiedArray) -> None:
         check_chunks(data.array, data.chunk_coords if isinstance(data, RowPrefix) else None)
 
-    def training_data(self, rows: int | None = None) -> da.Array:
-        """The stored training data (``rows``: as :meth:`training_array`), lazily; chunks checked present now."""
-        data = self.training_array(rows)
+    def training_data(self, rows: int | None = None, bound: str | None = None) -> da.Array:
+        """The stored training data (``rows``, ``bound``: as :meth:`training_array`), lazily; chunks checked present
+        now."""
+        data = self.training_array(rows, bound)
         self._check_present(data)
         return self._lazy(data)
 

@@ -311,7 +311,7 @@ class FitStore(StoredData):
         g.update_attributes(json_safe({**attrs, **record(written, json_safe(attrs)), "complete": True}))
         self._switch(kind, name)
 
-    def _read_group(self, kind: str, missing: str, also: Callable[[dict], Any] | None = None,
+    def _read_group(self, kind: str, missing: str, also: Callable[[dict, dict], Any] | None = None,
                     ) -> tuple[dict[str, np.ndarray], dict[str, Any], Any]:
         none = f"store {self.path!r} holds no complete {missing}"
         for _ in range(READ_ATTEMPTS):
@@ -323,7 +323,7 @@ class FitStore(StoredData):
             try:
                 arrays, attrs = read_group(self.path, root, kind, name, recorded)
                 if arrays is not None:
-                    extra = also(attrs) if also is not None else None
+                    extra = also(arrays, attrs) if also is not None else None
             except Exception as exc:  # judged once we know whether a refit switched meanwhile
                 error = exc
             if self._current(self.open(), kind)[0] != token:
@@ -365,11 +365,11 @@ class FitStore(StoredData):
         """``(arrays, attrs)`` of a complete model (``ValueError`` if there is none)."""
         return self.read_model_with(None)[:2]
 
-    def read_model_with(self, also: Callable[[dict], Any] | None) -> tuple[dict[str, np.ndarray], dict[str, Any], Any]:
-        """:meth:`read_model` plus ``also(attrs)``, read in the same window as the model.
+    def read_model_with(self, also: Callable[[dict, dict], Any] | None) -> tuple[dict, dict[str, Any], Any]:
+        """:meth:`read_model` plus ``also(arrays, attrs)``, read in the same window as the model.
 
-        For reads that must match the model (the Gram matrix's kernel, the data's shape): both are read
-        again when a refit switches the model meanwhile; ``also``'s errors are raised if none did.
+        For reads that must match the model (the Gram matrix's kernel, the data): both are read again when a
+        refit switches the model meanwhile; ``also``'s errors are raised if none did.
         """
         return self._read_group(MODEL, f"model; run dkpca fit with --store {self.path} (a sparse model "
                                        f"saved there loads with dkpca.SparseKernelPCA.load({self.path!r})).", also)

@@ -132,6 +132,13 @@ def _model(store: FitStore, kind: str) -> Finding | None:
     except (CorruptChunkError, ValueError):
         rows = None
     n = group["eigenvectors"].shape[0] if rows is not None else None
+    bound = group.attrs.get("data_digest") if n is not None else None
+    try:  # bound to its own rows: not data, or a model, copied from another store of the same shape
+        store.training_array(n, bound) if isinstance(bound, str) else None
+    except DamagedModelError as exc:
+        return Finding(kind, False, f"{kind}: {exc}")
+    except (CorruptChunkError, ValueError):
+        pass  # the data copy's finding names it
     if n is not None and n < rows:  # the data copy grew (an update under way): the model still reads its own
         old += (f" (fitted on the first {n} of the {rows} rows the store holds: an update under way; it loads "
                 "and transforms as before, and a rerun of the same update replaces it)")
