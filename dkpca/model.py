@@ -37,7 +37,7 @@ from .linalg import Centering, ProjectionWeights
 from .plot import plot_embedding, plot_spectrum
 from .projection import project_stored
 from .request import TemporaryStore
-from .storage import DamagedModelError, FitStore, GramStore
+from .storage import EDITED, DamagedModelError, FitStore, GramStore, edited
 from .version import __version__
 
 __all__ = ["KPCAModel", "load"]
@@ -301,6 +301,8 @@ class KPCAModel:
             raise bad("kernel", f"is not a valid kernel spec ({exc})") from None
         if built is not None and built != kernel.to_dict():
             raise bad("kernel", f"is {kernel.to_dict()} but the store's Gram matrix was built with {built}")
+        if edited(a, "kernel"):  # where K is recomputed, nothing else tells another valid kernel from the fit's
+            raise bad("kernel", f"{kernel.to_dict()} {EDITED}")
         if not extent.covers(U.shape[0], a["n_features"]):  # its own rows: all, or the first before an update
             raise bad("n_features", f"does not match the stored training data of shape {(extent.rows, extent.d)}")
         return cls(eigenvalues_=lam, eigenvectors_=U, row_means_=r, grand_mean_=float(a["grand_mean"]),

@@ -19,6 +19,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca.cli import main
+from dkpca.sparse import SparseKernelPCA
 from dkpca.storage import ChunkReader, ChunkWriter, CorruptChunkError, DamagedModelError, FitStore, create_array
 
 from .conftest import cli_error, make_data, reference_eigh, write_data
@@ -331,3 +332,31 @@ def test_an_edited_model_attribute_is_refused_by_load(stored_fit):
     group.attrs["trace"] = 1000.0
     with pytest.raises(DamagedModelError, match="attribute .trace.* was edited after it was written"):
         dkpca.load(store)
+
+
+def test_an_edited_kernel_of_a_model_whose_k_is_recomputed_is_refused(tmp_path, capsys):
+    """Where K is stored the model's kernel is checked against K's; where it is recomputed only the seal recorded
+    with the model tells another valid kernel (gamma 0.3 for the fit's 0.2: other scores, no word) from its own."""
+    X, store = make_data(200, d=4), tmp_path / "r.zarr"
+    Y = make_data(10, seed=3, d=4)
+    model = dkpca.fit(X, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense",
+                      gram="recompute")
+    np.testing.assert_array_equal(dkpca.load(store).transform(Y), model.transform(Y))  # intact: loads as it was
+    group = zarr.open_group(str(store / FitStore.at(store).model_group()), mode="r+")
+    group.attrs["kernel"] = {**group.attrs["kernel"], "gamma": 0.3}
+    with pytest.raises(DamagedModelError, match="'kernel'.*0.3.* was edited after it was written"):
+        dkpca.load(store)
+    assert main(["verify", str(store)]) == 1
+    assert "model field 'kernel' was edited after it was written" in capsys.readouterr().out
+
+
+def test_an_edited_kernel_of_a_sparse_model_is_refused(tmp_path, capsys):
+    path = tmp_path / "sp.zarr"
+    SparseKernelPCA(n_components=2, kernel="rbf", gamma=0.5, random_state=0, max_iter=30).fit(
+        make_data(80, d=3)).save(path)
+    group = zarr.open_group(str(path / FitStore.at(path).model_group("sparse_model")), mode="r+")
+    group.attrs["kernel"] = {**group.attrs["kernel"], "gamma": 0.3}
+    with pytest.raises(DamagedModelError, match="'kernel'.* was edited after it was written"):
+        SparseKernelPCA.load(path)
+    assert main(["verify", str(path)]) == 1
+    assert "sparse_model field 'kernel' was edited" in capsys.readouterr().out

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import Kernel, from_dict
-from ..storage import DamagedModelError, FitStore
+from ..storage import EDITED, DamagedModelError, FitStore, edited
 from ..version import __version__
 
 __all__ = ["ARRAYS", "ATTRS", "save_model", "load_model"]
@@ -112,6 +112,8 @@ def load_model(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]
     if not isinstance(center, bool):
         raise bad("params", f"has center {center!r}, not true or false")
     fitted: dict[str, Any] = {"kernel_": kernel("kernel", a.get("kernel"))}
+    if edited(a, "kernel"):  # another valid kernel: nothing else tells it from the fit's
+        raise bad("kernel", f"{a['kernel']} {EDITED}")
     for attr, name in ATTRS.items():
         v = a.get(name)
         ok = {"n_features_in": _integer(v, 1), "n_iter": _integer(v, 0), "converged": isinstance(v, bool),

@@ -26,7 +26,7 @@ from .gramstore import (
 )
 from .integrity import CorruptChunkError, checksum_codecs, create_array, has_checksum
 from .lock import LOCK_NAME, Lease, LeaseLostError, StoreLockedError
-from .modelrecord import DamagedModelError
+from .modelrecord import EDITED, DamagedModelError, edited
 from .paths import absolute, check_apart, check_output, exists, free_bytes, is_url, relation
 from .verify import Finding, verify_store
 
@@ -35,5 +35,5 @@ __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", 
            "write_direct", "FORMAT", "FORMAT_VERSION", "FitStore", "free_bytes", "is_url", "json_safe",
            "remove_member", "GramInfo", "GramStore", "GramWriters", "InsufficientDiskSpace", "check_disk_space",
            "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "Lease", "LeaseLostError",
-           "DamagedModelError",
+           "DamagedModelError", "EDITED", "edited",
            "absolute", "check_apart", "check_output", "relation", "exists", "Finding", "verify_store"]

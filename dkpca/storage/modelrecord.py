@@ -38,13 +38,15 @@ import zarr
 
 from .integrity import DIGEST, digest, encode_digests, has_checksum, json_digest, read_verified, read_whole
 
-__all__ = ["DamagedModelError", "ATTRS", "RECORD", "SEALED", "attrs_digest", "record", "read_group", "read_recorded",
-           "read_unrecorded", "check_pointer", "digests_key"]
+__all__ = ["DamagedModelError", "ATTRS", "EDITED", "RECORD", "SEALED", "attrs_digest", "edited", "record", "read_group",
+           "read_recorded", "read_unrecorded", "check_pointer", "digests_key"]
 
 #: the attribute holding the digests of a group's :data:`SEALED` attributes (:func:`attrs_digest`)
 ATTRS = "attrs_digest"
 #: the model group's attribute holding the record of its arrays
 RECORD = "arrays"
+#: why a sealed attribute is refused (:func:`edited`)
+EDITED = "was edited after it was written (its digest differs from the one recorded)"
 _FIXES = {"model": "refit the model", "sparse_model": "fit the sparse model again and save it"}
 
 
@@ -92,15 +94,23 @@ def record(written: dict[str, tuple[zarr.Array, np.ndarray]], attrs: dict[str, A
     return out if attrs is None else {**out, ATTRS: attrs_digest(attrs)}
 
 
-#: the model attributes no other check covers: numbers the model's scores and ratios use as they are read (its
-#: kernel is checked against K's, its report and sizes by their readers, which name a malformed one)
-SEALED = ("grand_mean", "trace")
+#: the model attributes no other check covers: numbers the model's scores and ratios use as they are read, and its
+#: kernel (checked against K's where K is stored, not where it is recomputed; its report and sizes are checked by
+#: their readers, which name a malformed one)
+SEALED = ("grand_mean", "trace", "kernel")
 
 
 def attrs_digest(attrs: dict[str, Any]) -> dict[str, str]:
     """The digest of each :data:`SEALED` attribute as JSON holds it (:func:`record`): an edited grand mean or trace
     would be used without a word."""
     return {key: json_digest(attrs[key]) for key in SEALED if key in attrs}
+
+
+def edited(attrs: dict[str, Any], key: str) -> bool:
+    """Whether the sealed attribute ``key`` of a group's ``attrs`` is not the value recorded when it was written
+    (False where nothing was recorded: an older group)."""
+    recorded = attrs.get(ATTRS)
+    return isinstance(recorded, dict) and key in recorded and json_digest(attrs.get(key)) != recorded[key]
 
 
 def _check_attrs(store: str, kind: str, group: str, attrs: dict[str, Any]) -> None:
@@ -112,12 +122,11 @@ def _check_attrs(store: str, kind: str, group: str, attrs: dict[str, Any]) -> No
     if not isinstance(recorded, dict):
         raise DamagedModelError(store, f"{kind} attribute {ATTRS!r} of group {group!r}", f"is {recorded!r}, not the "
                                 "digests of the attributes", kind)
-    for key, value in recorded.items():
-        got = attrs.get(key)
+    for key in recorded:
+        got = attrs.get(key)  # a kernel's spec is its reader's to check first (model.load), then edited()
         number = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got)
-        if number and json_digest(got) != value:
-            raise DamagedModelError(store, f"{kind} attribute {key!r} of group {group!r}", "was edited after it was "
-                                    "written (its digest differs from the one recorded)", kind)
+        if number and edited(attrs, key):
+            raise DamagedModelError(store, f"{kind} attribute {key!r} of group {group!r}", EDITED, kind)
 
 
 def _parsed(store: str, kind: str, group: str, rec: Any, algo: Any) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from .fitstore import DATA, RITZ, FitStore
 from .gramstore import GROUP as GRAM
 from .gramstore import GramStore, read_done_markers
 from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified
-from .modelrecord import DamagedModelError
+from .modelrecord import EDITED, DamagedModelError, edited
 
 __all__ = ["Finding", "verify_store"]
 
@@ -131,6 +131,9 @@ def _model(store: FitStore, kind: str) -> Finding | None:
         rows = store.data_extent().rows if kind == "model" and group is not None else None
     except (CorruptChunkError, ValueError):
         rows = None
+    if group is not None and edited(group.attrs.asdict(), "kernel"):  # the load's check, where K is not stored
+        exc = DamagedModelError(store.path, f"{kind} field 'kernel'", EDITED, kind)
+        return Finding(kind, False, f"{kind}: {exc}")
     n = group["eigenvectors"].shape[0] if rows is not None else None
     bound = group.attrs.get("data_digest") if n is not None else None
     try:  # bound to its own rows: not data, or a model, copied from another store of the same shape
