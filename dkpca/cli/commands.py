@@ -165,7 +165,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_transform(a: argparse.Namespace) -> int:
-    from ..io import as_dask, input_path, scan
+    from ..io import as_dask, check_feature_names, input_path, scan
     from ..model import load
     from ..storage import absolute, check_output
     from ..storage.outputs import model_digest, output_state, prepare_output
@@ -177,6 +177,7 @@ def cmd_transform(a: argparse.Namespace) -> int:
     output = check_output(a.output, {"input": source, "store": a.store})
     output_state(output, a.output)
     model = load(a.store)
+    check_feature_names(a.input, model.feature_names)  # a CSV's or Parquet file's columns in another order
     with _client(a):
         X = as_dask(a.input, min_samples=1, purpose="transform")  # its row chunks are the output's
         Z = model.transform(X)  # lazy; checks the features first

@@ -31,7 +31,7 @@ from ..linalg import default_block_size
 from ..storage import absolute, is_url
 from ..storage.outputs import check_readable
 
-__all__ = ["READABLE", "RowIndexWarning", "open_path", "split_member", "input_path"]
+__all__ = ["READABLE", "RowIndexWarning", "open_path", "split_member", "input_path", "table_columns"]
 
 #: what dkpca reads, for messages about inputs it cannot read
 READABLE = ("Zarr (a directory or URL), NumPy .npy, HDF5 'file.h5:/dataset', netCDF and other xarray-readable "
@@ -328,6 +328,27 @@ def _open_table(path: str, member: str | None, source: str) -> Any:
     common = np.result_type(*df.dtypes) if plain else np.dtype(np.float64)  # nullable types: NA -> NaN
     # lengths=True counts the rows of each partition (one read): the row chunks must be known
     return df.astype(common).to_dask_array(lengths=True)
+
+
+def table_columns(source: Any) -> tuple[str, ...] | None:
+    """The column names of a CSV with a header or of a Parquet file, which a model keeps and its transform checks
+    (None: any other input, a CSV whose first line is data, or one the reader will refuse, naming why); only the
+    header or the schema is read."""
+    path = input_path(source)
+    if path is None or not (is_url(path) or os.path.exists(path)):
+        return None
+    suffix, local_file = _suffix(path), not is_url(path) and os.path.isfile(path)
+    try:
+        if suffix == ".csv" and _has_header(path):
+            pd = _require("pandas", "tables", "CSV files")
+            with fsspec.open(path, "rt") as f:
+                return tuple(str(c) for c in pd.read_csv(f, nrows=0).columns)
+        if suffix in PARQUET_SUFFIXES or (suffix != ".csv" and local_file and _sniff(path) == "parquet"):
+            dd = _require("dask.dataframe", "tables", "Parquet files")
+            return tuple(str(c) for c in dd.read_parquet(path).columns)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return None
 
 
 READERS = {"zarr": _open_zarr, "npy": _open_npy, "h5": _open_h5, "netcdf": _open_xarray, "parquet": _open_table,

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
-from .formats import open_path
+from .formats import open_path, table_columns
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
            "read_feature_names"]
@@ -46,17 +46,25 @@ def open_input(source: Any) -> Any:
 
 
 def feature_names(source: Any) -> tuple[str, ...] | None:
-    """A data frame's column names where all are strings (what scikit-learn records as ``feature_names_in_``),
-    else None: arrays and files carry none a transform could be checked by."""
+    """A data frame's column names where all are strings (what scikit-learn records as ``feature_names_in_``), a
+    CSV's header or a Parquet file's columns, else None: arrays and other files carry none a transform could be
+    checked by."""
+    if isinstance(source, (str, os.PathLike)):
+        return table_columns(source)
     columns = getattr(source, "columns", None) if hasattr(source, "dtypes") else None
     names = [] if columns is None else list(columns)
     return tuple(names) if names and all(isinstance(c, str) for c in names) else None
 
 
 def check_feature_names(X: Any, fitted: tuple[str, ...] | None) -> None:
-    """Refuse a data frame whose columns are not those fitted, in their order: numpy would read them by position
-    and project the wrong features without a word (scikit-learn's estimators refuse it too)."""
+    """Refuse a data frame (or a CSV or Parquet file) whose columns are not those fitted, in their order: numpy
+    would read them by position and project the wrong features without a word (scikit-learn's estimators refuse a
+    data frame's too)."""
     names = feature_names(X)
+    if fitted is not None and names is not None and names != fitted and isinstance(X, (str, os.PathLike)):
+        raise ValueError(f"input {os.fspath(X)!r} has columns {list(names)}, but the model was fitted on "
+                         f"{list(fitted)}; write its columns in that order (pandas: "
+                         "df[list(model.feature_names)].to_csv(path, index=False)).")
     if fitted is not None and names is not None and names != fitted:
         raise ValueError(f"The feature names should match those that were passed during fit: X has columns "
                          f"{list(names)}, the model was fitted on {list(fitted)}; select them in that order "
