@@ -165,6 +165,9 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
     ----------
     eigenvalues_ : ndarray of shape (n_components,)
         Eigenvalues of the centred kernel matrix, descending (not divided by n).
+        In memory, this and the other fitted arrays are in X's floating type
+        (float32 input: float32, as scikit-learn's), float64 with
+        ``dtype="float64"``; out of core float64.
     eigenvectors_ : ndarray of shape (n_samples, n_components)
         Unit eigenvectors (largest-magnitude entry positive).
     explained_variance_ratio_ : ndarray of shape (n_components,)

@@ -35,7 +35,7 @@ class InverseTransform:
                                              random_state=as_generator(self.random_state))
         self.X_transformed_fit_ = Z
         self.inverse_landmarks_ = landmarks
-        self.dual_coef_ = dual
+        self.dual_coef_ = dual.astype(Z.dtype, copy=False)  # in the fitted arrays' type, as scikit-learn's
 
     def inverse_transform(self, X: Any, method: str | None = None, *, n_neighbors: int = 10, tol: float = 1e-6,
                           max_iter: int = 100) -> np.ndarray:
@@ -88,8 +88,12 @@ class InverseTransform:
             raise NotFittedError(
                 "method='ridge' uses the pre-image map learned at fit; refit with fit_inverse_transform=True.")
         ridge = (self.X_transformed_fit_[self.inverse_landmarks_], self.dual_coef_) if method == "ridge" else None
+        Z = check_array(X, dtype=[np.float64, np.float32])
+        # scikit-learn's type: float32 scores of a float32 fit give float32 points, float64 scores float64
+        kept = np.result_type(Z.dtype, self.eigenvalues_.dtype)
         return preimage.inverse(
-            method, check_array(X, dtype=np.float64), X_fit=self.X_fit_,
+            method, Z.astype(np.float64, copy=False), X_fit=self.X_fit_,
             kernel=self.kernel_ if self.kernel_ is not None else self.kernel, ridge_kernel=self._ridge_kernel,
             eigenvalues=self.eigenvalues_, eigenvectors=self.eigenvectors_, centering=self._centering,
-            kdiag_centered=self._kdiag_centered, ridge=ridge, n_neighbors=n_neighbors, tol=tol, max_iter=max_iter)
+            kdiag_centered=self._kdiag_centered, ridge=ridge, n_neighbors=n_neighbors, tol=tol, max_iter=max_iter,
+        ).astype(kept, copy=False)

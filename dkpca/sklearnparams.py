@@ -127,9 +127,13 @@ class SklearnParams:
                                              f"callable {getattr(self.kernel, '__name__', self.kernel)!r}", start=start)
         if solver == Solver.RANDOMIZED and precomputed:  # a given matrix: scikit-learn's error (see there)
             check_magnitude_ranking(res, K.dtype)
-        self.eigenvalues_, self.eigenvectors_, self.eigen_solver_ = res.eigenvalues, res.eigenvectors, solver
+        # scikit-learn's fitted arrays are in the input's floating type; dtype="float64" asks for float64
+        kept = np.dtype(np.float64) if str(self.dtype) == "float64" else self._out_dtype
+        self.eigenvalues_, self.eigenvectors_ = (a.astype(kept, copy=False)
+                                                 for a in (res.eigenvalues, res.eigenvectors))
+        self.eigen_solver_ = solver
         self.explained_variance_ratio_ = (res.eigenvalues / centering.trace if centering.trace > 0
-                                          else np.zeros_like(res.eigenvalues))
+                                          else np.zeros_like(res.eigenvalues)).astype(kept, copy=False)
         self._centering = centering if given is None else given
         # K~_ii, for the feature-space distances of the Kwok-Tsang pre-image
         self._kdiag_centered = centering.centered_diag(np.diag(K))

@@ -179,6 +179,23 @@ def test_float32_preserved_and_close(gen):
     np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-5)
 
 
+FITTED = ("eigenvalues_", "eigenvectors_", "dual_coef_", "X_transformed_fit_")
+
+
+def test_float32_fitted_arrays_and_pre_images_have_scikit_learn_s_types(gen):
+    """scikit-learn keeps a float32 fit's arrays in float32, and its pre-images in the type of the scores given."""
+    X32 = gen.astype(np.float32)
+    ours, theirs = (E(3, kernel="rbf", gamma=0.2, fit_inverse_transform=True).fit(X32)
+                    for E in (KernelPCA, SKKernelPCA))
+    types = [{a: getattr(est, a).dtype for a in FITTED} for est in (ours, theirs)]
+    assert types[0] == types[1] == dict.fromkeys(FITTED, np.float32)
+    Z = ours.transform(X32)
+    for scores in (Z, Z.astype(np.float64)):
+        assert ours.inverse_transform(scores).dtype == theirs.inverse_transform(scores).dtype == scores.dtype
+    wide = KernelPCA(3, kernel="rbf", gamma=0.2, dtype="float64").fit(X32)  # the precision asked for is kept
+    assert wide.eigenvalues_.dtype == wide.eigenvectors_.dtype == np.float64
+
+
 def test_float32_input_is_solved_in_single_precision_unless_dtype_says_otherwise(gen):
     """Default: scikit-learn's arithmetic for float32 input (its ARPACK agrees to single precision);
     dtype="float64" gives the float64 fit of the same numbers (to float64 rounding, rtol 1e-10)."""
