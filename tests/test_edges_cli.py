@@ -115,6 +115,30 @@ def test_overwrite_replaces_own_output(tmp_path, fitted):
     assert sorted(listing(out)) == ["c/0/0", "zarr.json"]
 
 
+def test_an_input_named_as_a_file_url_is_the_same_directory_as_its_path(tmp_path, capsys, fitted):
+    """Before: ``file:///.../z.zarr`` and ``z.zarr`` compared as different places, and --overwrite deleted the
+    input's chunks (an earlier output fed back in), then blamed NaN in row 0.  Now the same refusal as for two
+    paths, and every file is still there."""
+    X, data, store = fitted
+    out = tmp_path / "z.zarr"
+    assert main(["transform", store, data, str(out), "-q"]) == 0
+    before = listing(out)
+    err = cli_error(capsys, ["transform", store, f"file://{out}", str(out), "--overwrite", "-q"])
+    assert "is the input" in err and "destroy data" in err, err
+    assert listing(out) == before
+
+
+def test_a_file_url_output_is_written_and_one_inside_the_store_refused(tmp_path, capsys, fitted):
+    X, data, store = fitted
+    out = tmp_path / "u.zarr"
+    assert main(["transform", store, data, f"file://{out}", "-q"]) == 0
+    np.testing.assert_allclose(zarr.open_array(str(out), mode="r")[:], dkpca.load(store).transform(X), atol=1e-12)
+    os.mkdir(os.path.join(store, "inside"))
+    err = cli_error(capsys, ["transform", store, data, f"file://{store}/inside", "-q"])
+    assert "lies inside the store" in err, err
+    assert os.listdir(os.path.join(store, "inside")) == []
+
+
 def test_s3_output_interrupted_resumed_and_replaced(s3_bucket, capsys, monkeypatch, fitted):
     """The same rules for an output on an object store: an interrupted output resumes, --overwrite with other input
     replaces it key by key, and a key of the user's under it is never removed (keys listed before and after)."""

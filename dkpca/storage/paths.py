@@ -46,9 +46,19 @@ def is_url(path: str) -> bool:
     return "://" in str(path)
 
 
+#: fsspec's URLs of local files: the same places as plain paths (``file:///x`` is ``/x``)
+LOCAL_SCHEMES = ("file://", "local://")
+
+
 def absolute(path: str | os.PathLike) -> str:
-    """A local path made absolute (symlinks resolved); URLs unchanged."""
+    """A local path made absolute (symlinks resolved), also one written as a ``file://`` URL; other URLs unchanged.
+
+    One spelling per place: an output named ``x.zarr`` and an input ``file:///.../x.zarr`` are the same
+    directory, and only the same string says so to :func:`relation`.
+    """
     p = os.fspath(path)
+    if p.startswith(LOCAL_SCHEMES):
+        p = p.split("://", 1)[1]
     return p if is_url(p) else os.path.realpath(os.path.abspath(p))
 
 
