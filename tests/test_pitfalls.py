@@ -14,6 +14,7 @@ import pytest
 
 import dkpca
 from dkpca import KernelScaleWarning, RowIndexWarning
+from dkpca.cli import main
 from dkpca.io import open_input
 from dkpca.planning import sample_rows
 
@@ -92,6 +93,32 @@ def test_a_csv_with_pandas_index_column_warns_and_names_the_fix(tmp_path):
     with pytest.warns(RowIndexWarning, match=r"index=False.*index_col=0"):
         X = open_input(str(path))
     assert X.shape == (50, 4)  # warned, not changed: the file is read as written
+
+
+def test_the_cli_folds_a_warning_into_the_error_that_follows_it(tmp_path, capsys):
+    """Before: Python's two warning lines (file, source line) came before the one error line.  Now the only line
+    on stderr is the error, carrying the warning that explains it (the index column is the sixth feature)."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("dask.dataframe")
+    rng = np.random.default_rng(5)
+    np.save(tmp_path / "x.npy", rng.standard_normal((60, 5)))
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "-q"]) == 0
+    pd.DataFrame(rng.standard_normal((20, 5))).to_csv(tmp_path / "idx.csv")
+    assert main(["transform", str(tmp_path / "x.npy.dkpca.zarr"), str(tmp_path / "idx.csv"),
+                 str(tmp_path / "z.zarr")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("dkpca: error: X has 6 features") and "It followed a warning" in line and \
+        "index=False" in line, line
+
+
+def test_the_cli_says_a_warning_in_one_line_before_a_command_goes_on(tmp_path, capsys):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("dask.dataframe")
+    pd.DataFrame(np.random.default_rng(6).standard_normal((60, 3))).to_csv(tmp_path / "idx.csv")
+    assert main(["fit", str(tmp_path / "idx.csv"), "-k", "2", "--no-progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("dkpca: warning: input") and "index=False" in err[0], err
+    assert err[1].startswith("dkpca: plan:") and not any("RowIndexWarning" in line for line in err), err
 
 
 def test_csvs_without_a_row_index_give_no_warning(tmp_path):

@@ -52,6 +52,37 @@ def log_level(a: argparse.Namespace) -> int:
     return max(logging.DEBUG, logging.INFO - 10 * (getattr(a, "verbose", None) or 0))
 
 
+class HeldWarnings:
+    """Python warnings as one line each, ``dkpca: warning: ...``, held while the command has said nothing.
+
+    An error found first (the input checked before any work) then stays the only line -- the warnings it
+    followed go into it (a CSV's row-index column warned of is why its features are one too many) -- and a
+    command that goes on says them before its first line (the log handler's filter, :meth:`release`).
+    """
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+        self.spoke = False
+
+    def show(self, message: Warning | str, *args: object, **kwargs: object) -> None:  # warnings.showwarning
+        text = " ".join(str(message).split())
+        if self.spoke:
+            sys.stderr.write(f"dkpca: warning: {text}\n")
+        elif text not in self.held:
+            self.held.append(text)
+
+    def release(self, record: object = None) -> bool:
+        """Say the held warnings now (the command speaks); True, as a logging filter that keeps ``record``."""
+        self.spoke, held, self.held = True, self.held, []
+        for text in held:
+            sys.stderr.write(f"dkpca: warning: {text}\n")
+        return True
+
+    def into(self, message: str) -> str:
+        """The error line's ``message`` with the warnings held before it."""
+        return message + "".join(f" (It followed a warning: {text})" for text in self.held)
+
+
 def _setup_logging(level: int) -> logging.Handler | None:
     """dkpca's messages at ``level`` and above on stderr (INFO: plan line, stages, passes, dashboard link).
 
@@ -113,11 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     handler = _setup_logging(log_level(a))
     if quiet:  # e.g. distributed's "port in use" notices
         dist.setLevel(logging.ERROR)
+    held = HeldWarnings()
+    if handler is not None:
+        handler.addFilter(held.release)
     try:
         with warnings.catch_warnings():
+            warnings.showwarning = held.show  # restored by catch_warnings
             if quiet:
                 warnings.simplefilter("ignore")
             status = COMMANDS[a.command](a)
+            held.release()
             sys.stdout.flush()  # a reader that went away ('dkpca info STORE | head -1') is found here, not at exit
             return status
     except BrokenPipeError:
@@ -127,9 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         message = explain(exc)
         if message is None:
+            held.release()
             raise  # a genuine bug or an unexpected system failure: keep the traceback
-        return error(message)
+        return error(held.into(message))
     except KeyboardInterrupt:
+        held.release()
         print(f"dkpca: interrupted{_INTERRUPTED.get(a.command, '').format(a=a)}", file=sys.stderr)
         return 130
     finally:
