@@ -33,6 +33,7 @@ Training data may be a numpy array, a scipy sparse matrix or a dask array
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -135,7 +136,7 @@ def fit_ridge(
         try:
             dual = scipy.linalg.solve(K, Xd, assume_a="pos", overwrite_a=False)
         except np.linalg.LinAlgError:
-            dual = scipy.linalg.lstsq(K, Xd)[0]
+            dual = _solve_indefinite(K, Xd, alpha)
         return np.arange(n), dual
     rng = np.random.default_rng(random_state)
     landmarks = np.sort(rng.choice(n, size=int(n_landmarks), replace=False))
@@ -152,6 +153,21 @@ def fit_ridge(
     A.flat[:: m + 1] += 1e-12 * max(np.trace(A) / m, np.finfo(float).tiny)
     dual = scipy.linalg.lstsq(A, B)[0] if alpha == 0 else scipy.linalg.solve(A, B, assume_a="sym")
     return landmarks, dual
+
+
+def _solve_indefinite(K: np.ndarray, Xd: np.ndarray, alpha: float) -> np.ndarray:
+    """``(K + alpha I)^-1 X`` where it is not positive definite (an indefinite kernel); refused where it is singular
+    to working precision (alpha = 0: K of n scores in k << n dimensions), whose least-squares solution maps
+    new scores to points far outside the data (scikit-learn raises there too)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", scipy.linalg.LinAlgWarning)  # ill-conditioned: singular to rounding
+        try:
+            return scipy.linalg.solve(K, Xd, assume_a="sym")
+        except (np.linalg.LinAlgError, scipy.linalg.LinAlgWarning):
+            raise np.linalg.LinAlgError(
+                f"the pre-image map's system K(scores, scores) + alpha I is singular with alpha={alpha!r}: pass a "
+                "larger alpha (e.g. 1e-3) to fit_inverse_transform's ridge map, or use inverse_transform's "
+                "method='kwok-tsang' or 'fixed-point'.") from None
 
 
 def ridge_preimage(Z: np.ndarray, Z_landmarks: np.ndarray, dual_coef: np.ndarray,
@@ -369,6 +385,8 @@ def inverse(method: str, Z: np.ndarray, *, X_fit: Any, kernel: Any, ridge_kernel
         raise ValueError(f"X has {Z.shape[1]} columns but the model has {k} components; pass scores from transform.")
     if method == "ridge":
         return ridge_preimage(Z, ridge[0], ridge[1], ridge_kernel)
+    if method == "fixed-point":  # refused as itself, not as the Kwok-Tsang start it would take first
+        _check_kernel(kernel, method, (RBF,))
     E = eigenvectors * np.sqrt(eigenvalues)
     x0 = kwok_tsang_preimage(Z, X_fit, E, kdiag_centered, kernel, n_neighbors=n_neighbors)
     if method == "kwok-tsang":

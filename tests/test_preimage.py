@@ -156,6 +156,8 @@ def test_errors(noisy_curve):
         est.inverse_transform(Z, method="kwok-tsang")
     with pytest.raises(ValueError, match="rbf kernel"):
         KernelPCA(4, kernel="linear").fit(X).inverse_transform(Z, method="fixed-point")
+    with pytest.raises(ValueError, match="method='fixed-point' needs the rbf kernel"):  # not its kwok-tsang start's
+        est.inverse_transform(Z, method="fixed-point")
     pre = KernelPCA(4, kernel="precomputed").fit(X @ X.T)
     for method in (None, "ridge", "kwok-tsang", "fixed-point"):  # not a fix that fails in turn: no input space
         with pytest.raises(ValueError, match="fitted on a precomputed kernel matrix has not seen"):
@@ -169,3 +171,19 @@ def test_errors(noisy_curve):
         rbf.inverse_transform(Z, method="kwok-tsang", n_neighbors=1)
     with pytest.raises(ValueError, match="max_iter"):
         rbf.inverse_transform(Z, method="fixed-point", max_iter=0)
+
+
+def test_a_singular_ridge_system_is_refused_as_scikit_learn_refuses_it():
+    """alpha=0: K of 400 scores in 4 dimensions is singular to rounding.  scikit-learn raises LinAlgError; dkpca
+    returned least-squares pre-images up to 32 in magnitude for data within 3.8 (probe), and now raises too."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((400, 5))
+    params = dict(n_components=4, kernel="rbf", gamma=0.3, fit_inverse_transform=True, alpha=0.0)
+    with pytest.raises(np.linalg.LinAlgError):
+        SKKernelPCA(**params).fit(X)
+    with pytest.raises(np.linalg.LinAlgError, match="singular with alpha=0.0: pass a larger alpha"):
+        KernelPCA(**params).fit(X)
+    est = KernelPCA(**{**params, "alpha": 1e-3}).fit(X)  # the fix the message names
+    ref = SKKernelPCA(**{**params, "alpha": 1e-3}).fit(X)
+    np.testing.assert_allclose(est.inverse_transform(est.transform(X[:20])),
+                               ref.inverse_transform(ref.transform(X[:20])), atol=1e-8)
