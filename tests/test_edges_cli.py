@@ -19,6 +19,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca.cli import main
+from dkpca.storage import CorruptChunkError
 from dkpca.storage.lock import LOCK_NAME, StoreLockedError, exclusive
 
 from .conftest import cli_error, make_data, reference_eigh, s3_keys, write_data
@@ -240,6 +241,27 @@ def test_interrupted_transform_is_marked_and_resumed(tmp_path, capsys, monkeypat
     assert main(["transform", store, inp, str(out), "-q"]) == 0
     assert "already complete" in capsys.readouterr().out
     assert _chunk_mtimes(out) == after
+
+
+def test_an_output_chunk_copied_over_another_is_found_and_rewritten(tmp_path, capsys, fitted):
+    """Each chunk is intact by its CRC, but chunk 1 holds chunk 0's rows.  Before: verify said intact, a rerun had
+    nothing to do, a fit read it as data.  Now each chunk's digest, recorded with ``complete``, names it; a rerun
+    rewrites only it, equal to an untouched output."""
+    X, data, store = fitted
+    inp = write_data(tmp_path / "t.zarr", make_data(ROWS, seed=5, d=4))
+    out, ref = tmp_path / "z.zarr", tmp_path / "ref.zarr"
+    assert main(["transform", store, inp, str(out), "-q"]) == 0
+    assert main(["transform", store, inp, str(ref), "-q"]) == 0
+    (out / "c" / "1" / "0").write_bytes((out / "c" / "0" / "0").read_bytes())
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 1
+    assert "not the ones written there (first: (1, 0))" in capsys.readouterr().out
+    with pytest.raises(CorruptChunkError, match=r"chunk \(1, 0\).*another chunk's data"):
+        dkpca.fit(str(out), n_components=2, store=tmp_path / "o.dkpca.zarr")
+    assert main(["transform", store, inp, str(out), "-q"]) == 0
+    assert "resumed: 4 of 5 chunks" in capsys.readouterr().out
+    np.testing.assert_array_equal(zarr.open_array(str(out), mode="r")[:], zarr.open_array(str(ref), mode="r")[:])
+    assert main(["verify", str(out)]) == 0
 
 
 def test_resume_refused_when_input_or_model_changed(tmp_path, capsys, monkeypatch, fitted):

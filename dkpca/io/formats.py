@@ -29,7 +29,7 @@ import zarr
 
 from ..linalg import default_block_size
 from ..storage import absolute, is_url
-from ..storage.outputs import check_readable
+from ..storage.outputs import readable
 
 __all__ = ["READABLE", "RowIndexWarning", "open_path", "split_member", "input_path", "table_columns"]
 
@@ -155,8 +155,7 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
             f"Zarr group {source!r} holds arrays {arrays}; name the data array 'X' "
             f"or pass its path, e.g. '{source}/{arrays[0] if arrays else 'X'}'."
         )
-    check_readable(node, source)  # an interrupted transform's output is refused, never read as data
-    return node
+    return readable(node, source)  # an interrupted transform's output refused, a complete one read verified
 
 
 def _pick(source: str, names: list[str], kind: str, example: str) -> str:

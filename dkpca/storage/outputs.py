@@ -20,6 +20,8 @@ projections) whose attribute ``dkpca_transform`` records what made it::
   the same model (its content, :func:`model_digest`, not its path) from the
   same input (the fingerprint :func:`dkpca.io.scan` computes), with the same
   shape and chunks.  Any other output is refused unless ``overwrite``.
+* Each chunk's digest, returned by the task writing it, is recorded with ``complete``: verify, a rerun and
+  a reader refuse an intact chunk that is not the one written there (an incomplete output: CRC only).
 * ``overwrite`` replaces only an output this module wrote, and removes only
   the files it wrote there (``zarr.json``, the chunk files of its grid and
   zarr's temporaries of those).  A path holding anything else -- a dkpca
@@ -38,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import zarr
@@ -45,10 +48,15 @@ import zarr
 from ..execution import compute
 from ..version import __version__
 from .integrity import (
+    DIGEST,
     CorruptChunkError,
+    VerifiedArray,
     checksum_codecs,
     chunk_region,
     content_digest,
+    decode_digests,
+    encode_digests,
+    padded_digest,
     present_chunks,
     read_verified,
     writable,
@@ -58,7 +66,7 @@ from .paths import exists, is_url, url_fs
 from .verify import Finding
 
 __all__ = ["KEY", "OUTPUT_FORMAT_VERSION", "NotAnOutputError", "OutputState", "TransformOutput", "model_digest",
-           "output_state", "prepare_output", "is_output", "check_readable", "output_facts", "describe",
+           "output_state", "prepare_output", "is_output", "check_readable", "readable", "output_facts", "describe",
            "verify_output"]
 
 #: the attribute that marks a Zarr array as a dkpca transform output
@@ -186,15 +194,36 @@ def _differs(state: OutputState, record: dict[str, Any], shape: tuple[int, ...],
     return ""
 
 
+def _recorded(record: dict[str, Any], total: int) -> tuple[int, ...] | None:
+    """The chunk digests a complete output's record holds (None: none, or not usable -- CRC checks only)."""
+    try:
+        digests = decode_digests(record.get("digests"))
+    except ValueError:
+        return None
+    return digests if record.get("complete") and record.get("digest") == DIGEST and len(digests) == total else None
+
+
+def _unsealed(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` marked incomplete: its chunk digests go with ``complete`` (rewritten chunks change them)."""
+    return {**{k: v for k, v in record.items() if k not in ("digest", "digests")}, "complete": False}
+
+
+def _write_chunk(block: np.ndarray, array: zarr.Array, row: int) -> int:
+    """Write one output chunk's rows from ``row`` on; its digest as stored (recorded with ``complete``)."""
+    array[row:row + block.shape[0], :] = block
+    return padded_digest(np.ascontiguousarray(block), array.chunks)
+
+
 @dataclass
 class TransformOutput:
-    """An output ready to be written: its array, record and the chunks still to write."""
+    """An output ready to be written: its array, record, the chunks still to write and the kept ones' digests."""
 
     path: str
     array: zarr.Array
     record: dict[str, Any]
     todo: list[tuple[int, ...]]
     total: int
+    kept_digests: dict[tuple[int, ...], int]
 
     @property
     def kept(self) -> int:
@@ -203,27 +232,32 @@ class TransformOutput:
 
     def write(self, Z: da.Array, progress: bool = False) -> None:
         """Write the chunks still to write from ``Z``, then mark the output complete (never with a hole)."""
+        digests = dict(self.kept_digests)
         if self.todo:
             edge = self.array.chunks[0]
             Z = Z.rechunk((edge, Z.shape[1]))  # a no-op where the rows are already the output's chunks
-            regions = [(slice(i * edge, min((i + 1) * edge, Z.shape[0])), slice(None)) for i, _ in self.todo]
-            writes = da.store([Z.blocks[i, j] for i, j in self.todo], [self.array] * len(self.todo),
-                              regions=regions, lock=False, compute=False)
-            compute(writes, label="projecting", progress=progress)
+            writes = [dask.delayed(_write_chunk, pure=False)(Z.blocks[i, j], self.array, i * edge)
+                      for i, j in self.todo]
+            digests.update(zip(self.todo, compute(*writes, label="projecting", progress=progress), strict=True))
         state = output_state(self.path)
         missing = state.missing() if state is not None else [(0, 0)]
         if missing:  # a write that vanished without an error: never mark a hole complete
             raise CorruptChunkError(self.path, "", missing[0], "missing after the transform wrote it; rerun")
-        self.array.update_attributes({KEY: {**self.record, "complete": True}})
+        grid = np.ndindex(*_grid(state.shape, state.chunks))
+        self.array.update_attributes({KEY: {**self.record, "complete": True, "digest": DIGEST,
+                                            "digests": encode_digests([digests[c] for c in grid])}})
 
 
-def _verified(arr: zarr.Array, coords: tuple[int, ...]) -> bool:
-    """Whether chunk ``coords`` of ``arr`` reads back through its checksum."""
+def _chunk_digest(arr: zarr.Array, coords: tuple[int, ...], recorded: tuple[int, ...] | None) -> int | None:
+    """The digest of chunk ``coords`` of ``arr`` as read through its checksum; None where it fails that, or
+    differs from the one ``recorded`` for it (another chunk's file copied over it)."""
     try:
-        read_verified(arr, chunk_region(arr, coords))
+        got = padded_digest(read_verified(arr, chunk_region(arr, coords)), arr.chunks)
     except Exception:
-        return False
-    return True
+        return None
+    if recorded is not None and got != recorded[int(np.ravel_multi_index(coords, arr.cdata_shape))]:
+        return None
+    return got
 
 
 def _remove(state: OutputState) -> None:
@@ -269,13 +303,17 @@ def prepare_output(path: str, shown: str, origin: dict[str, Any], shape: tuple[i
         why = _differs(state, record, shape, chunks)
         if not why:
             arr = writable(zarr.open_array(path, mode="r+"))
+            kept: dict[tuple[int, ...], int] = {}
             if overwrite and state.complete:  # asked to replace a complete output: every chunk again
                 todo = list(np.ndindex(*_grid(state.shape, state.chunks)))
-            else:  # resume: the missing chunks, and any that fails its checksum
-                todo = sorted(state.missing() + [c for c in state.present if not _verified(arr, c)])
+            else:  # resume: the missing chunks, and any that fails its checksum or recorded digest
+                recorded = _recorded(state.record, state.total)
+                found = {c: _chunk_digest(arr, c, recorded) for c in state.present}
+                kept = {c: v for c, v in found.items() if v is not None}
+                todo = sorted(state.missing() + [c for c, v in found.items() if v is None])
             if todo and state.record.get("complete"):  # marked incomplete before any chunk is rewritten
-                arr.update_attributes({KEY: {**state.record, "complete": False}})
-            return TransformOutput(path, arr, {**state.record, "complete": False}, todo, state.total)
+                arr.update_attributes({KEY: _unsealed(state.record)})
+            return TransformOutput(path, arr, _unsealed(state.record), todo, state.total, kept)
         if not overwrite:
             raise FileExistsError(f"output {shown!r} holds the projections of {why}; choose another path, or pass "
                                   "--overwrite (overwrite=True) to replace it.")
@@ -288,7 +326,7 @@ def prepare_output(path: str, shown: str, origin: dict[str, Any], shape: tuple[i
     arr = zarr.create_array(store=path, shape=shape, chunks=chunks, dtype="float64", fill_value=np.nan,
                             compressors=checksum_codecs(), attributes={KEY: record}, config=write_config())
     todo = list(np.ndindex(*_grid(shape, chunks)))
-    return TransformOutput(path, arr, record, todo, len(todo))
+    return TransformOutput(path, arr, record, todo, len(todo), {})
 
 
 def is_output(node: Any) -> bool:
@@ -301,6 +339,14 @@ def check_readable(node: Any, shown: str) -> None:
     if is_output(node) and not node.attrs[KEY].get("complete"):
         raise ValueError(f"input {shown!r} is an incomplete dkpca transform output ({len(present_chunks(node))} of "
                          f"{node.nchunks} chunks written: the transform was interrupted); {_RERUN}.")
+
+
+def readable(node: Any, shown: str) -> Any:
+    """``node`` to read as input data: an incomplete output refused (:func:`check_readable`), a complete one read
+    through its recorded chunk digests (:class:`~.integrity.VerifiedArray`); anything else as it is."""
+    check_readable(node, shown)
+    digests = _recorded(node.attrs[KEY], node.nchunks) if is_output(node) else None
+    return node if digests is None else VerifiedArray(node, digests)
 
 
 def _found(path: str) -> OutputState | None:
@@ -341,10 +387,12 @@ def verify_output(path: str) -> Finding | None:
     if state is None:
         return None
     arr = zarr.open_array(path, mode="r")
-    bad = [c for c in sorted(state.present) if not _verified(arr, c)]
+    recorded = _recorded(state.record, state.total)
+    bad = [c for c in sorted(state.present) if _chunk_digest(arr, c, recorded) is None]
     if bad:
-        return Finding("output", False, f"output: {len(bad)} of {state.total} chunks corrupt (first: {bad[0]}); "
-                                        "rerun the same 'dkpca transform' command to write them again")
+        return Finding("output", False, f"output: {len(bad)} of {state.total} chunks corrupt or not the ones written "
+                                        f"there (first: {bad[0]}); rerun the same 'dkpca transform' command to write "
+                                        "them again")
     if not state.complete:
         return Finding("output", False, f"output: incomplete: {len(state.present)} of {state.total} chunks written "
                                         f"and verified (the transform was interrupted); {_RERUN}")
