@@ -481,3 +481,35 @@ def test_data_whose_kernel_overflows_is_refused_before_any_work_in_one_line(tmp_
     err = cli_error(capsys, ["fit", str(tmp_path / "big.npy"), "-k", "2", "--store", str(store), "--no-progress"])
     assert "non-finite values (overflow or NaN) on a 256-point sample" in err
     assert not (store / "data").exists()
+
+
+def test_a_non_finite_row_to_transform_says_before_transform(tmp_path, capsys, fitted):
+    X, data, store = fitted
+    Xt = make_data(20, seed=3, d=4)
+    Xt[3, 1] = np.nan
+    np.save(tmp_path / "t.npy", Xt)
+    err = cli_error(capsys, ["transform", store, str(tmp_path / "t.npy"), str(tmp_path / "z.zarr")])
+    assert "first in row 3" in err and "before transform" in err, err
+
+
+def test_a_store_given_as_input_names_its_data_array(capsys, fitted):
+    X, data, store = fitted
+    err = cli_error(capsys, ["fit", store, "--store", store + "2"])
+    assert "is a dkpca store, not data" in err and f"'{store}/data/X'" in err, err
+    assert main(["fit", f"{store}/data/X", "-k", "3", "--gamma", str(GAMMA), "--dtype", "float64", "-q",
+                 "--store", store + "2"]) == 0  # the array it names is the data
+    np.testing.assert_allclose(dkpca.load(store + "2").eigenvalues_, dkpca.load(store).eigenvalues_, rtol=1e-10)
+
+
+def test_a_damaged_zarr_input_chunk_is_named(tmp_path, capsys, fitted):
+    """Before: the codec's error alone ("Stored and computed checksum do not match", zstd's "Data corruption"),
+    naming neither the input nor the chunk."""
+    X, data, store = fitted
+    inp = tmp_path / "t.zarr"
+    zarr.create_array(str(inp), data=make_data(40, seed=3, d=4), chunks=(20, 4))
+    chunk = inp / "c" / "1" / "0"
+    raw = bytearray(chunk.read_bytes())
+    raw[5] ^= 0x10
+    chunk.write_bytes(bytes(raw))
+    err = cli_error(capsys, ["transform", store, str(inp), str(tmp_path / "z.zarr")])
+    assert "chunk (1, 0)" in err and str(inp) in err and "unreadable" in err, err

@@ -187,7 +187,7 @@ def cmd_transform(a: argparse.Namespace) -> int:
                   "model": model_digest([model.eigenvalues_, model.eigenvectors_, model.row_means_],
                                         {"kernel": model.kernel.to_dict(), "grand_mean": model.grand_mean_,
                                          "n_features": model.n_features}),
-                  "input": {"path": absolute(source), "fingerprint": scan(X).to_dict()}}
+                  "input": {"path": absolute(source), "fingerprint": scan(X, "transform").to_dict()}}
         out = prepare_output(output, a.output, origin, Z.shape, (X.chunks[0][0], Z.shape[1]), a.overwrite)
         out.write(Z, progress=_progress(a))  # nothing left to write: only marked complete, if it was not yet
     if not out.todo:

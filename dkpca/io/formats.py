@@ -28,7 +28,8 @@ import numpy as np
 import zarr
 
 from ..linalg import default_block_size
-from ..storage import absolute, is_url
+from ..storage import FORMAT, absolute, is_url
+from ..storage.integrity import read_verified
 from ..storage.outputs import readable
 
 __all__ = ["READABLE", "RowIndexWarning", "open_path", "split_member", "input_path", "table_columns"]
@@ -145,6 +146,9 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
         reach = " (for a URL: check that it is reachable and the credentials)" if is_url(path) else ""
         raise ValueError(f"input {source!r} is neither a Zarr array or group nor another format dkpca reads{reach}; "
                          f"dkpca reads {READABLE}.") from None
+    if isinstance(node, zarr.Group) and node.attrs.get("format") == FORMAT:
+        raise ValueError(f"input {source!r} is a dkpca store, not data; the training data it copied is the array "
+                         f"'{source.rstrip('/')}/data/X', and its model projects new data with 'dkpca transform'.")
     if isinstance(node, zarr.Group):
         arrays = sorted(name for name, _ in node.arrays())
         if "X" in arrays:
@@ -155,7 +159,31 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
             f"Zarr group {source!r} holds arrays {arrays}; name the data array 'X' "
             f"or pass its path, e.g. '{source}/{arrays[0] if arrays else 'X'}'."
         )
-    return readable(node, source)  # an interrupted transform's output refused, a complete one read verified
+    node = readable(node, source)  # an interrupted transform's output refused, a complete one read verified
+    return ZarrInput(node) if isinstance(node, zarr.Array) else node
+
+
+@dataclass(frozen=True)
+class ZarrInput:
+    """A user's Zarr array, each read through its chunks' checksums: one failing it is named with the array
+    (zarr's codec error names neither); a missing chunk reads as the fill value, as zarr reads it."""
+
+    array: zarr.Array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.array.ndim
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return read_verified(self.array, key)
 
 
 def _pick(source: str, names: list[str], kind: str, example: str) -> str:

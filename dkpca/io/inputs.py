@@ -62,9 +62,10 @@ def check_feature_names(X: Any, fitted: tuple[str, ...] | None) -> None:
     data frame's too)."""
     names = feature_names(X)
     if fitted is not None and names is not None and names != fitted and isinstance(X, (str, os.PathLike)):
+        write = "to_csv(path, index=False)" if os.fspath(X).lower().endswith(".csv") else "to_parquet(path)"
         raise ValueError(f"input {os.fspath(X)!r} has columns {list(names)}, but the model was fitted on "
                          f"{list(fitted)}; write its columns in that order (pandas: "
-                         "df[list(model.feature_names)].to_csv(path, index=False)).")
+                         f"df[list(model.feature_names)].{write}).")
     if fitted is not None and names is not None and names != fitted:
         raise ValueError(f"The feature names should match those that were passed during fit: X has columns "
                          f"{list(names)}, the model was fitted on {list(fitted)}; select them in that order "
@@ -164,7 +165,7 @@ def _scan_block(block: np.ndarray) -> tuple[str, int]:
     return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad
 
 
-def scan(X: da.Array) -> Fingerprint:
+def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
     """Check X is finite and fingerprint it, reading each row block once.
 
     An X of at most :data:`dkpca.execution.LOCAL_BYTES` is read by this
@@ -183,7 +184,7 @@ def scan(X: da.Array) -> Fingerprint:
         if bad >= 0:
             raise ValueError(
                 f"X contains NaN or infinity (first in row {offset + bad}); "
-                "remove or impute non-finite values before fitting."
+                f"remove or impute non-finite values before {purpose}."
             )
         h.update(digest.encode())
         offset += rows
