@@ -513,3 +513,28 @@ def test_a_damaged_zarr_input_chunk_is_named(tmp_path, capsys, fitted):
     chunk.write_bytes(bytes(raw))
     err = cli_error(capsys, ["transform", store, str(inp), str(tmp_path / "z.zarr")])
     assert "chunk (1, 0)" in err and str(inp) in err and "unreadable" in err, err
+
+
+def test_an_output_holding_only_zarr_s_temporary_of_a_killed_creation_is_written(tmp_path, fitted):
+    """A kill while zarr created the output's ``zarr.json`` leaves only ``zarr.<hex>.partial``: before, the same
+    command and --overwrite refused it as "a directory of other files"."""
+    X, data, store = fitted
+    out = tmp_path / "z.zarr"
+    out.mkdir()
+    (out / ("zarr." + "0" * 32 + ".partial")).write_text("{")
+    assert main(["transform", store, data, str(out), "-q"]) == 0
+    np.testing.assert_allclose(zarr.open_array(str(out), mode="r")[:], dkpca.load(store).transform(X), atol=1e-12)
+
+
+def test_a_damaged_data_copy_is_found_before_any_output_is_made(tmp_path, capsys, fitted):
+    """Before: one line, but an empty incomplete output (its zarr.json) was left behind."""
+    X, data, store = fitted
+    chunk = os.path.join(store, "data", "X", "c", "0", "0")
+    with open(chunk, "rb") as f:
+        raw = bytearray(f.read())
+    raw[9] ^= 1
+    with open(chunk, "wb") as f:
+        f.write(bytes(raw))
+    err = cli_error(capsys, ["transform", store, data, str(tmp_path / "z.zarr")])
+    assert "data/X" in err and "overwrite" in err, err
+    assert not (tmp_path / "z.zarr").exists()

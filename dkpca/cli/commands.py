@@ -165,6 +165,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_transform(a: argparse.Namespace) -> int:
+    from ..execution import compute
     from ..io import as_dask, check_feature_names, input_path, scan
     from ..model import load
     from ..storage import absolute, check_output
@@ -188,6 +189,8 @@ def cmd_transform(a: argparse.Namespace) -> int:
                                         {"kernel": model.kernel.to_dict(), "grand_mean": model.grand_mean_,
                                          "n_features": model.n_features}),
                   "input": {"path": absolute(source), "fingerprint": scan(X, "transform").to_dict()}}
+        # the model's rows of the store's data, every chunk read verified once: damage found before any output
+        compute(model.X_fit.sum(), label="checking the training data")
         out = prepare_output(output, a.output, origin, Z.shape, (X.chunks[0][0], Z.shape[1]), a.overwrite)
         out.write(Z, progress=_progress(a))  # nothing left to write: only marked complete, if it was not yet
     if not out.todo:

@@ -159,7 +159,7 @@ def output_state(path: str, shown: str | None = None) -> OutputState | None:
         node = zarr.open(path, mode="r")
     except Exception:  # no Zarr metadata: a file, a directory of files, or an empty directory
         files = _files(path)
-        if not files:
+        if all(_PARTIAL.fullmatch(f) for f in files):  # nothing, or only zarr's temporary of a killed creation
             return None
         raise _not_ours(shown, "a file" if files == [""] else "a directory of other files") from None
     if isinstance(node, zarr.Group):
