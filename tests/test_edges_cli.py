@@ -538,3 +538,14 @@ def test_a_damaged_data_copy_is_found_before_any_output_is_made(tmp_path, capsys
     err = cli_error(capsys, ["transform", store, data, str(tmp_path / "z.zarr")])
     assert "data/X" in err and "overwrite" in err, err
     assert not (tmp_path / "z.zarr").exists()
+
+
+@pytest.mark.parametrize("slot", [None, 7, "../data"])
+def test_verify_of_a_solver_group_without_a_saved_pass_is_one_line(fitted, capsys, slot):
+    """A fit killed just after its Gram build leaves ``solver/`` with no slot yet: verify raised TypeError."""
+    X, data, store = fitted
+    g = zarr.open_group(os.path.join(store, "solver"), mode="w")
+    if slot is not None:
+        g.attrs["slot"] = slot
+    assert main(["verify", store]) == 0
+    assert "solver checkpoint: none complete" in capsys.readouterr().out

@@ -40,12 +40,12 @@ from .chunks import ChunkWriter
 from .fitstore import FitStore, remove_member
 from .integrity import content_digest, create_array
 
-__all__ = ["SolverCheckpoint", "CheckpointState"]
+__all__ = ["SolverCheckpoint", "CheckpointState", "SLOTS", "GROUP"]
 
 logger = logging.getLogger("dkpca")
 
 GROUP = "solver"
-_SLOTS = ("s0", "s1")
+SLOTS = ("s0", "s1")
 
 
 @dataclass
@@ -128,7 +128,7 @@ class SolverCheckpoint:
             return None
         slot = a.get("slot")
         sums = a.get("checksums") or {}
-        if slot not in _SLOTS or slot not in g or not sums:
+        if slot not in SLOTS or slot not in g or not sums:
             return None
         arrays = {}
         try:
@@ -155,7 +155,7 @@ class SolverCheckpoint:
             return False
         g = self._group(create=True)
         current = g.attrs.get("slot") if g.attrs.get("key") == self.key else None
-        slot = _SLOTS[1] if current == _SLOTS[0] else _SLOTS[0]
+        slot = SLOTS[1] if current == SLOTS[0] else SLOTS[0]
         # The slot being written is the one nobody points to.  Its arrays are
         # reused when their shape is unchanged (each pass of a solver saves
         # the same shapes): no directory churn, and chunk files go straight

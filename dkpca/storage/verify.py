@@ -16,6 +16,7 @@ import numpy as np
 import zarr
 
 from .checkpoint import GROUP as CHECKPOINT
+from .checkpoint import SLOTS
 from .chunks import partials
 from .fitstore import DATA, RITZ, FitStore
 from .gramstore import GROUP as GRAM
@@ -165,7 +166,7 @@ def _checkpoint(root: zarr.Group) -> Finding | None:
         return None
     g = root[CHECKPOINT]
     slot = g.attrs.get("slot")
-    if slot not in g:
+    if slot not in SLOTS or slot not in g:  # none yet (killed before the first pass saved), or an edited pointer
         return Finding("checkpoint", True, "solver checkpoint: none complete; a rerun starts the solver afresh")
     try:
         _verify_group(g[slot])
