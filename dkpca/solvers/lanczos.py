@@ -51,7 +51,7 @@ import scipy.linalg
 from ..execution import row_blocks
 from ..linalg import RowBlocks, cholesky_qr, top_eigh
 from .randomized import iteration_width, start_block
-from .relaxed import Relaxation
+from .relaxed import RELAX_BUDGET, Relaxation
 from .result import DEFAULT_MAX_PASSES, Callback, EigResult, report
 from .ritzsteps import cheap_ritz, worth_ritz
 
@@ -338,6 +338,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
             t1 = time.perf_counter()
             theta_all, S, res, scale = _ritz_pairs(T, W, m, k, max(ritz, 2 * ell if checkpoint is not None else 0),
                                                    relax.slack)
+            relax.observe(S[:, :res.size], scale)
             ritz_cost = (time.perf_counter() - t1, T.shape[0])
         history.append(_relative(res, scale, k) if due else float("nan"))
         converged = due and res.size == k and history[-1] <= tol
@@ -356,6 +357,18 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
             # a whole space or an invariant one makes the Ritz pairs exact -- of T, which single passes made inexact
             converged = converged or (res.size == k and not relax.active)
             break
+        if due and relax.level > RELAX_BUDGET * tol and history[-1] - relax.level <= tol < history[-1] \
+                and done < max_passes:
+            # The single passes' bound, measured, is past its budget (a pair weighs more on their panels than
+            # its residual predicted) and is all that keeps the residuals above tol, for good: start again from
+            # the Ritz vectors as a new start block, T from their float64 product, every later product float64.
+            if S.shape[1] < ell:
+                theta_all, S = _ritz(T, ell)
+            V = cholesky_qr(rows.times(basis, S[:, :ell]), rows)  # Ritz vectors: orthonormal but for rounding
+            basis, T, local_from, R_prev = space[:, :0], np.zeros((0, 0)), 0, None
+            relax.withdraw()
+            restarts += 1
+            continue
         if basis.shape[1] + V.shape[1] > cap:
             # Thick restart: keep the leading Ritz vectors; K~ U_keep = U_keep
             # diag(theta) + W (B s) terms, all inside span[U_keep, V], so the

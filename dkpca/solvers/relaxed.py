@@ -11,7 +11,8 @@ sees to for such a pass.  So once the residual is small a pass may multiply
 a float32 K in float32 (a third less time a pass, measured at n = 24,000:
 0.36 s against 0.55-0.65 s), where the operator bounds that product's error
 (``operator.single_error``) and the bound, so weighted, stays under a tenth
-of ``tol``.  Every residual reported afterwards includes the bound
+of ``tol`` -- and the bounds of all single passes together under half of it
+(:data:`RELAX_BUDGET`).  Every residual reported afterwards includes the bound
 (:meth:`Relaxation.slack`): convergence is never claimed on the float32
 products' word.
 """
@@ -22,14 +23,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Relaxation", "relaxes", "RELAX_SHARE"]
+__all__ = ["Relaxation", "relaxes", "RELAX_SHARE", "RELAX_BUDGET"]
 
 #: a pass multiplies in single precision when the bound it adds to the residuals is predicted at most this share
 #: of tol (:func:`relaxes`)
 RELAX_SHARE = 0.1
+#: ... and the bound of all single passes so far with it at most this share: the residuals include the bound, so
+#: single passes each under RELAX_SHARE but added up past tol left the residual above it for good (measured: a
+#: k = 30 fit at n = 800 stalled at 1.67e-6 > tol = 1e-6 after 15 single passes and filled the whole space, where
+#: float64 passes converged in 7)
+RELAX_BUDGET = 0.5
 
 
-def relaxes(history: list[float], eps: float, tol: float) -> bool:
+def relaxes(history: list[float], eps: float, tol: float, spent: float = 0.0) -> bool:
     """Whether the next pass may multiply in single precision (``eps``: its error bound relative to lambda_1).
 
     It adds ``eps (3 ||y_j|| + ||y_next||)`` to the residuals (:meth:`Relaxation.slack`); a Ritz pair's
@@ -37,9 +43,12 @@ def relaxes(history: list[float], eps: float, tol: float) -> bool:
     and 6.6e-5 on panels started at residuals 4.5e-3 and 6.1e-5), so the latest residual predicts both.
     One left out (a pass without its Ritz step) counts as the last computed before it; none before a first
     residual.  The prediction only chooses: the weights the residuals then include are the Ritz pairs' own.
+    ``spent``: the bound the single passes so far put on the residuals (relative); with this pass's, at most
+    :data:`RELAX_BUDGET` of tol.
     """
     known = [r for r in history if np.isfinite(r)]
-    return bool(known) and 4.0 * eps * known[-1] <= RELAX_SHARE * tol
+    add = 4.0 * eps * known[-1] if known else np.inf
+    return add <= RELAX_SHARE * tol and spent + add <= RELAX_BUDGET * tol
 
 
 class Relaxation:
@@ -60,6 +69,9 @@ class Relaxation:
         if saved is not None:
             self.carried[:saved.shape[0]] = saved
         self.count = 0
+        #: the bound on the wanted pairs' relative residuals at the last Ritz step, and what single passes since
+        #: are predicted to add (:meth:`observe`, :meth:`single`)
+        self.level, self.pending = 0.0, 0.0
 
     @property
     def active(self) -> bool:
@@ -68,7 +80,23 @@ class Relaxation:
 
     def single(self, history: list[float], scale: float | None, tol: float) -> bool:
         """Whether the next pass multiplies in float32 (:func:`relaxes`, relative to ``scale`` = |theta_1|)."""
-        return self.error is not None and scale is not None and relaxes(history, self.error / scale, tol)
+        if self.error is None or scale is None or not relaxes(history, self.error / scale, tol,
+                                                               self.level + self.pending):
+            return False
+        self.pending += 4.0 * self.error / scale * [r for r in history if np.isfinite(r)][-1]
+        return True
+
+    def withdraw(self) -> None:
+        """No bound from here on, and no more single passes: the solver starts again from its Ritz vectors, every
+        product float64 (the bound measured past :data:`RELAX_BUDGET` of tol would keep the residuals above it)."""
+        self.error, self.level, self.pending = None, 0.0, 0.0
+        self.panels.clear()
+        self.carried[:] = 0.0
+
+    def observe(self, S: np.ndarray, scale: float) -> None:
+        """The wanted pairs' coefficients ``S`` at a Ritz step: the bound they carry now replaces the prediction."""
+        self.level = float(self.slack(S).max() / scale) if self.active and S.shape[1] else 0.0
+        self.pending = 0.0
 
     def record(self, start: int, stop: int) -> None:
         """Basis columns ``start:stop`` are a panel whose product was single."""
