@@ -184,6 +184,19 @@ def test_growth_by_one_row_and_by_more_rows_than_the_store_had(tmp_path, n_old, 
     assert model.report["update"]["rows_before"] == n_old
 
 
+def test_the_same_chunk_size_above_the_first_rows_keeps_updating(tmp_path):
+    """A nightly job passing chunk_size=4096 whose first fit had 300 rows: the tile was clipped to 300.  Before,
+    the update was refused ("the chunk size differs (store: 300, now: 4096)"); now the tile is kept."""
+    X = make_data(400, seed=4)
+    store = str(tmp_path / "s.dkpca.zarr")
+    _fit(X[:300], store, chunk_size=4096)
+    model = _fit(X, store, chunk_size=4096)
+    _check(model, X)
+    assert model.report["update"]["rows_before"] == 300 and model.block == 300
+    with pytest.raises(ValueError, match=r"the chunk size differs \(store: 300, now: 200\)"):  # a smaller one
+        _fit(np.vstack([X, make_data(50, seed=5)]), store, chunk_size=200)
+
+
 def _kill_data_copy(monkeypatch):
     real = datacopy_module._copy_block
 

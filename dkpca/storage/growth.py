@@ -152,7 +152,9 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
             diffs.append(f"the kernel differs (store: {gram.get('kernel')!r}, now: {kernel!r})")
         if dtype is not None and gram.get("dtype") != np.dtype(dtype).name:
             diffs.append(f"the dtype differs (store: {gram.get('dtype')!r}, now: {np.dtype(dtype).name!r})")
-    if chunk_size is not None and min(chunk_size, n) != block:
+    # a tile equal to a row count the store had, below the chunk size now asked: that size clipped to the data
+    clipped = chunk_size is not None and chunk_size >= block and (block == n_old or block in ext.prefixes)
+    if chunk_size is not None and min(chunk_size, n) != block and not clipped:
         diffs.append(f"the chunk size differs (store: {block}, now: {chunk_size})")
     if diffs:
         raise ValueError(f"store {store.path!r} holds a fit of {n_old} rows that this input of {n} rows would "
