@@ -29,7 +29,7 @@ import zarr
 
 from ..linalg import default_block_size
 from ..storage import FORMAT, absolute, is_url
-from ..storage.integrity import read_verified
+from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
 
 __all__ = ["READABLE", "RowIndexWarning", "open_path", "split_member", "input_path", "table_columns"]
@@ -164,23 +164,10 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
 
 
 @dataclass(frozen=True)
-class ZarrInput:
+class ZarrInput(VerifiedArray):
     """A user's Zarr array, each read through its chunks' checksums: one failing it is named with the array
-    (zarr's codec error names neither); a missing chunk reads as the fill value, as zarr reads it."""
-
-    array: zarr.Array
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.array.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.array.ndim
+    (zarr's codec error names neither); a missing chunk reads as the fill value, as zarr reads it (a
+    :class:`~dkpca.storage.integrity.VerifiedArray` would refuse it: dkpca did not write this array)."""
 
     def __getitem__(self, key: Any) -> np.ndarray:
         return read_verified(self.array, key)
