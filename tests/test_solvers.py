@@ -1001,3 +1001,12 @@ def test_nystrom_on_data_of_lower_rank_than_k_keeps_the_rank_and_reports_the_res
     np.testing.assert_allclose(nys.eigenvalues_, dense.eigenvalues_, rtol=1e-8)
     np.testing.assert_allclose(np.abs(nys.eigenvectors_), np.abs(dense.eigenvectors_), atol=1e-6)
     assert nys.report["zero_components_dropped"] == dense.report["zero_components_dropped"] == 3
+
+
+def test_the_dense_solver_reports_rounding_not_1e292_for_a_zero_centred_kernel():
+    """Constant data: K~ = 0.  The pass log said "max relative residual 7.06e+292" (eps sqrt(n) over a tiny
+    scale) while the summary said 0; the bound is eps ||K~|| sqrt(n), relative to lambda_1: rounding."""
+    seen = []
+    res = get_solver("dense")(InMemoryKernelOperator(np.ones((50, 50))), 3, callback=seen.append)
+    assert res.history[0] <= 1e-12 and seen[0].max_relative_residual <= 1e-12
+    assert np.all(res.residuals < 1e-300)  # eps sqrt(n) ||K~||, and ||K~|| is 0
