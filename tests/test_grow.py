@@ -197,6 +197,18 @@ def test_the_same_chunk_size_above_the_first_rows_keeps_updating(tmp_path):
         _fit(np.vstack([X, make_data(50, seed=5)]), store, chunk_size=200)
 
 
+def test_an_update_asking_for_arpack_holds_k_in_memory_as_a_fresh_fit_does(tmp_path):
+    """A fresh fit refuses ARPACK over a stored K (each step a pass over it); an update asking for ARPACK with the
+    Gram mode left to auto ran it over the stored K anyway (22 passes over K where Lanczos needs 5).  Now its K is
+    held in memory, as a fresh fit's; eigenvalues as eigh's."""
+    X = make_data(400, seed=4)
+    store = str(tmp_path / "s.dkpca.zarr")
+    _fit(X[:300], store)
+    model = _fit(X, store, solver="arpack")
+    assert model.report["solver"] == "arpack" and model.report["gram"]["mode"] == "memory"
+    _check(model, X)
+
+
 def _kill_data_copy(monkeypatch):
     real = datacopy_module._copy_block
 

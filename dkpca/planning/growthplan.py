@@ -11,6 +11,7 @@ from dataclasses import replace
 import psutil
 
 from ..request import FitRequest
+from ..solvers import spec_of
 from ..storage.growth import Growth, find_growth, stored_tile, update_blocks
 from .auto import solver_rule
 
@@ -44,7 +45,9 @@ def update_modes(req: FitRequest, growth: Growth | None) -> tuple[str, str, dict
     solver, gram, why = req.solver, req.gram, {}
     if growth is None or req.fraction is not None:
         return solver, gram, why
-    if growth.gram and gram == "auto":
+    spec = spec_of(solver)  # None: auto
+    if growth.gram and gram == "auto" and not (spec is not None and spec.in_memory_only):
+        # (an in-memory solver, ARPACK, is never run over the stored K: each of its steps would be a pass over it)
         gram, why["gram"] = "store", (f"an update of the store's K ({growth.n_old} rows): only the blocks that touch "
                                       "the new rows are computed")
     if growth.model_rows == growth.n_old and solver == "auto":
