@@ -549,3 +549,12 @@ def test_verify_of_a_solver_group_without_a_saved_pass_is_one_line(fitted, capsy
         g.attrs["slot"] = slot
     assert main(["verify", store]) == 0
     assert "solver checkpoint: none complete" in capsys.readouterr().out
+
+
+def test_a_memory_url_output_is_refused_as_a_memory_store_is(tmp_path, capsys, fitted):
+    """Before: "wrote 300 x 3 projections to memory://mo.zarr", gone when the command exited."""
+    X, data, store = fitted
+    err = cli_error(capsys, ["transform", store, data, "memory://mo.zarr"])
+    assert "memory://" in err and "gone when dkpca exits" in err, err
+    err = cli_error(capsys, ["fit", data, "--store", "memory://s.zarr"])  # the store's lock refuses it
+    assert "cannot lock the store 'memory://" in err, err

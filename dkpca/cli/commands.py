@@ -45,6 +45,15 @@ def _progress(a: argparse.Namespace) -> bool:
     return not getattr(a, "quiet", False) and not getattr(a, "no_progress", False)
 
 
+def _lasting(path: str | None, what: str) -> None:
+    """Refuse a ``memory://`` URL for what a command leaves behind: fsspec's memory filesystem ends with the
+    process, so the command would report an output written that is gone when it exits (a store there is refused
+    by its lock, which cannot be taken on memory://)."""
+    if path is not None and str(path).startswith("memory://"):
+        raise ValueError(f"{what} {str(path)!r} is in this process's memory (fsspec's memory://), gone when dkpca "
+                         "exits; give a path or a lasting URL (e.g. s3://bucket/key).")
+
+
 def cmd_fit(a: argparse.Namespace) -> int:
     from ..pipeline import fit
     from ..planning import plan
@@ -174,6 +183,7 @@ def cmd_transform(a: argparse.Namespace) -> int:
     # Refused before anything is read or written: an output that is, contains
     # or lies inside the input (its file, for 'file.h5:/X') or the store, and
     # one holding anything but a transform output dkpca wrote (--overwrite or not).
+    _lasting(a.output, "output")
     source = input_path(a.input)
     output = check_output(a.output, {"input": source, "store": a.store})
     output_state(output, a.output)
