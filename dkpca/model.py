@@ -256,22 +256,20 @@ class KPCAModel:
         """
         store = FitStore.at(path)
 
-        def bad(field: str, why: str) -> DamagedModelError:
-            return DamagedModelError(store.path, f"model field {field!r}", why)
-
         def beside(arrays: dict, attrs: dict) -> tuple[dict | None, Any]:
             # a model fitted from the stored K must name the kernel K was built with (checked below)
             stored_K = stored_gram_mode(attrs) == GramMode.STORE
-            extent, U, bound = store.data_extent(), arrays.get("eigenvectors"), attrs.get("data_digest")
-            if bound is not None and not isinstance(bound, str):
-                raise bad("data_digest", f"is {bound!r}, not a digest")
+            extent, U = store.data_extent(), arrays.get("eigenvectors")
             rows = U.shape[0] if U is not None and U.ndim == 2 else None
-            if bound is not None and rows is not None and extent.covers(rows, attrs.get("n_features")):
-                store.training_array(rows, bound)  # its own rows, not another store's of the same shape
+            if rows is not None and extent.covers(rows, attrs.get("n_features")):  # else refused below, by name
+                store.check_bound(rows, attrs.get("data_digest"))  # its own rows, not another store's of that shape
             return (GramStore(store).recorded_kernel() if stored_K else None), extent
 
         # read with the model: a refit switching it meanwhile makes all of it be read again
         arrays, a, (built, extent) = store.read_model_with(beside)
+
+        def bad(field: str, why: str) -> DamagedModelError:
+            return DamagedModelError(store.path, f"model field {field!r}", why)
 
         for name in ("eigenvalues", "eigenvectors", "row_means"):
             if name not in arrays:

@@ -283,6 +283,8 @@ def test_a_binding_that_is_not_a_digest_is_one_line(value, store, new_points, tm
     set_attr(store / group(store), "data_digest", value)
     with pytest.raises(ValueError, match="data_digest.*not a digest"):
         dkpca.load(store)
+    assert main(["verify", str(store)]) == 1  # verify reads it as the load does (one check: check_bound)
+    assert "not a digest" in capsys.readouterr().out
 
 
 # -- the sparse model: the same record, the same checks ------------------------------

@@ -61,15 +61,16 @@ def check_feature_names(X: Any, fitted: tuple[str, ...] | None) -> None:
     would read them by position and project the wrong features without a word (scikit-learn's estimators refuse a
     data frame's too)."""
     names = feature_names(X)
-    if fitted is not None and names is not None and names != fitted and isinstance(X, (str, os.PathLike)):
+    if fitted is None or names is None or names == fitted:
+        return
+    if isinstance(X, (str, os.PathLike)):  # a file: the fix is writing it in the fitted order
         write = "to_csv(path, index=False)" if os.fspath(X).lower().endswith(".csv") else "to_parquet(path)"
         raise ValueError(f"input {os.fspath(X)!r} has columns {list(names)}, but the model was fitted on "
                          f"{list(fitted)}; write its columns in that order (pandas: "
                          f"df[list(model.feature_names)].{write}).")
-    if fitted is not None and names is not None and names != fitted:
-        raise ValueError(f"The feature names should match those that were passed during fit: X has columns "
-                         f"{list(names)}, the model was fitted on {list(fitted)}; select them in that order "
-                         "(X[list(model.feature_names)]).")
+    raise ValueError(f"The feature names should match those that were passed during fit: X has columns "
+                     f"{list(names)}, the model was fitted on {list(fitted)}; select them in that order "
+                     "(X[list(model.feature_names)]).")
 
 
 def read_feature_names(attrs: dict, refuse: Any) -> tuple[str, ...] | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Relaxation", "relaxes", "RELAX_SHARE", "RELAX_BUDGET"]
+__all__ = ["Relaxation", "relaxes", "added_bound", "RELAX_SHARE", "RELAX_BUDGET"]
 
 #: a pass multiplies in single precision when the bound it adds to the residuals is predicted at most this share
 #: of tol (:func:`relaxes`)
@@ -35,19 +35,25 @@ RELAX_SHARE = 0.1
 RELAX_BUDGET = 0.5
 
 
-def relaxes(history: list[float], eps: float, tol: float, spent: float = 0.0) -> bool:
-    """Whether the next pass may multiply in single precision (``eps``: its error bound relative to lambda_1).
+def added_bound(history: list[float], eps: float) -> float:
+    """The bound a single pass is predicted to add to the residuals, relative (``eps``: its error bound relative
+    to lambda_1); infinite before a first residual.
 
-    It adds ``eps (3 ||y_j|| + ||y_next||)`` to the residuals (:meth:`Relaxation.slack`); a Ritz pair's
-    weight on a pass's panel is about the residual the pass started from (measured at n = 24,000: 4.8e-3
-    and 6.6e-5 on panels started at residuals 4.5e-3 and 6.1e-5), so the latest residual predicts both.
-    One left out (a pass without its Ritz step) counts as the last computed before it; none before a first
-    residual.  The prediction only chooses: the weights the residuals then include are the Ritz pairs' own.
-    ``spent``: the bound the single passes so far put on the residuals (relative); with this pass's, at most
-    :data:`RELAX_BUDGET` of tol.
+    It adds ``eps (3 ||y_j|| + ||y_next||)`` (:meth:`Relaxation.slack`); a Ritz pair's weight on a pass's panel
+    is about the residual the pass started from (measured at n = 24,000: 4.8e-3 and 6.6e-5 on panels started at
+    residuals 4.5e-3 and 6.1e-5), so the latest residual predicts both.  One left out (a pass without its Ritz
+    step) counts as the last computed before it.  The prediction only chooses: the weights the residuals then
+    include are the Ritz pairs' own.
     """
     known = [r for r in history if np.isfinite(r)]
-    add = 4.0 * eps * known[-1] if known else np.inf
+    return 4.0 * eps * known[-1] if known else np.inf
+
+
+def relaxes(history: list[float], eps: float, tol: float, spent: float = 0.0) -> bool:
+    """Whether the next pass may multiply in single precision: its :func:`added_bound` at most
+    :data:`RELAX_SHARE` of tol, and with ``spent`` (the bound the single passes so far put on the residuals,
+    relative) at most :data:`RELAX_BUDGET` of it."""
+    add = added_bound(history, eps)
     return add <= RELAX_SHARE * tol and spent + add <= RELAX_BUDGET * tol
 
 
@@ -83,7 +89,7 @@ class Relaxation:
         if self.error is None or scale is None or not relaxes(history, self.error / scale, tol,
                                                                self.level + self.pending):
             return False
-        self.pending += 4.0 * self.error / scale * [r for r in history if np.isfinite(r)][-1]
+        self.pending += added_bound(history, self.error / scale)
         return True
 
     def withdraw(self) -> None:

@@ -226,6 +226,15 @@ class StoredData:
                                     f"store's {DATA}/X holds (the model or the data was copied from another store)")
         return data
 
+    def check_bound(self, rows: int, recorded: Any) -> None:
+        """A model's ``data_digest`` attribute (``recorded``) against its ``rows`` of the copy: refused where it is
+        not a digest or names other rows (:meth:`training_array`); None, a model saved before dkpca recorded it,
+        passes.  The one check of the model's load and of ``dkpca verify``."""
+        if recorded is not None and not isinstance(recorded, str):
+            raise DamagedModelError(self.path, "model field 'data_digest'", f"is {recorded!r}, not a digest")
+        if recorded is not None:
+            self.training_array(rows, recorded)
+
     def data_digest(self, rows: int) -> str | None:
         """What binds a model to its training data: a digest of the recorded digests of its rows' chunks (a
         model fitted before an update reads the same from the grown copy); None for a copy recording none."""

@@ -136,9 +136,9 @@ def _model(store: FitStore, kind: str) -> Finding | None:
         exc = DamagedModelError(store.path, f"{kind} field 'kernel'", EDITED, kind)
         return Finding(kind, False, f"{kind}: {exc}")
     n = group["eigenvectors"].shape[0] if rows is not None else None
-    bound = group.attrs.get("data_digest") if n is not None else None
     try:  # bound to its own rows: not data, or a model, copied from another store of the same shape
-        store.training_array(n, bound) if isinstance(bound, str) else None
+        if n is not None:
+            store.check_bound(n, group.attrs.get("data_digest"))
     except DamagedModelError as exc:
         return Finding(kind, False, f"{kind}: {exc}")
     except (CorruptChunkError, ValueError):
