@@ -23,8 +23,10 @@ __all__ = ["plan_line", "log_plan", "log_stage", "log_gram", "log_solved", "log_
 logger = logging.getLogger(__name__)
 
 
-def _where_k(gram: GramMode, dtype: Any, tile: int, store: str | None) -> str:
-    """Where K lives, as ``dkpca plan``'s ``Gram matrix:`` and ``chunk shape:`` lines say it."""
+def _where_k(gram: GramMode | None, dtype: Any, tile: int, store: str | None) -> str:
+    """Where K lives, as ``dkpca plan``'s ``Gram matrix:`` and ``chunk shape:`` lines say it (None: nowhere)."""
+    if gram is None:
+        return f"K not formed (n x m kernel slices only, {dtype})"
     if gram is GramMode.MEMORY:
         return f"K held in memory ({dtype})"
     blocks = f"{tile} x {tile} blocks"
@@ -33,7 +35,7 @@ def _where_k(gram: GramMode, dtype: Any, tile: int, store: str | None) -> str:
     return f"K recomputed every pass ({dtype}, {blocks})"
 
 
-def plan_line(n: int, d: int, k: int, kernel: str, solver: Any, gram: GramMode, dtype: Any, tile: int,
+def plan_line(n: int, d: int, k: int, kernel: str, solver: Any, gram: GramMode | None, dtype: Any, tile: int,
               store: str | None, fraction: float | None = None) -> str:
     """The plan of a fit in one line: sizes, solver, where K lives (the reasons and estimates: ``dkpca plan``)."""
     wanted = f"k={k}" if fraction is None else f"n_components={fraction} (first round k={k})"
@@ -46,7 +48,7 @@ def log_plan(req: Any, plan: Any) -> None:
     if logger.isEnabledFor(logging.INFO):
         n, d = req.X.shape
         logger.info("%s", plan_line(n, d, plan.k, req.kernel.name, plan.solver,
-                                    plan.gram, plan.dtype, plan.tile, req.store.path, req.fraction))
+                                    plan.formed_gram, plan.dtype, plan.tile, req.store.path, req.fraction))
     for decision, reason in plan.reasons.items():  # DEBUG (the CLI's -v): each reason, as the report keeps it
         logger.debug("why %s: %s", decision, reason)
 

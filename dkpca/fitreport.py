@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
-from .grammode import GramMode
+from .grammode import NO_GRAM, GramMode
 from .jsonsafe import json_safe
 
 __all__ = ["NO_GRAM", "REPORT_SCHEMA", "FitReport", "GramReport", "PlanRecord", "Record", "SolverInfo",
@@ -27,9 +27,6 @@ __all__ = ["NO_GRAM", "REPORT_SCHEMA", "FitReport", "GramReport", "PlanRecord", 
 
 #: the version of the report's fields and JSON types; reports written before it have none (see read_report)
 REPORT_SCHEMA = 2
-
-#: ``gram["mode"]`` where the fit built no K (Nystroem: n x m kernel slices only)
-NO_GRAM = "none"
 
 _NUMBER = ((int, float), "a number")
 _INT = ((int,), "an integer")

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["GramMode"]
+__all__ = ["GramMode", "NO_GRAM"]
+
+#: where a fit forms no K at all (Nystroem: n x m kernel slices only): ``report["gram"]["mode"]``, the plan's
+#: and the report's ``gram`` -- a recorded name, not a mode a user can ask for
+NO_GRAM = "none"
 
 
 class GramMode(StrEnum):

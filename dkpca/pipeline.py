@@ -342,7 +342,7 @@ def _make_operator(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.Arr
     if not plan.spec.forms_kernel:
         # Only n x m kernel slices are evaluated (in the solver); the
         # centering statistics are those of the approximation.
-        gram_report["mode"] = "none"
+        gram_report["mode"] = plan.gram_label
         return MatrixFreeKernelOperator(Xs, evaluator, dtype=dt, statistics=False,
                                          compiled=plan.compiled_exp), gram_report, solver_opts
     if plan.gram is not GramMode.STORE:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from dask.array import PerformanceWarning
 
 import dkpca
 from dkpca.cli.parser import FIT_OPTIONS
@@ -75,6 +77,25 @@ def test_make_request_takes_the_options_whole():
            (3, 1e-4, 7, 16, "lanczos", "recompute")
     assert make_request(np.zeros((40, 3)) + np.arange(3), FitOptions(), create_store=False).max_passes == \
         DEFAULT_MAX_PASSES
+
+
+def test_a_chunk_size_that_cuts_K_into_too_many_tiles_warns_before_work():
+    """n = 2,000 at chunk_size=20: 5,050 tiles (> MANY_TILES), each a task and a file -- dask's PerformanceWarning
+    with the count and the fix, from the request (which reads nothing); 70 (435 tiles) and the default: none."""
+    X = np.zeros((2000, 3)) + np.arange(3)
+    with pytest.warns(PerformanceWarning, match=r"chunk_size=20 cuts K into 5,050 tiles.*leave chunk_size unset"):
+        make_request(X, FitOptions(chunk_size=20), create_store=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerformanceWarning)
+        make_request(X, FitOptions(chunk_size=70), create_store=False)
+        make_request(X, FitOptions(), create_store=False)
+
+
+def test_make_request_records_whether_max_passes_was_given():
+    """A given budget is known as given (``auto`` then picks no solver that cannot keep it), the default not."""
+    X = np.zeros((40, 3)) + np.arange(3)
+    assert make_request(X, FitOptions(max_passes=DEFAULT_MAX_PASSES), create_store=False).max_passes_given
+    assert not make_request(X, FitOptions(), create_store=False).max_passes_given
 
 
 def test_cli_options_are_generated_from_the_fields():

@@ -172,6 +172,22 @@ def test_in_memory_input_holds_K_in_memory_and_matches_the_reference(dtype, rtol
         np.testing.assert_allclose(m.transform(X[:7]), m.embedding_[:7], atol=bound)
 
 
+def test_a_pass_budget_on_K_in_memory_is_kept_by_block_lanczos_not_given_to_arpack():
+    """max_passes given: auto picks block Lanczos where it would take ARPACK (whose products a pass budget does not
+    bound: 22 here at n = 3,000 against a budget of 3), and the fit stops within it; no budget: ARPACK."""
+    X = np.random.default_rng(3).standard_normal((3000, 5))
+    with pytest.warns(ConvergenceWarning, match="stopped after 3 passes"):
+        budget = dkpca.fit(X, 3, max_passes=3, random_state=0)
+    assert (budget.report["solver"], budget.report["gram"]["mode"]) == ("lanczos", "memory")
+    assert budget.report["passes"] <= 3 and "max_passes is given" in budget.report["plan"]["reasons"]["solver"]
+    assert dkpca.fit(X, 3, random_state=0).report["solver"] == "arpack"
+
+
+def test_max_passes_with_arpack_asked_for_is_refused_before_work():
+    with pytest.raises(ValueError, match=r"max_passes=3 does not bound solver='arpack'.*solver='lanczos'"):
+        dkpca.fit(np.zeros((50, 2)) + np.arange(50)[:, None], 3, solver="arpack", max_passes=3)
+
+
 @pytest.mark.parametrize("solver", ["dense", "lanczos", "arpack"])
 def test_gram_memory_is_exact_for_every_solver(tmp_path, solver):
     """K in memory in float64: every solver to rounding."""

@@ -94,3 +94,17 @@ def test_cli_plan_names_what_fit_runs(tmp_path, ran, capsys):
     assert main(["fit", data, "-k", "0.9", "--store", store, "--no-progress"]) == 0
     with dkpca.load(store) as model:
         assert (solver, gram, chunk.group(2), int(chunk.group(1))) == _fitted(model)
+
+
+def test_plan_log_and_report_say_the_nystroem_solver_forms_no_K(caplog):
+    """Nystroem evaluates n x m kernel slices only: the plan, its table, the fit's plan line and both of the
+    report's Gram names say none -- not the recomputed K the Gram decision keeps internally."""
+    X = make_data(1000, seed=4, d=6)
+    p = dkpca.plan(X, n_components=5, solver="nystrom")
+    with caplog.at_level("INFO", logger="dkpca"), dkpca.fit(X, n_components=5, solver="nystrom",
+                                                             random_state=0) as model:
+        fitted, recorded = _fitted(model), model.report["plan"]["gram"]
+    assert (p.solver, p.gram, p.dtype, p.block) == fitted and p.gram == recorded == "none"
+    text = str(p)
+    assert "Gram matrix:   not formed" in text and "chunk shape" not in text and "gram=none:" in text
+    assert "K not formed" in caplog.text and "recomputed" not in caplog.text

@@ -121,6 +121,22 @@ def test_an_iterative_solver_may_stop_short_and_the_others_never_do(name):
     assert converged is (not name.spec.iterative)
 
 
+@pytest.mark.parametrize("name", list(Solver))
+def test_a_solver_keeps_a_pass_budget_exactly_when_it_declares_so(name):
+    """Declared: at most ``max_passes`` products with K (2 here, on a flat spectrum that needs many) and the fit's
+    options take the budget; not declared (ARPACK): more products than the budget, and the options refuse it."""
+    X = make_data(N, seed=3)
+    kernel = make_kernel("rbf", gamma=5.0)
+    flat = (X, kernel, None, InMemoryKernelOperator(kernel.block(X, None, np.float64)))
+    passes = _run(name, flat, tol=1e-15, max_passes=2).passes
+    assert (passes <= 2) is name.spec.pass_budget, passes
+    if name.spec.pass_budget:
+        assert FitOptions(solver=name.value, max_passes=2).max_passes == 2
+    else:
+        with pytest.raises(ValueError, match="max_passes=2 does not bound"):
+            FitOptions(solver=name.value, max_passes=2)
+
+
 @pytest.mark.parametrize("name", [s for s in Solver if s.spec.takes_start])
 def test_a_solver_multiplies_late_passes_in_float32_exactly_when_it_declares_so(problem, name, monkeypatch):
     """Declared: given a float32 rbf K (whose operator bounds a float32 product's error), some passes after a

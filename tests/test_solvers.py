@@ -45,6 +45,7 @@ is exact (1e-8) when every point is a landmark.
 """
 
 import time
+import warnings
 
 import dask
 import dask.array as da
@@ -577,6 +578,23 @@ def test_fit_lanczos_on_a_float32_rbf_k_multiplies_late_passes_in_float32_only_w
     assert r["converged"] and r["max_relative_residual"] <= 1e-10
     assert (r["solver_info"]["single_passes"] >= 1) == (gram == "store")
     np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-9)
+
+
+def test_lanczos_multiplies_the_pass_that_completes_the_space_in_float64(tmp_path):
+    """n = 300, k = 100: block Lanczos's third panel fills the space, which makes its Ritz pairs exact -- from
+    float64 products only.  That pass was single before: its bound (6.0e-6 of lambda_1) stood as the residual of
+    a space with no room left to lower it -- NOT converged, with a ConvergenceWarning, though the eigenvalues were
+    right.  Now: converged, no warning, eigh's eigenvalues of the centred fl32(K) to tol = 1e-6 of lambda_1
+    (measured 6e-8: the rounding of the float32 eigenvalues_)."""
+    X = np.random.default_rng(5).standard_normal((300, 4))
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.3).astype(np.float32), 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dkpca.solvers.ConvergenceWarning)
+        model = dkpca.fit(X, 100, gamma=0.3, solver="lanczos", gram="store", store=tmp_path / "s.zarr",
+                          random_state=0, dtype="float32")
+    r = model.report
+    assert r["converged"] and r["solver_info"]["single_passes"] == 0 and r["solver_info"]["basis_size"] >= 300
+    np.testing.assert_allclose(model.eigenvalues_.astype(np.float64), lam, rtol=0, atol=1e-6 * lam[0])
 
 
 def test_fit_nystrom_transform_and_report(problems, tmp_path):

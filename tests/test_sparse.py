@@ -372,6 +372,22 @@ def test_bad_parameters(params, match):
         SparseKernelPCA(**{**base, **params}).fit(X)
 
 
+@pytest.mark.parametrize("center", [False, True])
+def test_a_noise_variance_above_the_largest_eigenvalue_is_refused_naming_the_matrix(center):
+    """Above the largest eigenvalue of K/n (of K~/n, K centred, with center=True) no weight survives, and the
+    error names that matrix and the function that finds a noise_variance (reference: eigvalsh of the dense K)."""
+    X, _ = toy(0)
+    n = X.shape[0]
+    K = RBF(gamma=GAMMA).block(X, None, np.float64)
+    if center:
+        C = np.eye(n) - 1.0 / n
+        K = C @ K @ C
+    top = scipy.linalg.eigvalsh(K / n)[-1]
+    named = r"largest eigenvalue of K~/n \(K centred\)" if center else r"largest eigenvalue of K/n,"
+    with pytest.raises(ValueError, match=named + ".*choose_noise_variance"):
+        SparseKernelPCA(gamma=GAMMA, noise_variance=1.05 * top, center=center).fit(X)
+
+
 def test_bad_data():
     X, _ = toy(0)
     bad = X.copy()

@@ -95,7 +95,7 @@ class Choice:
 
 def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None, kernel=None,
            dtype: Any = "auto", block: int | None = None, store: str | None = None, tol: float = 1e-6,
-           max_passes: int = DEFAULT_MAX_PASSES, free_bytes: int | None = None, memory_bytes: int | None = None,
+           max_passes: int | None = None, free_bytes: int | None = None, memory_bytes: int | None = None,
            measured: dict[str, float] | None = None, workers: int | None = None, temporary: bool = False,
            fraction: bool = False, stored_dtype: str | None = None) -> Choice:
     """Resolve ``dtype="auto"``, ``solver="auto"`` and ``gram="auto"``; says why.
@@ -167,7 +167,8 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     dtype, block, store
         Gram precision, block edge and store path (where free space is checked).
     tol, max_passes
-        Solver settings (for the pass estimate).
+        Solver settings (for the pass estimate); ``max_passes`` None: not given (:data:`DEFAULT_MAX_PASSES`), where
+        given no solver is picked that cannot keep it (ARPACK on K in memory).
     free_bytes, memory_bytes : int, optional
         Free disk at the store and memory of this process' machine (default:
         measured with ``shutil.disk_usage`` / ``psutil``); tests pass them.
@@ -187,8 +188,9 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     Choice
     """
     requested = requested_dtype(dtype)
-    kw = dict(X=X, kernel=kernel, block=block, store=store, tol=tol, max_passes=max_passes, free_bytes=free_bytes,
-              memory_bytes=memory_bytes, measured=measured, workers=workers, temporary=temporary, fraction=fraction)
+    kw = dict(X=X, kernel=kernel, block=block, store=store, tol=tol, max_passes=max_passes or DEFAULT_MAX_PASSES,
+              free_bytes=free_bytes, memory_bytes=memory_bytes, measured=measured, workers=workers,
+              temporary=temporary, fraction=fraction, budget=max_passes is not None)
     choice = _choose_modes(n, k, solver, gram, dtype="float64" if requested == "float64" else "float32", **kw)
     precision = choose_precision(requested, X, kernel, k, stored=stored_dtype,
                                  single_products=Solver.parse(choice.solver).spec.float32_products)
@@ -206,7 +208,7 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
 def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: Any, block: int | None,
                   store: str | None, tol: float, max_passes: int, free_bytes: int | None, memory_bytes: int | None,
                   measured: dict[str, float] | None, workers: int | None, temporary: bool,
-                  fraction: bool) -> Choice:
+                  fraction: bool, budget: bool) -> Choice:
     """:func:`choose`'s solver rule, then its Gram rule, for K in ``dtype`` (float32 or float64)."""
     details: dict[str, Any] = {"dtype": np.dtype(dtype).name}
     if memory_bytes is None and (solver in ("auto", "arpack") or gram in ("auto", "memory")):
@@ -221,7 +223,8 @@ def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: A
         gram = "memory" if solver == "arpack" and gram == "auto" else gram
     memory = gram == "memory" or (gram == "auto" and solver != "nystrom" and temporary
                                   and memory_gram_fits(k_memory, memory_bytes))
-    name, solver_why = solver_rule(n, k, solver, memory=memory, memory_bytes=memory_bytes, fraction=fraction)
+    name, solver_why = solver_rule(n, k, solver, memory=memory, memory_bytes=memory_bytes, fraction=fraction,
+                                   budget=budget)
     if memory_bytes is not None:
         details["memory_bytes"] = memory_bytes
     # solver="auto": where measured rates decide, both iterative solvers are weighed (the Krylov basis fits)
@@ -242,12 +245,13 @@ def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: A
 
 
 def solver_rule(n: int, k: int, solver: str, *, memory: bool, memory_bytes: int | None,
-                fraction: bool) -> tuple[str, str]:
-    """``(solver, reason)``: the solver asked for, else (``auto``) the rules of :func:`choose`."""
+                fraction: bool, budget: bool = False) -> tuple[str, str]:
+    """``(solver, reason)``: the solver asked for, else (``auto``) the rules of :func:`choose` (``budget``:
+    ``max_passes`` given)."""
     if solver != "auto":
         return solver, "solver requested"
     if memory:
-        return in_memory_solver(n, k, fraction)
+        return in_memory_solver(n, k, fraction, budget=budget)
     if n <= DENSE_MAX_N:
         return "dense", f"n={n} <= {DENSE_MAX_N}: a dense eigh is cheaper than iterating"
     if k > n // 4 and 16 * n * n <= 0.5 * memory_bytes:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..grammode import GramMode
+from ..grammode import NO_GRAM, GramMode
 from ..request import FitRequest
 from ..solvers import Solver, SolverSpec, nystrom, subspace_width
 from ..solvers.fraction import working_k
@@ -126,11 +126,21 @@ class FitPlan:
     @property
     def reason(self) -> str:
         """The solver's and the Gram mode's reasons in one line (the plan's and report's ``solver_reason``)."""
-        return f"solver={self.solver}: {self.reasons['solver']}; gram={self.gram}: {self.reasons['gram']}"
+        return f"solver={self.solver}: {self.reasons['solver']}; gram={self.gram_label}: {self.reasons['gram']}"
+
+    @property
+    def formed_gram(self) -> GramMode | None:
+        """Where the fit's K lives; None where the solver never forms K (Nystroem evaluates n x m slices only)."""
+        return self.gram if self.spec.forms_kernel else None
+
+    @property
+    def gram_label(self) -> str:
+        """The Gram mode as the plan and the report name it (:data:`~dkpca.grammode.NO_GRAM`: no K formed)."""
+        return NO_GRAM if self.formed_gram is None else self.formed_gram.value
 
     def to_dict(self) -> dict[str, Any]:
         """The decisions as JSON types (``model.report["plan"]``)."""
-        return {"solver": self.solver.value, "gram": self.gram.value, "block": self.tile, "subspace": self.width,
+        return {"solver": self.solver.value, "gram": self.gram_label, "block": self.tile, "subspace": self.width,
                 "dtype": self.dtype.name, "start": None if self.start is None else {
                     "width": self.start.width, "landmarks": self.start.landmarks, "serial_blas": self.start.serial},
                 "compiled_exp": self.compiled_exp, "reasons": dict(self.reasons)}
@@ -153,7 +163,8 @@ def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = No
     stored = None if req.overwrite or req.store is None else GramStore(req.store).recorded_dtype()
     asked_solver, asked_gram, update_why = update_modes(req, growth)
     c = choose(req.n, req.n_components, asked_solver, asked_gram, X=req.X if measure else None, kernel=req.kernel,
-               dtype=req.dtype, block=req.tile, store=store, tol=req.tol, max_passes=req.max_passes,
+               dtype=req.dtype, block=req.tile, store=store, tol=req.tol,
+               max_passes=req.max_passes if req.max_passes_given else None,
                temporary=req.store is None or req.temporary is not None, fraction=req.fraction is not None,
                stored_dtype=stored)
     solver, gram = Solver.parse(c.solver), GramMode(c.gram)

@@ -39,7 +39,8 @@ LANCZOS_MIN_K = 64
 WARM_SOLVER = "lanczos"
 
 
-def in_memory_solver(n: int, k: int, fraction: bool = False, warm: bool = False) -> tuple[str, str]:
+def in_memory_solver(n: int, k: int, fraction: bool = False, warm: bool = False,
+                     budget: bool = False) -> tuple[str, str]:
     """``(solver, reason)`` for a K held in memory (``gram="memory"``, the estimator's in-memory fit).
 
     Dense for tiny n, for a fraction of explained variance (its sum up to an
@@ -47,7 +48,8 @@ def in_memory_solver(n: int, k: int, fraction: bool = False, warm: bool = False)
     (``k >= DENSE_K_SHARE n``); block Lanczos from :data:`LANCZOS_MIN_K`
     components (each pass one GEMM with a block of k + 10, where ARPACK's
     one-vector products and its growing basis cost more) or from a ``warm``
-    start (:data:`WARM_SOLVER`); else ARPACK: with K
+    start (:data:`WARM_SOLVER`), or given a pass ``budget`` (``max_passes``: ARPACK's one-vector products do not
+    count in it, its own limit is restarts); else ARPACK: with K
     in memory a product with one vector costs a seventh of one with a block of
     20 (memory bound), and ARPACK needs the fewest such products (see
     :data:`DENSE_MAX_N`).
@@ -64,5 +66,8 @@ def in_memory_solver(n: int, k: int, fraction: bool = False, warm: bool = False)
     if warm:
         return WARM_SOLVER, (f"K is in memory, k={k}, and a warm start (the previous eigenvectors extended): "
                              "block Lanczos starts from all of them, ARPACK's one start vector gains nothing")
+    if budget:
+        return "lanczos", (f"K is in memory, k={k}, and max_passes is given: block Lanczos keeps a pass budget, "
+                           "ARPACK (whose limit counts restarts of many one-vector products) does not")
     return "arpack", (f"K is in memory and k={k} < {min(LANCZOS_MIN_K, DENSE_K_SHARE * n):g}: ARPACK (one-vector "
                       "products, the fewest of them) is the cheapest")

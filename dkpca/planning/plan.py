@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..grammode import NO_GRAM
 from ..kernels import Kernel
 from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
 from ..request import DEFAULT_MAX_PASSES, DEFAULTS, FitOptions, check_bandwidth, check_bool, make_request
@@ -151,18 +152,19 @@ class Plan:
     def __str__(self) -> str:
         m = self.measured
         stored = self.gram == "store"
+        k_at = {"store": f"stored in {self.store}", "memory": f"held in memory ({self.dtype}), no store",
+                NO_GRAM: "not formed (n x m kernel slices only)"}.get(self.gram, "recomputed every pass (not stored)")
         lines = [
             f"plan: n={self.n_samples}, d={self.n_features}, k={self.n_components}"
             + (f" (n_components={self.fraction}: the first round; k grows until that fraction of the variance "
                "is explained)" if self.fraction is not None else "")
             + f", kernel {self.kernel.get('name', self.kernel)}",
             f"  solver:        {self.solver} ({self.solver_reason})",
-            "  Gram matrix:   " + ("stored in " + self.store if stored else f"held in memory ({self.dtype}), no store"
-                                     if self.gram == "memory" else "recomputed every pass (not stored)"),
-            f"  chunk shape:   {self.chunk_shape[0]} x {self.chunk_shape[1]} {self.dtype} "
-            f"({_fmt_bytes(self.chunk_bytes)}), {self.n_row_blocks} row blocks, "
-            f"{self.n_block_tasks} block tasks (upper triangle)",
+            f"  Gram matrix:   {k_at}",
         ]
+        lines += [f"  chunk shape:   {self.chunk_shape[0]} x {self.chunk_shape[1]} {self.dtype} "
+                  f"({_fmt_bytes(self.chunk_bytes)}), {self.n_row_blocks} row blocks, "
+                  f"{self.n_block_tasks} block tasks (upper triangle)"] * (self.gram != NO_GRAM)
         if self.precision is not None:
             lines.append(f"  precision:     {self.precision['dtype']} ({self.precision['reason']})")
         if self.block_reason:
@@ -185,19 +187,15 @@ class Plan:
             f"({self.passes_note})",
         ]
         if m:
-            lines.append(
-                "  measured:      kernel block {}, write {}, read {}, product {} (per {b}x{b} block, one thread; timed "
-                "at {e}x{e})".format(*(_fmt_seconds(m.get(f"{key}_block")) for key in ("kernel", "write", "read",
-                                     "product")), b=self.block, e=int(m.get("edge", self.block)))
-            )
+            lines.append("  measured:      kernel block {}, write {}, read {}, product {} (per {b}x{b} block, one "
+                         "thread; timed at {e}x{e})".format(*(_fmt_seconds(m.get(f"{key}_block")) for key in (
+                             "kernel", "write", "read", "product")), b=self.block, e=int(m.get("edge", self.block))))
             build = (f"build {_fmt_seconds(self.build_seconds)} (bound by {self._bound(self.build_bound)}), "
                      if stored else "")
-            lines.append(
-                f"  estimate:      {build}{_fmt_seconds(self.pass_seconds)} per pass (bound by "
-                f"{self._bound(self.pass_bound)}), "
-                + (f"dense eigh {_fmt_seconds(self.solve_seconds)}, " if self.solve_seconds is not None else "")
-                + f"total ~{_fmt_seconds(self.total_seconds)}"
-            )
+            lines.append(f"  estimate:      {build}{_fmt_seconds(self.pass_seconds)} per pass (bound by "
+                         f"{self._bound(self.pass_bound)}), "
+                         + (f"dense eigh {_fmt_seconds(self.solve_seconds)}, " if self.solve_seconds is not None
+                            else "") + f"total ~{_fmt_seconds(self.total_seconds)}")
             lines.append(rates_line(m, self))
         else:
             lines.append("  estimate:      not measured" + (f"; a pass is bound by {self._bound(self.pass_bound)}"
@@ -397,4 +395,4 @@ max_passes, gram
                                   tol=req.tol, max_passes=req.max_passes, resources=res, measure=measure,
                                   fraction=req.fraction, fs_bandwidth=bandwidth, rates=rates, block_reason=why,
                                   precision=fp.precision, estimated=estimated),
-                   decision=fp, update=note, warnings=refused + p.warnings)
+                   decision=fp, gram=fp.gram_label, update=note, warnings=refused + p.warnings)

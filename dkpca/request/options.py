@@ -113,6 +113,10 @@ class FitOptions:
             raise ValueError(f"store={self.store!r} is invalid; pass a path or URL (or None for the default).")
         for name, value in checked.items():  # frozen: the checked (normalised) values replace those given
             object.__setattr__(self, name, value)
+        if spec is not None and not spec.pass_budget and self.max_passes is not None:
+            raise ValueError(f"max_passes={self.max_passes!r} does not bound solver={solver!r}, whose limit counts "
+                             "restarts of many one-vector products, not passes; leave max_passes unset, or use "
+                             "solver='lanczos' (a pass budget it keeps).")
 
     @property
     def passes(self) -> int:

@@ -108,6 +108,10 @@ class SolverSpec:
         Its later products may run in float32 once its residual is small, under the operator's bound on a
         float32 product's error (``operator.single_error``), which the residuals it reports then include
         (``relaxed=False``: none).
+    pass_budget : bool
+        Makes at most ``max_passes`` products with K (a direct solver's one sweep is within any budget).  False:
+        ARPACK, whose limit counts restarts of many one-vector products (scikit-learn's ``max_iter``):
+        ``dkpca.fit`` refuses ``max_passes`` for it, and ``auto`` does not pick it when one is given.
     ritz : bool
         Returns its leading Ritz pairs with their exact products with K~ when asked (``ritz=p``:
         ``info["ritz"] = (theta, U, K~ U)``, no extra pass): the record a later update starts from.
@@ -124,6 +128,7 @@ class SolverSpec:
     float32_early_passes: bool = False
     float32_late_passes: bool = False
     ritz: bool = False
+    pass_budget: bool = True
 
     @property
     def forms_kernel(self) -> bool:
@@ -142,7 +147,7 @@ SOLVER_SPECS: Mapping[Solver, SolverSpec] = MappingProxyType({spec.name: spec fo
     SolverSpec(Solver.NYSTROM, in_memory_only=False, exact=False, iterative=False, takes_start=False,
                checkpoints=False, fraction=False),
     SolverSpec(Solver.ARPACK, in_memory_only=True, exact=True, iterative=True, takes_start=False,
-               checkpoints=False, fraction=False, float32_products=True),
+               checkpoints=False, fraction=False, float32_products=True, pass_budget=False),
 )})
 
 

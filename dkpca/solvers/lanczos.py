@@ -300,8 +300,9 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int | None = DEFAU
     for _ in range(max(1, max_passes - resumed)):
         t0 = time.perf_counter()
         # relaxed: a late pass multiplies in float32 (see the module), only right after a pass that made V
-        # (not after a restart or a resume: the coupling to the kept vectors is not a panel's product)
-        single = R_prev is not None and relax.single(history, scale, tol)
+        # (not after a restart or a resume: the coupling to the kept vectors is not a panel's product), nor where
+        # the panel completes the space, whose Ritz pairs are then exact only from float64 products
+        single = R_prev is not None and basis.shape[1] + V.shape[1] < n and relax.single(history, scale, tol)
         W = operator.matmat(V, single=True) if single else operator.matmat(V)
         if single:
             relax.record(basis.shape[1], basis.shape[1] + V.shape[1])

@@ -235,8 +235,9 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         if fit.active.size == 0:
             raise ValueError(
                 f"noise_variance={sigma2} explains all the data: every weight went to zero. Choose a smaller "
-                f"noise_variance (below the largest eigenvalue of K/n), e.g. with "
-                "dkpca.sparse.choose_noise_variance."
+                f"noise_variance: none survives above the largest eigenvalue of "
+                f"{'K~/n (K centred)' if self.center else 'K/n'}, and kernels survive only well below it; "
+                "dkpca.sparse.choose_noise_variance finds one for the number of kernels you want."
             )
         self.kernel_ = kernel
         self.representing_indices_ = fit.active.astype(np.int64)
