@@ -124,7 +124,7 @@ def memory_kernel_matrix(kernel: Kernel, X: np.ndarray, dtype: Any = np.float64)
 def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str | Solver, *, tol: float,
                         max_passes: int | None, random_state: Any, remove_zero: bool, maxiter: int | None = None,
                         X: np.ndarray | None = None, kernel: Kernel | None = None, kernel_name: str = "",
-                        start: np.ndarray | None = None) -> tuple[EigResult, Centering]:
+                        start: np.ndarray | None = None, budget: str = "max_iter") -> tuple[EigResult, Centering]:
     """The in-memory path: a kernel matrix held in memory -> operator -> solver -> spectrum policy.
 
     The same solvers and the same :func:`~dkpca.solvers.postprocess` as
@@ -140,7 +140,8 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str | Solver, *, 
     A K that is not finite is refused (:func:`in_memory_operator`; ``kernel_name``
     names it where ``kernel`` is None).  A warm ``start`` (``partial_fit``'s extended eigenvectors) replaces
     the policy's: ARPACK's ``v0`` of shape (n,), or an iterative solver's orthonormal start block of
-    shape (n, width); the dense solver and fractions ignore it.  Returns the post-processed result and K's centring.
+    shape (n, width); the dense solver and fractions ignore it.  ``budget``: the estimator's parameter that set
+    ``max_passes``, named by the warning.  Returns the post-processed result and K's centring.
     """
     solver = Solver.parse(solver)  # the estimator's eigen_solver, a string: typed at this boundary
     op = in_memory_operator(K, kernel if kernel is not None else (kernel_name or "given"))
@@ -167,7 +168,7 @@ def solve_kernel_matrix(K: np.ndarray, k: int | float, solver: str | Solver, *, 
         res = solve(solver, op, k, fraction, **opts)
         if solver.spec.iterative and not res.converged:
             warnings.warn(f"solver={solver.value!r} stopped after {res.passes} passes above tol={tol:g}; raise "
-                          "max_iter, or use eigen_solver='dense' or 'arpack'.", ConvergenceWarning, stacklevel=3)
+                          f"{budget}, or use eigen_solver='dense' or 'arpack'.", ConvergenceWarning, stacklevel=3)
     res = keep_fraction_warned(postprocess(res, remove_zero=remove_zero or fraction is not None, precision=K.dtype,
                                            scale=op.centering.cancelled), op, fraction, max_passes)
     return res, op.centering

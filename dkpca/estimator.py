@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 from functools import partial
 from typing import Any
 
@@ -126,9 +127,10 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         ARPACK iterations, or passes over K for the iterative dkpca solvers
         (default 500 in memory, 60 out of core).
     iterated_power : int >= 0 or "auto", default="auto"
-        For ``"randomized"`` without ``max_iter``: an int caps the passes at
-        ``iterated_power + 1`` (scikit-learn's fixed budget; fewer if
-        converged); ``"auto"`` iterates to ``tol``.
+        For ``"randomized"`` without ``max_iter``: an int q caps the passes at
+        2q + 2, scikit-learn's products with K at that setting (its range finder's
+        first, two per power iteration, the projection's); fewer if converged;
+        ``"auto"`` iterates to ``tol``.
     remove_zero_eig : bool, default=False
         Drop components with zero eigenvalue (always done for ``n_components=None``,
         and out of core, where ``dkpca.fit`` never keeps them).
@@ -146,6 +148,11 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         a refit, or at interpreter exit).  An estimator fitted out of core
         pickles only with a store given here (the pickle refers to it); with a
         temporary store pickling raises ``pickle.PicklingError``.
+    overwrite : bool, default=False
+        Out of core: a store that holds another fit (another kernel, dtype,
+        chunk size or data) is rebuilt from scratch instead of refused, as
+        ``dkpca.fit(overwrite=True)``.  ``partial_fit``: its first call only
+        (later calls update the store's fit).
     chunk_size : int, default=None
         Out of core: Gram block edge (default about 4096).
     dtype : {"auto", "float32", "float64"}, default=None
@@ -227,6 +234,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         copy_X: bool = True,
         n_jobs: int | None = None,
         store: str | os.PathLike | None = None,
+        overwrite: bool = False,
         chunk_size: int | None = None,
         dtype: str | None = None,
         n_landmarks: int | None = None,
@@ -248,6 +256,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         self.copy_X = copy_X
         self.n_jobs = n_jobs
         self.store = store
+        self.overwrite = overwrite
         self.chunk_size = chunk_size
         self.dtype = dtype
         self.n_landmarks = n_landmarks
@@ -272,6 +281,11 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         if _is_out_of_core(X):
             self._fit_out_of_core(X)
         else:
+            if self.store is not None:  # partial_fit goes through a store it is given; fit of numpy X does not
+                warnings.warn(f"store={os.fspath(self.store)!r} is not written: in-memory X is fitted in memory "
+                              "(store= is for dask arrays, Zarr and file paths, and partial_fit); pass "
+                              "dask.array.from_array(X) to fit it out of core into the store.", UserWarning,
+                              stacklevel=2)
             self._fit_in_memory(X)
         return self
 
@@ -307,13 +321,14 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         if self.fit_inverse_transform:
             self._fit_ridge(X)
 
-    def _fit_out_of_core(self, X: Any) -> None:
+    def _fit_out_of_core(self, X: Any, update: bool = False) -> None:
+        """``update``: a later ``partial_fit`` call, which updates the store's fit (never overwrites it)."""
         check_out_of_core_params(self.get_params(deep=False))
         shape = open_input(X).shape
         if len(shape) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(shape)}.")
         n, d = (int(s) for s in shape)
-        model = fit_with(X, self._fit_options(n, d))
+        model = fit_with(X, self._fit_options(n, d, overwrite=self.overwrite and not update))
         self.model_ = model
         facts = model.fit_report  # typed: the fit's own report, never a dict read back
         self.precision_ = facts.precision
@@ -424,21 +439,23 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
             if _is_out_of_core(X):
                 return self.model_.transform(X)
             X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-            return self.model_.transform(X).astype(X.dtype, copy=False)
+            return self.model_.transform(X).astype(np.result_type(X.dtype, self.eigenvectors_.dtype), copy=False)
         if _is_out_of_core(X) and not isinstance(X, da.Array):
             raise ValueError(
                 "this KernelPCA was fitted in memory; transform an array (numpy or dask; e.g. zarr.open(path)[:]), "
                 "or fit on a dask array or a file path to work out of core."
             )
         if isinstance(X, da.Array):  # lazily, blockwise, with X's row chunks
-            dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+            dtype = np.result_type(X.dtype if X.dtype in (np.float32, np.float64) else np.float64,
+                                   self.eigenvectors_.dtype)
             X = as_dask(X, min_samples=1, purpose="transform", keep_row_chunks=True)
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X has {X.shape[1]} features, but KernelPCA is expecting {self.n_features_in_} "
                                  "features as input.")
         else:
             X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
-            dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+            # scikit-learn's: X and the fitted data's common float type (float32 only when both are)
+            dtype = np.result_type(X.dtype, self.eigenvectors_.dtype)
         weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
         out = project(X, self.X_fit_, weights, self._centering,
                       evaluator=None if self._is_precomputed() else self._evaluator(),

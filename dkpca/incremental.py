@@ -207,7 +207,12 @@ class PartialFit:
             self._grow_store(X, fitted)
         elif not fitted:
             if self._is_precomputed():
-                symmetric_block(check_array(X, accept_sparse=False, dtype=[np.float64, np.float32]))
+                given = check_array(X, accept_sparse=False, dtype=[np.float64, np.float32])
+                if given.shape[0] != given.shape[1]:
+                    raise ValueError(f"kernel='precomputed': partial_fit's first call takes the square kernel matrix "
+                                     f"K(X_batch, X_batch), got shape {given.shape}; later calls take the batch's "
+                                     "rows of the grown matrix.")
+                symmetric_block(given)
             self.fit(X)  # the first call fits; K is rebuilt from X_fit_ by the next call
         else:
             self._check_kernel_unchanged()
@@ -230,7 +235,9 @@ class PartialFit:
         try:
             # the rows seen (lazily) followed by the batch: dkpca.fit sees a store whose data is the first
             # rows of its input, and updates it
-            self.fit(batch if seen is None else da.concatenate([seen, batch.astype(seen.dtype)]))
+            self._reset()  # as fit does; a later call updates the store's fit, only the first may overwrite it
+            self._fit_out_of_core(batch if seen is None else da.concatenate([seen, batch.astype(seen.dtype)]),
+                                  update=fitted)
         except BaseException:
             # fit drops the fitted attributes first: a batch refused leaves the estimator as it was, as in memory
             self.__dict__.clear()
@@ -239,11 +246,12 @@ class PartialFit:
 
     def _rows_seen(self, fitted: bool) -> da.Array | None:
         """The rows fitted so far, lazily; None before the first fit.  A fresh estimator whose store holds a
-        fit continues it (a job run again each night on its new rows), reading the model's own rows."""
+        fit continues it (a job run again each night on its new rows), reading the model's own rows; with
+        ``overwrite=True`` it starts afresh on the batch."""
         if fitted:
             return self.X_fit_ if isinstance(self.X_fit_, da.Array) else da.from_array(np.asarray(self.X_fit_))
         store = FitStore.at(self.store)
-        if store.is_new():
+        if self.overwrite or store.is_new():
             return None
         try:
             held = store.model_group() is not None

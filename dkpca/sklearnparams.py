@@ -88,13 +88,14 @@ class SklearnParams:
         """The kernel between score vectors for the ridge pre-image map (scikit-learn's choice)."""
         return self._evaluator().block(A, B, np.float64)
 
-    def _fit_options(self, n: int, d: int) -> FitOptions:
+    def _fit_options(self, n: int, d: int, overwrite: bool = False) -> FitOptions:
         """The out-of-core fit's :class:`~dkpca.request.FitOptions`, from scikit-learn's parameters (the one place)."""
-        tol, passes = self._iteration_limits(in_memory=False)
+        tol, passes, _ = self._iteration_limits(in_memory=False)
         spec = check_n_components_spec(self.n_components)
         return FitOptions(n_components=spec if isinstance(spec, float) else min(spec, n), kernel=self._make_kernel(d),
                           solver=self.eigen_solver, store=self.store, chunk_size=self.chunk_size,
-                          dtype=self.dtype or "auto", tol=tol, max_passes=passes, random_state=self.random_state)
+                          dtype=self.dtype or "auto", tol=tol, max_passes=passes, random_state=self.random_state,
+                          overwrite=overwrite)
 
     def _in_memory_choice(self, n: int, warm: bool = False) -> tuple[int | float, str]:
         """``(k, solver)`` of an in-memory fit of n rows (``fit`` and ``partial_fit`` alike).
@@ -118,8 +119,10 @@ class SklearnParams:
         """
         precomputed = self._is_precomputed()
         # arpack: scikit-learn's tolerance, iteration limit and starting vector
-        tol, passes = (self.tol, None) if solver == Solver.ARPACK else self._iteration_limits(in_memory=True)
+        tol, passes, budget = ((self.tol, None, "max_iter") if solver == Solver.ARPACK else
+                               self._iteration_limits(in_memory=True))
         res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter,
+                                             budget=budget,
                                              random_state=self.random_state,
                                              remove_zero=self.remove_zero_eig or self.n_components is None,
                                              X=None if precomputed else X, kernel=self.kernel_,
@@ -140,16 +143,18 @@ class SklearnParams:
         self.X_fit_ = X
         return res
 
-    def _iteration_limits(self, in_memory: bool) -> tuple[float, int | None]:
-        """``(tol, max_passes)`` of the iterative dkpca solvers from scikit-learn's parameters."""
+    def _iteration_limits(self, in_memory: bool) -> tuple[float, int | None, str]:
+        """``(tol, max_passes, the parameter that set it)`` of the iterative dkpca solvers from scikit-learn's.
+
+        An int ``iterated_power`` q is scikit-learn's randomized budget in products with K: its range finder's
+        first, two per power iteration (``A^T Q`` and ``A Q``, both K here) and the projection ``Q^T A``: 2q + 2.
+        """
         tol = float(self.tol) if self.tol > 0 else (TOL_IN_MEMORY if in_memory else TOL_OUT_OF_CORE)
         if self.max_iter is not None:
-            passes = int(self.max_iter)
-        elif self.eigen_solver == Solver.RANDOMIZED and self.iterated_power != "auto":
-            passes = int(self.iterated_power) + 1
-        else:
-            passes = MAX_PASSES_IN_MEMORY if in_memory else None
-        return tol, passes
+            return tol, int(self.max_iter), "max_iter"
+        if self.eigen_solver == Solver.RANDOMIZED and self.iterated_power != "auto":
+            return tol, 2 * int(self.iterated_power) + 2, "iterated_power"
+        return tol, MAX_PASSES_IN_MEMORY if in_memory else None, "max_iter"
 
     def _reset(self) -> None:
         # A refit must not leave attributes of the previous fit behind (e.g.

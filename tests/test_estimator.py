@@ -207,6 +207,18 @@ def test_float32_input_is_solved_in_single_precision_unless_dtype_says_otherwise
     np.testing.assert_allclose(wide, KernelPCA(**params).fit(X32.astype(np.float64)).eigenvalues_, rtol=1e-10)
 
 
+@pytest.mark.parametrize("fit_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("new_dtype", [np.float32, np.float64, np.int64])
+def test_transform_returns_scikit_learns_dtype(gen, fit_dtype, new_dtype):
+    """transform's output is the common float type of the new data and the fit's (scikit-learn's, checked side by
+    side): float32 only when both are -- a float64 fit's scores of float32 data were float32 (rounded, ~1e-7)."""
+    X, new = gen.astype(fit_dtype), (gen[:5] * 10).astype(new_dtype)
+    params = {"n_components": 3, "kernel": "rbf", "gamma": 0.2}
+    ours = KernelPCA(**params).fit(X).transform(new).dtype
+    assert ours == SKKernelPCA(**params).fit(X).transform(new).dtype
+    assert KernelPCA(**params).fit(X).transform(da.from_array(new, chunks=(2, -1))).dtype == ours
+
+
 def test_pipeline_and_gridsearch_same_as_sklearn(digits):
     X, y = digits
     grid = {"kpca__gamma": [1e-3, 3e-3], "kpca__n_components": [5, 12]}
@@ -259,6 +271,7 @@ def test_not_fitted_errors(gen):
     ({"tol": -1e-3}, "tol"),
     ({"max_iter": 0}, "max_iter"),
     ({"iterated_power": "many"}, "iterated_power"),
+    ({"overwrite": "yes"}, "overwrite"),
     ({"remove_zero_eig": "yes"}, "remove_zero_eig"),
     ({"random_state": "seed"}, "random_state"),
     ({"dtype": "float16"}, "dtype"),
@@ -266,7 +279,6 @@ def test_not_fitted_errors(gen):
     ({"n_landmarks": -3}, "n_landmarks"),
     ({"kernel": "rbf", "kernel_params": {"sigma": 1.0}}, "sigma"),
     ({"kernel": "precomputed", "fit_inverse_transform": True}, "precomputed"),
-    ({"eigen_solver": "arpack", "n_components": 250}, "arpack"),
 ])
 def test_bad_params(gen, params, match):
     with pytest.raises(ValueError, match=match):
@@ -341,8 +353,24 @@ def test_out_of_core_agrees_with_in_memory(tmp_path, gen, source):
     # default float32 Gram store: agreement to single precision
     ooc32 = KernelPCA(4, kernel="rbf", gamma=0.2, store=str(tmp_path / "s32.dkpca.zarr")).fit(Xin)
     np.testing.assert_allclose(ooc32.eigenvalues_, mem.eigenvalues_, rtol=1e-5)
-    # a refit in memory drops the out-of-core model
-    assert not hasattr(ooc32.fit(X), "model_")
+    # a refit in memory drops the out-of-core model, and says that the store given is not written
+    with pytest.warns(UserWarning, match=r"store=.*is not written: in-memory X is fitted in memory"):
+        assert not hasattr(ooc32.fit(X), "model_")
+
+
+def test_a_refit_of_another_kernel_into_a_store_needs_overwrite_as_its_message_says(tmp_path, gen):
+    """The store's refusal of another kernel's fit names overwrite=True, which KernelPCA takes (as dkpca.fit):
+    with it the refit rebuilds the store and equals the in-memory fit (float64 K, dense solver: to rounding)."""
+    src, store = str(tmp_path / "x.zarr"), str(tmp_path / "s.dkpca.zarr")
+    zarr.create_array(src, data=gen)
+    kw = {"dtype": "float64", "eigen_solver": "dense", "store": store}
+    KernelPCA(3, kernel="rbf", gamma=0.1, **kw).fit(src)
+    with pytest.raises(ValueError, match=r"kernel differs.*Pass overwrite=True"):
+        KernelPCA(3, kernel="rbf", gamma=1.0, **kw).fit(src)
+    refit = KernelPCA(3, kernel="rbf", gamma=1.0, overwrite=True, **kw).fit(src)
+    np.testing.assert_allclose(refit.eigenvalues_, KernelPCA(3, kernel="rbf", gamma=1.0).fit(gen).eigenvalues_,
+                               rtol=1e-10)
+    assert dkpca.load(store).kernel.gamma == 1.0
 
 
 def test_out_of_core_randomized(tmp_path, gen):

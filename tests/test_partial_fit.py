@@ -293,6 +293,16 @@ def test_precomputed_batches_of_the_wrong_shape_or_not_symmetric_are_refused():
     assert est.n_samples_seen_ == 60 and est.n_features_in_ == 60
 
 
+def test_a_first_precomputed_batch_that_is_not_square_is_refused_naming_the_shape():
+    """The first call takes the square K(X_batch, X_batch): a (60, 70) one is refused by name (it was numpy's
+    "operands could not be broadcast"), and nothing is fitted."""
+    K = rbf_kernel(data(70), gamma=GAMMA)
+    est = KernelPCA(3, kernel="precomputed")
+    with pytest.raises(ValueError, match=r"first call takes the square kernel matrix.*\(60, 70\)"):
+        est.partial_fit(K[:60, :70])
+    assert not hasattr(est, "eigenvalues_")
+
+
 # -- out of core -------------------------------------------------------------------------------------------------
 
 
@@ -337,6 +347,23 @@ def test_a_fresh_estimator_of_another_kernel_on_a_store_is_refused_naming_it(tmp
     with pytest.raises(ValueError, match="kernel differs"):
         est.partial_fit(X[400:])
     assert not hasattr(est, "eigenvalues_") and dkpca.load(store).n_samples == 400
+
+
+def test_overwrite_starts_a_store_afresh_at_the_first_call_and_later_calls_update_it(tmp_path):
+    """overwrite=True: a fresh estimator's first call replaces the store's fit of another kernel (refused
+    without it, as above) with a fit of the batch alone; a later call is an update of that fit, not a rebuild
+    (its report's rows_before).  Reference: eigh of the rows fitted (float64 K, tol 1e-10)."""
+    X, store = data(500), str(tmp_path / "s.dkpca.zarr")
+    KernelPCA(5, kernel="rbf", gamma=GAMMA, store=store, dtype="float64").partial_fit(X[:300])
+    est = KernelPCA(5, kernel="rbf", gamma=2 * GAMMA, store=store, dtype="float64", tol=1e-10, random_state=0,
+                    overwrite=True)
+    est.partial_fit(X[300:400])
+    assert est.n_samples_seen_ == 100 and "update" not in est.model_.report
+    est.partial_fit(X[400:])
+    assert est.n_samples_seen_ == 200 and est.model_.report["update"]["rows_before"] == 100
+    lam, U = reference_eigh(rbf_kernel(X[300:], gamma=2 * GAMMA), 5)
+    np.testing.assert_allclose(est.eigenvalues_, lam, rtol=1e-8)
+    np.testing.assert_allclose(np.abs(est.eigenvectors_), np.abs(U), atol=1e-6)
 
 
 @pytest.mark.parametrize("refusal", ["non-finite row", "kernel changed"])

@@ -159,7 +159,7 @@ def check_kernel_pca_params(p: dict[str, Any], eigen_solvers: tuple[str, ...]) -
     if p["kernel_params"] is not None and not isinstance(p["kernel_params"], dict):
         raise ValueError(f"kernel_params={p['kernel_params']!r} is invalid; it must be None or a dict.")
     check_real("alpha", p["alpha"], low=0.0)
-    for name in ("fit_inverse_transform", "remove_zero_eig", "copy_X"):
+    for name in ("fit_inverse_transform", "remove_zero_eig", "copy_X", "overwrite"):
         check_bool(name, p[name])
     check_choice("eigen_solver", p["eigen_solver"], eigen_solvers)
     check_real("tol", p["tol"], low=0.0, what="a number >= 0 (0: solver default)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from scipy.sparse.linalg import ArpackError, LinearOperator, eigsh
 from sklearn.utils import check_random_state
 
 from ..execution import serial_blas
+from . import dense
 from .result import Callback, EigResult, report
 
 __all__ = ["solve", "start_vector", "SERIAL_MAX_N"]
@@ -56,7 +58,7 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     operator : CenteredKernelOperator
         Anything with ``n`` and ``matmat(V) -> K~ V``.
     k : int
-        Number of eigenpairs, ``1 <= k < n`` (ARPACK cannot return all of them).
+        Number of eigenpairs, ``k >= 1``; ARPACK cannot return all n, so ``k >= n`` is a dense eigh (below).
     tol : float, default=0
         ARPACK's relative accuracy of the Ritz values (0: machine precision).
     max_passes : int, optional
@@ -83,16 +85,18 @@ def solve(operator, k: int, *, tol: float = 0.0, max_passes: int | None = None, 
     Raises
     ------
     ValueError
-        ``k >= n``.
+        ``k < 1``.  ``k >= n`` is solved by the dense solver with scipy's RuntimeWarning, as ``eigsh`` does for
+        scikit-learn's dense K.
     scipy.sparse.linalg.ArpackNoConvergence
         ``maxiter`` reached, as in scikit-learn.
     """
     n = operator.n
-    if not 1 <= k < n:
-        raise ValueError(
-            f"the arpack solver computes between 1 and n_samples - 1 = {n - 1} components, {k} were asked for; "
-            "use eigen_solver='dense' (or 'auto') for all of them."
-        )
+    if k < 1:
+        raise ValueError(f"the arpack solver computes at least 1 component, {k} were asked for.")
+    if k >= n:  # ARPACK cannot return all n: scipy's eigsh (scikit-learn's call) solves a dense K by eigh, and says so
+        warnings.warn("k >= N for N * N square matrix. Attempting to use scipy.linalg.eigh instead.", RuntimeWarning,
+                      stacklevel=2)
+        return dense.solve(operator, k, callback=callback)
     t0 = time.perf_counter()
     start_passes = operator.passes
     v0 = start_vector(n, rng) if v0 is None else np.asarray(v0, dtype=np.float64)
