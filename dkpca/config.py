@@ -17,13 +17,16 @@ The modules that read a setting import this one (``import dkpca`` does not:
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 import dask.config
 import yaml
+from dask.utils import parse_timedelta
 
-__all__ = ["DEFAULTS_FILE", "SCHEMA_FILE", "defaults", "schema", "setting"]
+__all__ = ["DEFAULTS_FILE", "SCHEMA_FILE", "defaults", "schema", "setting", "switch_setting", "seconds_setting",
+           "check_settings"]
 
 DEFAULTS_FILE = os.path.join(os.path.dirname(__file__), "dkpca.yaml")
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "dkpca-schema.yaml")
@@ -51,6 +54,54 @@ def setting(key: str) -> Any:
     is what imports this module, and so registers the defaults, first.
     """
     return dask.config.get(key)
+
+
+def _where(key: str) -> str:
+    """A setting as a user sets it: its key and its environment variable."""
+    return f"dask config {key!r} (environment: DASK_{key.upper().replace('.', '__').replace('-', '_')})"
+
+
+def switch_setting(key: str) -> bool | None:
+    """A tri-state switch: True, False, or None for ``auto``.
+
+    Accepts booleans and the strings ``true`` / ``false`` / ``auto`` (any
+    case), as a YAML file or a ``DASK_DKPCA__...`` environment variable gives
+    them; anything else is refused, naming the key, rather than read as ``auto``.
+    """
+    value = setting(key)
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in ("true", "false", "auto"):
+        return None if word == "auto" else word == "true"
+    raise ValueError(f"{_where(key)} is {value!r}; it must be true, false or auto.")
+
+
+def seconds_setting(key: str, *, zero: bool = False, units: bool = False) -> float:
+    """A setting in seconds: a number (``units``: or a duration such as ``"30s"``, ``"10m"``), above zero
+    (``zero``: or zero); refused naming its key and environment variable."""
+    value = setting(key)
+    try:
+        seconds = math.nan if isinstance(value, bool) else float(
+            parse_timedelta(value) if units and isinstance(value, str) else value)
+    except (TypeError, ValueError, KeyError, OverflowError):  # dask's parser: KeyError for an unknown unit
+        seconds = math.nan
+    if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):
+        raise ValueError(f"{_where(key)} is {value!r}; it must be {'a duration such as 30s or 10m, or ' * units}"
+                         f"a number of seconds {'>= 0' if zero else 'above 0'}.")
+    return seconds
+
+
+def check_settings() -> None:
+    """Read each of dkpca's settings once through its reader: a bad value (a YAML file's, a ``DASK_DKPCA__``
+    variable's) is refused naming it before any work, not when the fit first reads it -- part-way through, or
+    in a watchdog thread whose failure would leave it quietly off."""
+    seconds_setting("dkpca.lease")
+    seconds_setting("dkpca.checkpoint-interval", zero=True)
+    for key in ("dkpca.direct-io", "dkpca.compiled-exp"):
+        switch_setting(key)
+    for key in ("dkpca.cluster.timeout", "dkpca.cluster.stall-timeout"):
+        seconds_setting(key, units=True)
 
 
 dask.config.update_defaults(defaults())

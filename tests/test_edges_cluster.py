@@ -8,6 +8,7 @@ backstop.  Kills are timed on store state (the solver checkpoint's pass count), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -205,3 +206,154 @@ def test_batch_workers_get_the_tls_only_worker_class_unless_the_configuration_sa
         "--lifetime", "60s", "--worker-class", "dkpca.cluster.security.TLSOnlyWorker", "--no-dashboard"]
     assert tls_only_worker_args(["--dashboard"]) == ["--dashboard"]
     assert tls_only_worker_args(["--worker-class", "my.Worker"]) == ["--worker-class", "my.Worker"]
+
+
+def test_a_client_only_site_tls_configuration_leaves_started_clusters_on_temporary_certificates(tmp_path, capsys):
+    """README's tls.yaml for a remote scheduler names the CA and the client's certificate only.  A cluster dkpca
+    starts here needs a scheduler's and workers' too: it gets dkpca's temporary ones (before: the site's config,
+    and distributed's TypeError about a missing ssl_context, three tracebacks); with every role named, the site's."""
+    from distributed import Security
+
+    from dkpca.cli import main
+    from dkpca.cluster.security import run_security
+
+    temp = Security.temporary()
+    paths = {name: tmp_path / name for name in ("ca.pem", "client.pem", "client.key")}
+    for path, text in zip(paths.values(), (temp.tls_client_cert, temp.tls_client_cert, temp.tls_client_key),
+                          strict=True):
+        path.write_text(text)
+    client_only = {"distributed.comm.tls.ca-file": str(paths["ca.pem"]),
+                   "distributed.comm.tls.client.cert": str(paths["client.pem"]),
+                   "distributed.comm.tls.client.key": str(paths["client.key"])}
+    with dask.config.set(client_only):
+        assert run_security().tls_scheduler_cert.startswith("-----BEGIN")  # temporary: PEM text of its own
+        data = write_data(tmp_path / "d.zarr", make_data(300, d=4))
+        assert main(["fit", data, "-k", "3", "--cluster", "local", "--store", str(tmp_path / "s.zarr"),
+                     "--no-progress", "-q"]) == 0
+    every_role = {**client_only, **{f"distributed.comm.tls.{role}.cert": str(paths["client.pem"])
+                                    for role in ("scheduler", "worker")}}
+    with dask.config.set(every_role):
+        assert run_security().tls_scheduler_cert == str(paths["client.pem"])  # the site's, from the Dask config
+
+
+@pytest.mark.parametrize("address, setting, message", [
+    # distributed: TypeError "TLS expects a `ssl_context` argument ... Instead got None" (a traceback before)
+    ("tls://127.0.0.1:1", "2s", r"could not reach the Dask scheduler at tls://127.0.0.1:1 .*ssl_context.*ca-file"),
+    # distributed: TypeError "Can't instantiate abstract class UCXConnector" where UCX is not installed
+    ("ucx://127.0.0.1:1", "2s", r"could not reach the Dask scheduler at ucx://127.0.0.1:1"),
+    # dask: KeyError "Invalid time unit: abc" (a traceback before)
+    ("tcp://127.0.0.1:1", "abc", r"distributed.comm.timeouts.connect is 'abc', not a duration"),
+])
+def test_a_scheduler_that_cannot_be_reached_as_configured_is_one_line(tmp_path, capsys, address, setting, message):
+    from dkpca.cli import main
+
+    data = write_data(tmp_path / "d.zarr", make_data(100, d=3))
+    with dask.config.set({"distributed.comm.timeouts.connect": setting}):
+        status = main(["fit", data, "-k", "2", "--scheduler", address, "--store", str(tmp_path / "s.zarr")])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(err) == 1 and err[0].startswith("dkpca: error: "), err
+    assert re.search(message, err[0]), err
+
+
+@pytest.mark.parametrize("local, message", [
+    # ZeroDivisionError in sizing the workers before
+    ("threads_per_worker: 0", r"dkpca.cluster.local.threads_per_worker must be an integer >= 1; got 0"),
+    # a nanny's traceback per worker, then "Cluster failed to start", before
+    ("bogus_key: 1", r"bogus_key is not an argument of distributed's LocalCluster or its workers"),
+    # the plain-TCP scheduler refused by dkpca's Dask configuration, with a traceback, before
+    ("scheduler_kwargs: {protocol: 'tcp://'}", r"local.scheduler_kwargs.protocol 'tcp://'.*use TLS"),
+    # TypeError comparing 'many' with an int, before
+    ("n_workers: 1}\n    scale: {n: many", r"dkpca.cluster.scale.n must be a whole number >= 0; got 'many'"),
+    # a typo of a dkpca.cluster key, ignored before
+    ("n_workers: 1}\n    wokers: {4", r"dkpca.cluster.wokers is not a dkpca setting \(known: adapt, backend"),
+])
+def test_a_cluster_file_s_bad_local_settings_are_one_line_before_anything_starts(tmp_path, capsys, local, message):
+    from dkpca.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("dkpca:\n  cluster:\n    local: {" + local + "}\n")
+    data = write_data(tmp_path / "d.zarr", make_data(100, d=3))
+    status = main(["fit", data, "-k", "2", "--cluster", str(cfg), "--store", str(tmp_path / "s.zarr")])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(err) == 1 and err[0].startswith("dkpca: error: "), err
+    assert re.search(message, err[0]), err
+
+
+@pytest.mark.parametrize("args, message", [
+    # an unset shell variable: local threads without a word, before
+    (["--cluster", ""], r"--cluster is empty \(an unset variable\?\)"),
+    # a running scheduler's file given to --cluster: a new local cluster, the scheduler's workers unused, before
+    (["--cluster", "{sched}"], r"a running scheduler's file .*pass it with --scheduler-file"),
+])
+def test_a_cluster_target_that_would_quietly_run_elsewhere_is_refused(tmp_path, capsys, args, message):
+    from dkpca.cli import main
+
+    sched = tmp_path / "scheduler.json"
+    sched.write_text(json.dumps({"type": "Scheduler", "id": "Scheduler-1", "address": "tls://127.0.0.1:1",
+                                 "services": {}, "started": 0.0, "workers": {}}))
+    data = write_data(tmp_path / "d.zarr", make_data(100, d=3))
+    argv = ["fit", data, "-k", "2", "--store", str(tmp_path / "s.zarr")] + [a.format(sched=sched) for a in args]
+    with pytest.raises(SystemExit) if args[1] == "" else contextlib.nullcontext():
+        status = main(argv)
+        assert status == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and re.search(message, err[0]), err
+    assert not os.path.exists(tmp_path / "s.zarr")
+
+
+def test_an_input_error_is_said_before_a_scheduler_is_reached(tmp_path, capsys):
+    """The input and the options are checked before the scheduler is reached: the one line is the input's, at
+    once (before: the scheduler's line, then the error -- or, for a scheduler that is gone, its 30 s wait)."""
+    from dkpca.cli import main
+
+    t0 = time.monotonic()
+    status = main(["fit", str(tmp_path / "nosuch.npy"), "-k", "2", "--scheduler", "tls://127.0.0.1:1"])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(err) == 1 and "nosuch.npy' does not exist" in err[0], err
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("key, value, message", [
+    # float('abc') after the plan line and the data copy, before
+    ("dkpca.checkpoint-interval", "abc", r"'dkpca.checkpoint-interval' \(environment: "
+                                         r"DASK_DKPCA__CHECKPOINT_INTERVAL\) is 'abc'; it must be a number"),
+    ("dkpca.checkpoint-interval", -1, r"is -1; it must be a number of seconds >= 0"),  # accepted before
+    # a KeyError in the lost-work watchdog's thread, which then stayed off for the fit, before
+    ("dkpca.cluster.stall-timeout", "abc", r"'dkpca.cluster.stall-timeout' .* is 'abc'; it must be a duration"),
+])
+def test_a_bad_dkpca_setting_is_one_line_before_any_work(tmp_path, capsys, key, value, message):
+    from dkpca.cli import main
+
+    data = write_data(tmp_path / "d.zarr", make_data(100, d=3))
+    with dask.config.set({key: value}):
+        status = main(["fit", data, "-k", "2", "--store", str(tmp_path / "s.zarr")])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(err) == 1 and re.search(message, err[0]), err
+    assert not os.path.exists(tmp_path / "s.zarr")
+
+
+def test_a_logged_warning_is_a_warning_line(tmp_path, capsys):
+    """dkpca's logged warnings read as its Python warnings do, ``dkpca: warning: ...`` (the open dashboard's was
+    a bare ``dkpca: ...`` line, like progress)."""
+    from dkpca.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("dkpca:\n  cluster:\n    local: {processes: false, n_workers: 1, dashboard_address: '0.0.0.0:0'}\n")
+    data = write_data(tmp_path / "d.zarr", make_data(100, d=3))
+    assert main(["fit", data, "-k", "2", "--cluster", str(cfg), "--store", str(tmp_path / "s.zarr"),
+                 "--no-progress"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "has no authentication" in line]
+    assert len(warned) == 1 and warned[0].startswith("dkpca: warning: "), warned
+
+
+def test_transform_of_a_missing_input_is_one_line_before_a_cluster_starts(tmp_path, capsys):
+    """Before: a whole LocalCluster started, its lines printed, then the input's error."""
+    import dkpca
+    from dkpca.cli import main
+
+    store = str(tmp_path / "s.zarr")
+    dkpca.fit(make_data(100, d=3), 2, store=store)
+    status = main(["transform", store, str(tmp_path / "nosuch.npy"), str(tmp_path / "o.zarr"), "--cluster", "local"])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(err) == 1 and "nosuch.npy' does not exist" in err[0], err
+    assert not os.path.exists(tmp_path / "o.zarr")

@@ -237,7 +237,8 @@ def test_cli_fit_refuses_a_bad_compiled_exp_config_before_the_store(tmp_path, bl
     data, store = write_data(tmp_path / "d.zarr", blobs), tmp_path / "s.dkpca.zarr"
     with dask.config.set({"dkpca.compiled-exp": "sometimes"}):
         err = cli_error(capsys, ["fit", data, "-k", "2", "--store", str(store), "-q"])
-    assert "dask config 'dkpca.compiled-exp' is 'sometimes'; it must be true, false or auto" in err
+    assert "dask config 'dkpca.compiled-exp' (environment: DASK_DKPCA__COMPILED_EXP) is 'sometimes'; it must be " \
+           "true, false or auto" in err
     assert not store.exists()
 
 

@@ -33,6 +33,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import warnings
 
 from .commands import COMMANDS, held_out_centroid_accuracy, make_demo_data, model_facts
@@ -83,6 +84,14 @@ class HeldWarnings:
         return message + "".join(f" (It followed a warning: {text})" for text in self.held)
 
 
+class _Lines(logging.Formatter):
+    """``dkpca: MESSAGE``; a warning ``dkpca: warning: MESSAGE``, as a Python warning is shown."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        kind = "warning: " if record.levelno == logging.WARNING else ""
+        return f"dkpca: {kind}{record.getMessage()}"
+
+
 def _setup_logging(level: int) -> logging.Handler | None:
     """dkpca's messages at ``level`` and above on stderr (INFO: plan line, stages, passes, dashboard link).
 
@@ -95,7 +104,7 @@ def _setup_logging(level: int) -> logging.Handler | None:
     if any(getattr(h, "_dkpca_cli", False) for h in log.handlers):
         return None  # main() called from within a command (nested): its caller's handler speaks
     h = logging.StreamHandler(sys.stderr)
-    h.setFormatter(logging.Formatter("dkpca: %(message)s"))
+    h.setFormatter(_Lines())
     h._dkpca_cli = True
     log.addHandler(h)
     return h
@@ -108,6 +117,28 @@ _INTERRUPTED = {
                  "it is marked incomplete)",
     "demo": "; rerun the demo to start it again",
 }
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a batch system's walltime, ``scancel``, ``kill``) met as Ctrl-C is: the same cleanup -- the
+    cluster closed, the store's lock released, what is done kept -- and one line; exit status 143."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM raises :class:`Terminated` while a command runs (only the main thread can take a signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _stdout_closed() -> bool:
@@ -148,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if handler is not None:
         handler.addFilter(held.release)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _terminate_as_interrupt():
             warnings.showwarning = held.show  # restored by catch_warnings
             if quiet:
                 warnings.simplefilter("ignore")
@@ -166,10 +197,11 @@ def main(argv: list[str] | None = None) -> int:
             held.release()
             raise  # a genuine bug or an unexpected system failure: keep the traceback
         return error(held.into(message))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         held.release()
-        print(f"dkpca: interrupted{_INTERRUPTED.get(a.command, '').format(a=a)}", file=sys.stderr)
-        return 130
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"dkpca: {what}{_INTERRUPTED.get(a.command, '').format(a=a)}", file=sys.stderr)
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
     finally:
         log.setLevel(old_level)
         dist.setLevel(old_dist)

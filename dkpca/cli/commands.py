@@ -62,6 +62,10 @@ def cmd_fit(a: argparse.Namespace) -> int:
     if a.cluster:  # refused before anything starts when a Gram block task cannot fit in a worker
         need = plan(a.input, **_fit_options(a), cluster=a.cluster, measure=False,
                     cluster_block=False).memory_per_worker  # fit's own block, not the one plan recommends
+    elif a.scheduler or a.scheduler_file:  # the input and the options refused before a scheduler is reached
+        from ..request import FitOptions, make_request
+
+        make_request(a.input, FitOptions(**_fit_options(a)), create_store=False)
     with _client(a, need):
         model = fit(a.input, **_fit_options(a), random_state=a.random_state, overwrite=a.overwrite,
                     progress=_progress(a))
@@ -174,6 +178,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_transform(a: argparse.Namespace) -> int:
+    from ..config import check_settings
     from ..execution import compute
     from ..io import as_dask, check_feature_names, input_path, scan
     from ..model import load
@@ -183,15 +188,16 @@ def cmd_transform(a: argparse.Namespace) -> int:
     # Refused before anything is read or written: an output that is, contains
     # or lies inside the input (its file, for 'file.h5:/X') or the store, and
     # one holding anything but a transform output dkpca wrote (--overwrite or not).
+    check_settings()
     _lasting(a.output, "output")
     source = input_path(a.input)
     output = check_output(a.output, {"input": source, "store": a.store})
     output_state(output, a.output)
     model = load(a.store)
     check_feature_names(a.input, model.feature_names)  # a CSV's or Parquet file's columns in another order
+    X = as_dask(a.input, min_samples=1, purpose="transform")  # its row chunks are the output's; read: none yet
+    Z = model.transform(X)  # lazy; checks the features first: both refused before a cluster starts
     with _client(a):
-        X = as_dask(a.input, min_samples=1, purpose="transform")  # its row chunks are the output's
-        Z = model.transform(X)  # lazy; checks the features first
         # what the output records of its origin, so that only the same command resumes it: the model's content
         # and the input's fingerprint (one read of the input, which also finds non-finite rows before any write)
         origin = {"store": model.store,

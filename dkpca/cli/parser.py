@@ -230,7 +230,7 @@ def cluster_args(p: argparse.ArgumentParser, starts: bool = True) -> None:
     g.add_argument("--scheduler-file", default=None, metavar="FILE",
                    help="JSON file of a running scheduler (dask scheduler --scheduler-file, dask-mpi) "
                         "(default: none)")
-    g.add_argument("--cluster", default=None, metavar="NAME|FILE",
+    g.add_argument("--cluster", type=config_arg("cluster_target"), default=None, metavar="NAME|FILE",
                    help=("local, slurm, pbs, kubernetes or gateway from your Dask configuration, or a cluster "
                          "file (a Dask config file, see cluster_configs/): " +
                          ("start it, run, shut it down" if starts else "size the workers, starting nothing") +

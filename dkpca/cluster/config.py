@@ -38,11 +38,11 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
-from ..config import setting
+from ..config import defaults, setting
 
 __all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec",
-           "duration_seconds", "is_loopback", "is_scheduler_address", "k8s_quantity", "scheduler_address",
-           "walltime_seconds", "worker_lifetime_args"]
+           "cluster_target", "duration_seconds", "is_loopback", "is_scheduler_address", "k8s_quantity",
+           "scheduler_address", "walltime_seconds", "worker_lifetime_args"]
 
 BACKENDS = ("local", "slurm", "pbs", "kubernetes", "gateway", "scheduler")
 
@@ -125,6 +125,10 @@ class ClusterSpec:
                 return {}
             if not isinstance(value, Mapping):
                 raise ClusterConfigError(f"{where} must be a mapping of keyword arguments; got {value!r}.")
+            for name in ("n", "jobs", "minimum", "maximum", "minimum_jobs", "maximum_jobs"):  # counts
+                if name in value and (isinstance(value[name], bool) or not isinstance(value[name], int)
+                                      or value[name] < 0):
+                    raise ClusterConfigError(f"{where}.{name} must be a whole number >= 0; got {value[name]!r}.")
             return dict(value)
         if key == "workers":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -208,10 +212,22 @@ def load_file(path: str) -> dict:
                                      "Dask configuration file (see cluster_configs/).") from None
     if cfg is None:
         return {}
+    if isinstance(cfg, Mapping) and cfg.get("type") == "Scheduler" and isinstance(cfg.get("address"), str):
+        raise ClusterConfigError(f"{path}: a running scheduler's file (its address {cfg['address']!r}), not a "
+                                 "cluster file; pass it with --scheduler-file (scheduler_file=) to use that scheduler.")
     if not isinstance(cfg, Mapping):
         raise ClusterConfigError(f"{path}: a cluster file is a Dask configuration file, a mapping such as "
                                  f"'jobqueue: {{slurm: {{...}}}}'; got {type(cfg).__name__}.")
     return dict(cfg)
+
+
+def cluster_target(text: str) -> str:
+    """A ``--cluster`` value, refused empty: an unset shell variable (``--cluster "$CLUSTER"``) would otherwise
+    mean this machine's threads, without a word."""
+    if not text.strip():
+        raise ClusterConfigError("--cluster is empty (an unset variable?); name a back end "
+                                 f"({', '.join(b for b in BACKENDS if b != 'scheduler')}) or a cluster file.")
+    return text
 
 
 def cluster_spec(target: str | os.PathLike | Mapping | ClusterSpec) -> ClusterSpec:
@@ -233,7 +249,19 @@ def cluster_spec(target: str | os.PathLike | Mapping | ClusterSpec) -> ClusterSp
         if source in BACKENDS and source != "scheduler" and not os.path.isfile(source):
             return ClusterSpec(source, {}, source)
         cfg = load_file(source)
+    _refuse_unknown(cfg, source)
     return ClusterSpec(_infer_backend(cfg, source), cfg, source)
+
+
+def _refuse_unknown(cfg: Mapping, source: str) -> None:
+    """A ``dkpca.cluster`` key that dkpca does not know (a typo, ``wokers: 4``) would be ignored: refused by name."""
+    given = dask.config.get("dkpca.cluster", None, config=cfg)
+    if not isinstance(given, Mapping):
+        return
+    known = set(defaults()["dkpca"]["cluster"])
+    if unknown := sorted(str(k) for k in given if str(k).replace("_", "-") not in known):
+        raise ClusterConfigError(f"{source}: dkpca.cluster.{unknown[0]} is not a dkpca setting (known: "
+                                 f"{', '.join(sorted(known))}); correct its spelling or remove it.")
 
 
 def is_loopback(address: Any) -> bool:

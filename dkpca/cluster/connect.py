@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
-import time
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dask.config
-from dask.utils import format_bytes, parse_timedelta
+from dask.utils import format_bytes
 from distributed import Client, LocalCluster
 from distributed.core import Status
 from distributed.deploy.spec import ProcessInterface
@@ -46,6 +44,7 @@ from .config import (
     jobs_for,
     worker_lifetime_args,
 )
+from .reach import one_line, reach
 from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
 from .security import TLSOnlyNanny, batch_security, run_security, tls_only_worker_args
 from .spawning import add_log_filter, quiet_interrupts, starting_workers
@@ -55,45 +54,6 @@ __all__ = ["connect", "close", "connected", "is_scheduler_address"]
 logger = logging.getLogger("dkpca")
 
 Target = str | os.PathLike | Mapping | ClusterSpec | None
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-# -- reaching a scheduler -----------------------------------------------------------
-def _connect_timeout() -> float:
-    return parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
-
-
-def _reach(address: str | None = None, scheduler_file: str | None = None) -> Client:
-    """A client of a running scheduler (its TLS settings from ``distributed.comm.tls.*``)."""
-    timeout = _connect_timeout()
-    if scheduler_file is not None:
-        scheduler_file = os.path.abspath(os.path.expanduser(os.fspath(scheduler_file)))
-        end = time.monotonic() + timeout  # the scheduler may still be writing it
-        while not os.path.isfile(scheduler_file) and time.monotonic() < end:
-            time.sleep(0.1)
-        if not os.path.isfile(scheduler_file):
-            raise FileNotFoundError(f"scheduler file {scheduler_file!r} does not exist (waited {timeout:g}s); start "
-                                    "the scheduler with 'dask scheduler --scheduler-file FILE' or fix the path.")
-        try:  # distributed would fail on another file with an AssertionError or TypeError, naming neither
-            with open(scheduler_file, encoding="utf-8") as f:
-                ok = isinstance(json.load(f).get("address"), str)
-        except (OSError, ValueError, AttributeError):
-            ok = False
-        if not ok:
-            raise ClusterError(f"scheduler file {scheduler_file!r} is not one a Dask scheduler wrote (JSON with its "
-                               "'address'); pass the file 'dask scheduler --scheduler-file FILE' writes.")
-    where = address or f"the address in {scheduler_file}"
-    try:
-        return Client(address, scheduler_file=scheduler_file, timeout=timeout, set_as_default=True)
-    except (OSError, TimeoutError) as exc:
-        raise ClusterError(
-            f"could not reach the Dask scheduler at {where} within {timeout:g}s ({_one_line(exc)}); check that it "
-            "runs and the address, and for tls:// that distributed.comm.tls.* names your certificates "
-            "(the wait is the Dask setting distributed.comm.timeouts.connect)."
-        ) from None
 
 
 def _wait_for_workers(client: Client, spec: ClusterSpec | None, timeout: float | None, what: str) -> None:
@@ -148,9 +108,10 @@ def _check_memory(spec: ClusterSpec, memory_per_worker: int | None) -> None:
 
 def _start_local(spec: ClusterSpec) -> Any:
     kw = local_arguments(spec)
-    if kw.get("protocol") not in (None, "tls", "tls://"):
-        raise ClusterConfigError(f"{spec.source}: dkpca.cluster.local.protocol {kw['protocol']!r}: the schedulers "
-                                 "dkpca starts use TLS; remove the protocol.")
+    for key, given in (("", kw), ("scheduler_kwargs.", kw.get("scheduler_kwargs") or {})):
+        if isinstance(given, dict) and given.get("protocol") not in (None, "tls", "tls://"):
+            raise ClusterConfigError(f"{spec.source}: dkpca.cluster.local.{key}protocol {given['protocol']!r}: the "
+                                     "schedulers and workers dkpca starts use TLS; remove the protocol.")
     _warn_open_dashboard(kw["dashboard_address"], spec.source)
     kw["security"] = run_security()
     if kw["processes"]:  # (threads in this process: no worker ports at all)
@@ -214,7 +175,7 @@ def _start_cloud(spec: ClusterSpec) -> Any:
     except (ImportError, ValueError, TypeError):
         raise
     except Exception as exc:  # the platform's answer (API unreachable, quota, operator missing): say it
-        raise ClusterError(f"the {spec.backend} cluster did not start: {_one_line(exc)}") from None
+        raise ClusterError(f"the {spec.backend} cluster did not start: {one_line(exc)}") from None
 
 
 def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | None,
@@ -226,7 +187,7 @@ def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | No
         if not address:
             raise ClusterConfigError(f"{spec.source}: dkpca.cluster.backend is 'scheduler' but no "
                                      "'scheduler-address' is set; add e.g. 'scheduler-address: tls://host:8786'.")
-        client = _reach(address=address)
+        client = reach(address=address)
         _wait_for_workers(client, spec, timeout, f"Dask scheduler {address}")
         return client
     _check_memory(spec, memory_per_worker)
@@ -280,13 +241,13 @@ def _open(target: Target, scheduler_file: str | os.PathLike | None, timeout: flo
     if scheduler_file is not None:
         if target is not None:
             raise ValueError("give either a cluster (or scheduler address) or scheduler_file, not both.")
-        client = _reach(scheduler_file=os.fspath(scheduler_file))
+        client = reach(scheduler_file=os.fspath(scheduler_file))
         spec = None
         what = f"Dask scheduler from {os.fspath(scheduler_file)}"
     elif isinstance(target, (str, os.PathLike)) and not os.path.isfile(target) and is_scheduler_address(
             os.fspath(target)):
         s = os.fspath(target)
-        client = _reach(address=s if "://" in s else f"tcp://{s}")
+        client = reach(address=s if "://" in s else f"tcp://{s}")
         spec, what = None, f"Dask scheduler {s}"
     else:
         spec = cluster_spec(target)

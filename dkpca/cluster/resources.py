@@ -8,15 +8,17 @@ come from the pod resources, Dask Gateway's from its cluster options.
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from typing import Any
 
 import dask.config
 import psutil
+from distributed import LocalCluster, Nanny, Worker
 from distributed.config import defaults as distributed_defaults
 
-from .config import ClusterSpec, backend_class, jobs_for, k8s_quantity, memory_bytes
+from .config import ClusterConfigError, ClusterSpec, backend_class, jobs_for, k8s_quantity, memory_bytes
 
 __all__ = ["local_arguments", "local_housekeeping", "distributed_default", "LOCAL_HOUSEKEEPING", "worker_resources",
            "sizing_job"]
@@ -33,6 +35,7 @@ def local_arguments(spec: ClusterSpec) -> dict[str, Any]:
     per worker, no oversubscription); scheduler and dashboard on 127.0.0.1.
     """
     kw = spec.dkpca("local")
+    _check_local(kw, f"{spec.source}: dkpca.cluster.local")
     if "n_workers" not in kw and "threads_per_worker" not in kw:
         kw["n_workers"], kw["threads_per_worker"] = os.cpu_count() or 1, 1
     elif "n_workers" not in kw:
@@ -48,6 +51,20 @@ def local_arguments(spec: ClusterSpec) -> dict[str, Any]:
         # (a 5,000-point fit's Gram build 1.27 s on 2 fresh workers against 0.25 s on the same ones after)
         kw.setdefault("preload", [PRELOAD])
     return kw
+
+
+def _check_local(kw: dict[str, Any], where: str) -> None:
+    """Refuse what LocalCluster would take and fail on only as its workers start (a nanny's traceback per worker,
+    then "Cluster failed to start"), or divide by (``threads_per_worker: 0``)."""
+    known = {name for cls in (LocalCluster, Nanny, Worker) for name, p in inspect.signature(cls).parameters.items()
+             if p.kind is not p.VAR_KEYWORD}
+    if unknown := sorted(set(kw) - known):
+        raise ClusterConfigError(f"{where}: {', '.join(map(str, unknown))} is not an argument of distributed's "
+                                 "LocalCluster or its workers; remove it or correct its spelling.")
+    for key, least in (("n_workers", 0), ("threads_per_worker", 1)):
+        value = kw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ClusterConfigError(f"{where}.{key} must be an integer >= {least}; got {value!r}.")
 
 
 #: Housekeeping intervals of the LocalClusters dkpca starts, where distributed's defaults are 20 ms

@@ -59,9 +59,18 @@ class TLSOnlyNanny(Nanny):
         super().__init__(*args, **kwargs)
 
 
+def site_certificates() -> bool:
+    """Whether the Dask config names the site's CA and a certificate for every role of a cluster dkpca starts
+    (scheduler, worker, client).  A CA with a client's certificate only is the README's set-up for reaching a
+    remote scheduler: a cluster started here then gets dkpca's temporary certificates (the site's would leave
+    the scheduler without one, which distributed refuses with a traceback)."""
+    return bool(dask.config.get("distributed.comm.tls.ca-file", None)) and all(
+        dask.config.get(f"distributed.comm.tls.{role}.cert", None) for role in ("scheduler", "worker", "client"))
+
+
 def run_security() -> Security:
     """TLS for a scheduler that stays on this machine (in memory only)."""
-    if dask.config.get("distributed.comm.tls.ca-file", None):
+    if site_certificates():
         return Security(require_encryption=True)  # the site's certificates, from the Dask config
     return Security.temporary()
 
@@ -83,7 +92,7 @@ def batch_security(shared_directory: str) -> tuple[Security, str | None]:
     client's stay in memory.  The caller removes the directory when the
     cluster has closed.
     """
-    if dask.config.get("distributed.comm.tls.ca-file", None):
+    if site_certificates():
         return Security(require_encryption=True), None
     temp = Security.temporary()
     base = os.path.expanduser(os.path.expandvars(shared_directory))

@@ -16,7 +16,7 @@ import dask
 from distributed import default_client
 from distributed.comm import get_address_host, parse_address
 
-from ..config import setting
+from ..config import switch_setting as config_switch  # re-exported: dkpca's tri-state switches
 from .watch import SchedulerLostError, asking, scheduler_address
 
 __all__ = ["active_client", "config_switch", "local_thread_count", "n_workers_threads", "gathers_direct"]
@@ -36,22 +36,6 @@ def active_client() -> Any | None:
     if client.status in ("connecting", "closing", "closed"):
         raise SchedulerLostError(scheduler_address(client))
     return client
-
-
-def config_switch(key: str) -> bool | None:
-    """A Dask config switch that is ``auto`` unless set: True, False, or None for ``auto``.
-
-    Accepts booleans and the strings ``true`` / ``false`` / ``auto`` (any
-    case), as a YAML file or a ``DASK_DKPCA__...`` environment variable gives
-    them; anything else is refused, naming the key, rather than read as ``auto``.
-    """
-    value = setting(key)  # its default (auto) is in dkpca/dkpca.yaml
-    if isinstance(value, bool):
-        return value
-    word = str(value).strip().lower()
-    if word in ("true", "false", "auto"):
-        return None if word == "auto" else word == "true"
-    raise ValueError(f"dask config {key!r} is {value!r}; it must be true, false or auto.")
 
 
 def local_thread_count() -> int:

@@ -19,10 +19,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from dask.utils import parse_timedelta
 from distributed.utils import CancelledError
 
-from ..config import setting
+from ..config import seconds_setting
 
 __all__ = ["LostComputationError", "SchedulerLostError", "StalledComputationError", "Watch", "asking", "gone",
            "scheduler_address"]
@@ -113,7 +112,7 @@ class Watch:
         self._thread.join(timeout=1.0)  # at worst inside one scheduler call; it then cancels nothing
 
     def _run(self) -> None:
-        limits = {key: parse_timedelta(setting(key)) for key in _LIMITS}
+        limits = {key: seconds_setting(key, units=True) for key in _LIMITS}
         since: dict[str, float] = {}
         while not self._stop.wait(_PROBE):
             due = [f for f in self.futures if f.status in ("pending", "lost")]

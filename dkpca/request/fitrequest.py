@@ -19,6 +19,7 @@ import dask.array as da
 import numpy as np
 from dask.array import PerformanceWarning
 
+from ..config import check_settings
 from ..io import as_dask, input_path, open_input, split_member
 from ..kernels import Kernel, make_kernel
 from ..linalg import default_block_size
@@ -169,6 +170,7 @@ def make_request(source: Any, options: FitOptions | None = None, *, create_store
     input without ``store=`` instead of making a temporary directory.
     """
     o = FitOptions() if options is None else options
+    check_settings()  # dkpca's Dask settings, each refused by name before any work
     solver, gram, store = o.solver, o.gram, o.store
     kern = make_kernel(o.kernel, gamma=o.gamma, degree=o.degree, coef0=o.coef0, kernel_params=o.kernel_params)
     X = as_dask(open_input(source), block_rows=None)

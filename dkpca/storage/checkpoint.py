@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from ..config import setting
+from ..config import seconds_setting
 from ..jsonsafe import json_safe
 from .chunks import ChunkWriter
 from .fitstore import FitStore, remove_member
@@ -100,7 +100,7 @@ class SolverCheckpoint:
         self.path = self.store.path
         self.key = json_safe(key)
         self.chunk_rows = chunk_rows
-        self.interval = float(setting("dkpca.checkpoint-interval") if interval is None else interval)
+        self.interval = float(seconds_setting("dkpca.checkpoint-interval", zero=True) if interval is None else interval)
         self.saves = 0
         self._last: float | None = None
 

@@ -96,7 +96,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from ..config import setting
+from ..config import seconds_setting
 from .lockfiles import LockFiles, Seen, UnlockableStoreError, lock_files
 
 __all__ = ["LOCK_NAME", "StoreLockedError", "LeaseLostError", "Lease", "Fenced", "UnlockableStoreError",
@@ -150,14 +150,7 @@ class Lease:
 
 def lease_seconds() -> float:
     """The lease length: Dask config ``dkpca.lease`` (seconds; default in ``dkpca/dkpca.yaml``: 300)."""
-    value = setting("dkpca.lease")
-    try:
-        lease = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        lease = math.nan
-    if not (math.isfinite(lease) and lease > 0):
-        raise ValueError(f"dask config 'dkpca.lease' must be a positive number of seconds, got {value!r}")
-    return lease
+    return seconds_setting("dkpca.lease")
 
 
 def _holder(seen: Seen) -> dict | None:

@@ -1,0 +1,77 @@
+"""Reach a running Dask scheduler (an address or a scheduler file): a client, or one :class:`ClusterError`.
+
+Whatever distributed raises on the way -- no scheduler there, TLS asked of a
+plain one or the reverse, ``tls://`` without the certificates that
+``distributed.comm.tls.*`` should name (distributed: a ``TypeError`` about an
+``ssl_context``), a protocol this machine lacks (``ucx://`` without UCX) -- is
+a setting or an address the user can fix: it is said in one error naming the
+address and the settings, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import dask.config
+from dask.utils import parse_timedelta
+from distributed import Client
+
+from .config import ClusterConfigError, ClusterError
+
+__all__ = ["reach", "one_line", "connect_timeout"]
+
+#: the Dask setting that bounds a connection, as users set it (YAML key; environment variable)
+TIMEOUT_KEY = "distributed.comm.timeouts.connect"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's text on one line (its type where it has none)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def connect_timeout() -> float:
+    """Seconds to wait for a scheduler: the Dask setting, refused by name where it is not a duration."""
+    value = dask.config.get(TIMEOUT_KEY)
+    try:
+        return float(parse_timedelta(value))
+    except (KeyError, ValueError, TypeError):
+        raise ClusterConfigError(f"the Dask setting {TIMEOUT_KEY} is {value!r}, not a duration; use e.g. '30s' "
+                                 "(environment: DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT).") from None
+
+
+def _check_scheduler_file(path: str, timeout: float) -> None:
+    end = time.monotonic() + timeout  # the scheduler may still be writing it
+    while not os.path.isfile(path) and time.monotonic() < end:
+        time.sleep(0.1)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"scheduler file {path!r} does not exist (waited {timeout:g}s); start "
+                                "the scheduler with 'dask scheduler --scheduler-file FILE' or fix the path.")
+    try:  # distributed would fail on another file with an AssertionError or TypeError, naming neither
+        with open(path, encoding="utf-8") as f:
+            ok = isinstance(json.load(f).get("address"), str)
+    except (OSError, ValueError, AttributeError):
+        ok = False
+    if not ok:
+        raise ClusterError(f"scheduler file {path!r} is not one a Dask scheduler wrote (JSON with its "
+                           "'address'); pass the file 'dask scheduler --scheduler-file FILE' writes.")
+
+
+def reach(address: str | None = None, scheduler_file: str | None = None) -> Client:
+    """A client of a running scheduler (its TLS settings from ``distributed.comm.tls.*``)."""
+    timeout = connect_timeout()
+    if scheduler_file is not None:
+        scheduler_file = os.path.abspath(os.path.expanduser(os.fspath(scheduler_file)))
+        _check_scheduler_file(scheduler_file, timeout)
+    where = address or f"the address in {scheduler_file}"
+    try:
+        return Client(address, scheduler_file=scheduler_file, timeout=timeout, set_as_default=True)
+    # OSError, TimeoutError: nothing answers; TypeError: tls:// without certificates, or a protocol not installed;
+    # ValueError, RuntimeError: an address distributed cannot parse, TLS asked of a plain-TCP scheduler
+    except (OSError, TimeoutError, TypeError, ValueError, RuntimeError) as exc:
+        raise ClusterError(
+            f"could not reach the Dask scheduler at {where} within {timeout:g}s ({one_line(exc)}); check that it "
+            "runs and the address, and for tls:// that distributed.comm.tls.* names your certificates "
+            f"(ca-file, client.cert, client.key; the wait is the Dask setting {TIMEOUT_KEY})."
+        ) from None
