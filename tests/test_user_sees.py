@@ -90,8 +90,14 @@ def test_the_guard_check_reads_the_script(tmp_path, guarded):
 
 
 # -- 4. Ctrl-C on a cluster fit: only dkpca's line ----------------------------------------------------------
-def test_ctrl_c_on_a_cluster_fit_prints_only_dkpcas_line(tmp_path):
-    """A terminal's Ctrl-C is SIGINT to the whole process group. Before: ~60 lines of worker tracebacks."""
+@pytest.mark.parametrize("sig, status, said", [
+    # a terminal's Ctrl-C is SIGINT to the whole process group; before: ~60 lines of worker tracebacks
+    (signal.SIGINT, 130, "interrupted"),
+    # a batch system's walltime (SLURM: SIGTERM to every process of the job); before: no line at all, and
+    # Python's "leaked semaphore" warnings
+    (signal.SIGTERM, 128 + signal.SIGTERM, "terminated (SIGTERM)"),
+])
+def test_a_signal_to_a_cluster_fit_prints_only_dkpcas_line(tmp_path, sig, status, said):
     data = write_data(tmp_path / "d.zarr", make_data(4000, d=20).astype(np.float32))
     cfg = tmp_path / "c.yaml"
     cfg.write_text("dkpca:\n  cluster:\n    backend: local\n    local: {n_workers: 2, dashboard_address: ':0'}\n")
@@ -106,38 +112,12 @@ def test_ctrl_c_on_a_cluster_fit_prints_only_dkpcas_line(tmp_path):
             if sel.select(1):
                 seen.append(proc.stderr.readline())
         assert seen and seen[-1].startswith("dkpca: pass 2:"), "".join(seen)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         rest = proc.stderr.read().splitlines()
-        assert proc.wait(timeout=60) == 130
+        assert proc.wait(timeout=60) == status
     finally:
         kill_group(proc)
-    assert rest and rest[-1] == "dkpca: interrupted; rerun the same command to resume from the store", rest
-    assert all(line.startswith("dkpca: pass ") for line in rest[:-1]), rest
-
-
-def test_sigterm_on_a_cluster_fit_is_met_as_ctrl_c_with_its_own_line(tmp_path):
-    """A batch system's walltime (SLURM: SIGTERM to every process of the job) gets the Ctrl-C cleanup and one line,
-    exit status 143 (128 + SIGTERM).  Before: no line at all, and Python's "leaked semaphore" warnings."""
-    data = write_data(tmp_path / "d.zarr", make_data(4000, d=20).astype(np.float32))
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("dkpca:\n  cluster:\n    backend: local\n    local: {n_workers: 2, dashboard_address: ':0'}\n")
-    proc = spawn(dkpca_cmd("fit", data, "-k", "4", "--gram", "recompute", "--chunk-size", "1000", "--tol", "1e-15",
-                           "--max-passes", "500", "--cluster", str(cfg), "--no-progress"),
-                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stderr, selectors.EVENT_READ)
-        seen, end = [], time.monotonic() + 90
-        while time.monotonic() < end and not any(line.startswith("dkpca: pass 2:") for line in seen):
-            if sel.select(1):
-                seen.append(proc.stderr.readline())
-        assert seen and seen[-1].startswith("dkpca: pass 2:"), "".join(seen)
-        os.killpg(proc.pid, signal.SIGTERM)
-        rest = proc.stderr.read().splitlines()
-        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    finally:
-        kill_group(proc)
-    assert rest and rest[-1] == "dkpca: terminated (SIGTERM); rerun the same command to resume from the store", rest
+    assert rest and rest[-1] == f"dkpca: {said}; rerun the same command to resume from the store", rest
     assert all(line.startswith("dkpca: pass ") for line in rest[:-1]), rest
 
 
