@@ -26,7 +26,7 @@ import yaml
 from dask.utils import parse_timedelta
 
 __all__ = ["DEFAULTS_FILE", "SCHEMA_FILE", "defaults", "schema", "setting", "switch_setting", "seconds_setting",
-           "check_settings"]
+           "to_seconds", "check_settings"]
 
 DEFAULTS_FILE = os.path.join(os.path.dirname(__file__), "dkpca.yaml")
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "dkpca-schema.yaml")
@@ -77,19 +77,24 @@ def switch_setting(key: str) -> bool | None:
     raise ValueError(f"{_where(key)} is {value!r}; it must be true, false or auto.")
 
 
-def seconds_setting(key: str, *, zero: bool = False, units: bool = False) -> float:
-    """A setting in seconds: a number (``units``: or a duration such as ``"30s"``, ``"10m"``), above zero
-    (``zero``: or zero); refused naming its key and environment variable."""
-    value = setting(key)
+def to_seconds(value: Any, where: str, *, zero: bool = False, units: bool = False) -> float:
+    """``value`` in seconds: a number (``units``: or a duration in one of dask's units, ``"30s"``, ``"10m"``),
+    above zero (``zero``: or zero).  ``ValueError`` naming ``where`` otherwise."""
     try:
         seconds = math.nan if isinstance(value, bool) else float(
             parse_timedelta(value) if units and isinstance(value, str) else value)
     except (TypeError, ValueError, KeyError, OverflowError):  # dask's parser: KeyError for an unknown unit
         seconds = math.nan
     if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):
-        raise ValueError(f"{_where(key)} is {value!r}; it must be {'a duration such as 30s or 10m, or ' * units}"
-                         f"a number of seconds {'>= 0' if zero else 'above 0'}.")
+        what = ("a duration such as '600s', '10m' or '1h' (one unit, above zero; a bare number is seconds)" if units
+                else f"a number of seconds {'>= 0' if zero else 'above 0'}")
+        raise ValueError(f"{where} must be {what}; got {value!r}.")
     return seconds
+
+
+def seconds_setting(key: str, *, zero: bool = False, units: bool = False) -> float:
+    """A setting in seconds (:func:`to_seconds`), refused naming its key and environment variable."""
+    return to_seconds(setting(key), _where(key), zero=zero, units=units)
 
 
 def check_settings() -> None:

@@ -439,28 +439,31 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
             if _is_out_of_core(X):
                 return self.model_.transform(X)
             X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-            return self.model_.transform(X).astype(np.result_type(X.dtype, self.eigenvectors_.dtype), copy=False)
+            return self.model_.transform(X).astype(self._scores_dtype(X.dtype), copy=False)
         if _is_out_of_core(X) and not isinstance(X, da.Array):
             raise ValueError(
                 "this KernelPCA was fitted in memory; transform an array (numpy or dask; e.g. zarr.open(path)[:]), "
                 "or fit on a dask array or a file path to work out of core."
             )
         if isinstance(X, da.Array):  # lazily, blockwise, with X's row chunks
-            dtype = np.result_type(X.dtype if X.dtype in (np.float32, np.float64) else np.float64,
-                                   self.eigenvectors_.dtype)
+            dtype = self._scores_dtype(X.dtype)
             X = as_dask(X, min_samples=1, purpose="transform", keep_row_chunks=True)
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X has {X.shape[1]} features, but KernelPCA is expecting {self.n_features_in_} "
                                  "features as input.")
         else:
             X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
-            # scikit-learn's: X and the fitted data's common float type (float32 only when both are)
-            dtype = np.result_type(X.dtype, self.eigenvectors_.dtype)
+            dtype = self._scores_dtype(X.dtype)
         weights = self._centering.projection_weights(self.eigenvalues_, self.eigenvectors_)
         out = project(X, self.X_fit_, weights, self._centering,
                       evaluator=None if self._is_precomputed() else self._evaluator(),
                       kernel_dtype=np.float64 if self.kernel_ is None else self._compute_dtype)
         return out.astype(dtype, copy=False)
+
+    def _scores_dtype(self, dtype: np.dtype) -> np.dtype:
+        """scikit-learn's type of the scores: the new data's and the fit's common float type (float32 only when
+        both are; data of another type counts as float64)."""
+        return np.result_type(dtype if dtype in (np.float32, np.float64) else np.float64, self.eigenvectors_.dtype)
 
     # -- scikit-learn plumbing -------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

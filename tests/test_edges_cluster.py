@@ -315,11 +315,11 @@ def test_an_input_error_is_said_before_a_scheduler_is_reached(tmp_path, capsys):
 
 @pytest.mark.parametrize("key, value, message", [
     # float('abc') after the plan line and the data copy, before
-    ("dkpca.checkpoint-interval", "abc", r"'dkpca.checkpoint-interval' \(environment: "
-                                         r"DASK_DKPCA__CHECKPOINT_INTERVAL\) is 'abc'; it must be a number"),
-    ("dkpca.checkpoint-interval", -1, r"is -1; it must be a number of seconds >= 0"),  # accepted before
+    ("dkpca.checkpoint-interval", "abc", r"'dkpca.checkpoint-interval' \(environment: DASK_DKPCA__CHECKPOINT_"
+                                         r"INTERVAL\) must be a number of seconds >= 0; got 'abc'"),
+    ("dkpca.checkpoint-interval", -1, r"must be a number of seconds >= 0; got -1"),  # accepted before
     # a KeyError in the lost-work watchdog's thread, which then stayed off for the fit, before
-    ("dkpca.cluster.stall-timeout", "abc", r"'dkpca.cluster.stall-timeout' .* is 'abc'; it must be a duration"),
+    ("dkpca.cluster.stall-timeout", "abc", r"'dkpca.cluster.stall-timeout' .* must be a duration.*; got 'abc'"),
 ])
 def test_a_bad_dkpca_setting_is_one_line_before_any_work(tmp_path, capsys, key, value, message):
     from dkpca.cli import main

@@ -38,7 +38,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
-from ..config import defaults, setting
+from ..config import defaults, setting, to_seconds
 
 __all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec",
            "cluster_target", "duration_seconds", "is_loopback", "is_scheduler_address", "k8s_quantity",
@@ -147,13 +147,9 @@ def duration_seconds(value: Any, where: str) -> float:
         Not a duration (dask's parser says ``KeyError`` for an unknown unit), or not above zero.
     """
     try:
-        seconds = None if isinstance(value, bool) else parse_timedelta(value)
-    except (ValueError, KeyError, TypeError, OverflowError):
-        seconds = None
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-        raise ClusterConfigError(f"{where} must be a duration such as '600s', '10m' or '1h' (one unit, above zero; "
-                                 f"a bare number is seconds); got {value!r}.")
-    return float(seconds)
+        return to_seconds(value, where, units=True)
+    except ValueError as exc:
+        raise ClusterConfigError(str(exc)) from None
 
 
 def is_scheduler_address(s: str) -> bool:
