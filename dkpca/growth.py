@@ -53,7 +53,7 @@ from .planning.growthplan import growth_request
 from .request import FitRequest
 from .storage import FitStore, GramInfo, Lease
 from .storage.fitstore import RITZ
-from .storage.growth import Growth, grow_gram, update_blocks
+from .storage.growth import Growth, grow_gram
 
 __all__ = ["RitzRecord", "Update", "find_update", "grow_store", "load_ritz", "nystroem_rows",
            "ritz_count", "ritz_start", "save_ritz", "update_report"]
@@ -243,7 +243,7 @@ class Update:
         ``extend_basis`` adds the policy's block (Nystroem or random, :func:`dkpca.planning.start_policy`)
         beyond the extension for the oversampling columns, as in a fresh fit.
         """
-        _, computed, _ = update_blocks(self.n_old, self.n_new, self.growth.block)
+        _, computed, _ = self.growth.gram_blocks()
         whole = info is not None and info.probe_product is not None and info.computed_blocks == computed
         full = self.extended(info.probe_product if whole else None, X)
         if full is None:
@@ -318,8 +318,8 @@ def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, s
     else:
         Xs = store.store_data(req.X, fp.to_dict(), False, progress=req.progress, source=source, lease=lease)
     if store_gram and update.growth.gram:
-        grow_gram(store, n_old, {"fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(), "block": req.tile,
-                                 "dtype": np.dtype(req.dtype).name, "n": req.n})
+        grow_gram(store, update.growth.gram_rows, {"fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(),
+                                                   "block": req.tile, "dtype": np.dtype(req.dtype).name, "n": req.n})
     return Xs
 
 
@@ -328,7 +328,7 @@ def update_report(update: Update, gram: dict[str, Any], passes: int, fused: bool
 
     ``fused``: the first pass was :func:`ritz_start`'s (it read only the blocks touching new rows).
     """
-    _, _, entries = update_blocks(update.n_old, update.n_new, update.growth.block)
+    _, _, entries = update.growth.gram_blocks()
     return {"rows_before": update.n_old, "rows_after": update.n_new, "rows_added": update.n_new - update.n_old,
             "blocks_reused": gram.get("reused_blocks"), "blocks_computed": gram.get("computed_blocks"),
             "entries_computed": entries if gram.get("computed_blocks") is not None else None,

@@ -209,6 +209,48 @@ def test_an_update_asking_for_arpack_holds_k_in_memory_as_a_fresh_fit_does(tmp_p
     _check(model, X)
 
 
+@pytest.mark.parametrize("between", [{"gram": "recompute"}, {"gram": "memory"}, {"solver": "arpack"}])
+def test_an_update_after_one_that_did_not_store_k_grows_k_from_its_own_rows(tmp_path, between):
+    """300 rows stored, an update to 400 that kept no K (recomputed, in memory, ARPACK), then one to 450: K (still
+    of 300 rows) grows from its own rows -- the blocks touching rows 256.. -- and the answer is eigh's.  Before,
+    the store's data copy was grown first and then K was refused as another fit's ("data X differs ... Pass
+    overwrite=True"), leaving a store that said an update had been killed; the same command then passed."""
+    X = make_data(450, seed=6)
+    store = str(tmp_path / "s.dkpca.zarr")
+    _fit(X[:300], store)
+    _fit(X[:400], store, **between)
+    p = dkpca.plan(X, store=store, **KW, measure=False)
+    model = _fit(X, store)
+    _check(model, X)
+    u = model.report["update"]
+    # K of 300 rows at tile 64: 4 whole row blocks kept (10 blocks), 8 row blocks for 450 rows (36 blocks)
+    assert (u["rows_before"], u["blocks_reused"], u["blocks_computed"]) == (400, 10, 26), u
+    assert "26 Gram blocks computed" in p.update and "store's K (300 rows)" in p.decision.reasons["gram"]
+
+
+def test_an_update_counts_the_entries_it_computes_as_a_fresh_fit_counts_its_own():
+    """Stored entries: the upper triangle of blocks, diagonal blocks whole (before, the new rows' square was counted
+    whole: 180,000 for 300 -> 600 at tile 100, 86 % of a fresh fit's, where 150,000 are computed: 71 %; and
+    above 100 % for a tile much smaller than the rows)."""
+    from dkpca.storage.growth import stored_entries, update_blocks
+
+    assert stored_entries(600, 100) == 6 * 100 * 100 + 15 * 100 * 100 == 210_000
+    assert update_blocks(300, 600, 100) == (6, 15, 150_000)
+    assert stored_entries(250, 100) == (250 * 250 + 100 * 100 * 2 + 50 * 50) // 2
+    for n_old, n_new, block in ((10, 700, 10), (1, 2, 1), (255, 257, 64), (0, 300, 64)):
+        assert update_blocks(n_old, n_new, block)[2] <= stored_entries(n_new, block)
+
+
+def test_the_plan_of_an_update_names_the_stored_tile_it_keeps(tmp_path):
+    """A first fit of 10 rows has a tile of 10, which an update keeps even where chunk_size=100 is asked for (the
+    first fit's rows clipped it): the plan said "chunk_size=10 as given"."""
+    X = make_data(300, seed=4)
+    store = str(tmp_path / "s.dkpca.zarr")
+    dkpca.fit(X[:10], 2, store=store, dtype="float64")
+    p = dkpca.plan(X, 2, store=store, dtype="float64", chunk_size=100, measure=False)
+    assert p.block == 10 and p.block_reason == "the store's tile 10, which an update keeps (chunk_size=100 given)"
+
+
 def _kill_data_copy(monkeypatch):
     real = datacopy_module._copy_block
 

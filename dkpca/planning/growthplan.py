@@ -12,7 +12,7 @@ import psutil
 
 from ..request import FitRequest
 from ..solvers import spec_of
-from ..storage.growth import Growth, find_growth, stored_tile, update_blocks
+from ..storage.growth import Growth, find_growth, stored_entries, stored_tile
 from .auto import solver_rule
 
 __all__ = ["growth_request", "plan_update", "update_modes"]
@@ -48,8 +48,8 @@ def update_modes(req: FitRequest, growth: Growth | None) -> tuple[str, str, dict
     spec = spec_of(solver)  # None: auto
     if growth.gram and gram == "auto" and not (spec is not None and spec.in_memory_only):
         # (an in-memory solver, ARPACK, is never run over the stored K: each of its steps would be a pass over it)
-        gram, why["gram"] = "store", (f"an update of the store's K ({growth.n_old} rows): only the blocks that touch "
-                                      "the new rows are computed")
+        gram, why["gram"] = "store", (f"an update of the store's K ({growth.gram_rows} rows): only the blocks that "
+                                      "touch its new rows are computed")
     if growth.model_rows == growth.n_old and solver == "auto":
         rule, _ = solver_rule(req.n, req.n_components, "auto", memory=False,
                               memory_bytes=int(psutil.virtual_memory().available), fraction=False)
@@ -72,8 +72,8 @@ def plan_update(req: FitRequest, chunk_size: int | None,
     req, growth = growth_request(req, chunk_size, None if dtype == "auto" else dtype)
     if growth is None:
         return req, "", None
-    reused, computed, entries = update_blocks(growth.n_old, growth.n_new, growth.block)
-    total = growth.n_new * (growth.n_new + growth.block) // 2  # about a fresh fit's stored entries
+    reused, computed, entries = growth.gram_blocks()
+    total = stored_entries(growth.n_new, growth.block)  # a fresh fit's
     note = (f"would update the store's fit of {growth.n_old} rows to {growth.n_new} (if the input's first "
             f"{growth.n_old} rows are the stored ones, checked by digest): "
             + (f"{computed} Gram blocks computed ({entries:,} kernel entries, about {entries / total:.0%} of a fresh "

@@ -380,7 +380,9 @@ max_passes, gram
     estimated = (int(timed["passes"]), fp.details["passes_note"]) if timed and "passes_note" in fp.details else None
     rates = EntryRates.measured(timed, req.tile) if timed else None  # the decision's timing where it timed blocks
     X, block = req.X, req.tile
-    why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
+    why = (f"the store's tile {block}, which an update keeps" + (f" (chunk_size={chunk_size} given)" if chunk_size
+           not in (None, block) else "") if growth else f"chunk_size={block} as given" if chunk_size is not None
+           else f"dkpca.fit's default ({block})")
     if chunk_size is None and cluster_block and res["distributed"]:
         best = choose_block(req.n, d=req.d, ell=ell, itemsize=dtype.itemsize, gram=fp.gram, resources=res,
                             rates=rates or EntryRates.documented(req.kernel, req.d), fs_bandwidth=bandwidth)

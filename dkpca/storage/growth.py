@@ -36,7 +36,7 @@ from .gramcheck import GROUP, gram_layout
 from .gramstore import GramStore
 from .integrity import CorruptChunkError, writable
 
-__all__ = ["Growth", "find_growth", "grow_gram", "refit_conflicts", "stored_tile", "update_blocks"]
+__all__ = ["Growth", "find_growth", "grow_gram", "refit_conflicts", "stored_entries", "stored_tile", "update_blocks"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,10 @@ class Growth:
 
     ``block``: the stored tile edge (the update keeps it); ``copy_data``: the
     data copy still holds only the old rows (or is mid-update); ``gram``:
-    the store holds K to grow; ``model_rows``: the rows of the store's
-    current model (its eigenvectors start the solver when they are ``n_old``).
+    the store holds K to grow, of its first ``gram_rows`` rows -- ``n_old``, or fewer where an update since
+    K was built did not store it (``gram="recompute"``, ``"memory"``, ARPACK): K then grows from its own
+    rows; ``model_rows``: the rows of the store's current model (its eigenvectors start the solver when they
+    are ``n_old``).
     """
 
     n_old: int
@@ -55,6 +57,11 @@ class Growth:
     copy_data: bool
     gram: bool
     model_rows: int | None
+    gram_rows: int | None = None
+
+    def gram_blocks(self) -> tuple[int, int, int]:
+        """:func:`update_blocks` of K's growth: from its own rows (``gram_rows``), else from ``n_old``."""
+        return update_blocks(self.n_old if self.gram_rows is None else self.gram_rows, self.n_new, self.block)
 
 
 def _recorded(store: FitStore | None) -> tuple[DataExtent | None, dict | None]:
@@ -145,6 +152,9 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
         return None
     if n <= n_old:
         return None
+    # K's rows: the data's first rows (a recorded prefix) up to n_old, else K of other rows (the build judges it)
+    kn = gram.get("n") if gram is not None else None
+    gram_rows = kn if type(kn) is int and (kn == n_old or (kn < n_old and kn in ext.prefixes)) else None
     block = int(gram["block"]) if gram is not None and type(gram.get("block")) is int else ext.edge
     diffs = []
     if gram is not None:
@@ -161,23 +171,28 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
                          f"update, but {'; '.join(diffs)}. An update keeps the store's kernel, dtype and chunk "
                          "size: pass the same ones, or overwrite=True (CLI: --overwrite) to fit from scratch, or "
                          "choose another store.")
-    return Growth(n_old=int(n_old), n_new=int(n), block=block, copy_data=copy, gram=gram is not None,
-                  model_rows=model_rows)
+    return Growth(n_old=int(n_old), n_new=int(n), block=block, copy_data=copy, gram=gram_rows is not None,
+                  model_rows=model_rows, gram_rows=gram_rows)
+
+
+def stored_entries(n: int, block: int) -> int:
+    """Kernel entries of K's stored blocks for ``n`` rows: the upper triangle of blocks, diagonal blocks whole."""
+    sizes = np.diff(np.minimum(np.arange(0, n + block, block), n))
+    return int((n * n + int(np.sum(sizes * sizes))) // 2)
 
 
 def update_blocks(n_old: int, n_new: int, block: int) -> tuple[int, int, int]:
     """``(reused, computed, entries)``: K's upper blocks an update of ``n_old`` to ``n_new`` rows keeps and computes.
 
-    ``entries``: kernel evaluations of the computed blocks (their stored
-    entries: upper triangle and diagonal blocks whole), for ``dkpca plan``.
+    ``entries``: kernel evaluations of the computed blocks (their stored entries, :func:`stored_entries`),
+    for ``dkpca plan`` and the report: never more than a fresh fit's.
     """
     nb_new = n_blocks(n_new, block)
     kept = n_old // block  # row blocks wholly in the old rows
     reused = kept * (kept + 1) // 2
     computed = nb_new * (nb_new + 1) // 2 - reused
     edge = kept * block  # rows whose blocks among themselves are kept
-    entries = (n_new - edge) * edge + (n_new - edge) ** 2
-    return reused, computed, int(entries)
+    return reused, computed, stored_entries(n_new, block) - stored_entries(edge, block)
 
 
 def grow_gram(store: FitStore, n_old: int, want: dict[str, Any]) -> bool:
