@@ -477,11 +477,11 @@ def test_an_update_asks_for_the_stored_k_and_block_lanczos_where_auto_leaves_the
     from dkpca.storage.growth import Growth
 
     req = make_request(make_data(n, d=2), FitOptions(n_components=K), create_store=False)
-    growth = Growth(n_old=n - 100, n_new=n, block=EDGE, copy_data=False, gram=True, model_rows=n - 100)
+    growth = Growth(n_old=n - 100, n_new=n, block=EDGE, copy_data=False, model_rows=n - 100, gram_rows=n - 100)
     solver, gram, why = update_modes(req, growth)
     assert (solver, gram) == ("lanczos", "store") and "update" in why["solver"] and "new rows" in why["gram"]
     assert update_modes(req, None) == ("auto", "auto", {})
-    assert update_modes(req, dataclasses.replace(growth, gram=False, model_rows=None)) == ("auto", "auto", {})
+    assert update_modes(req, dataclasses.replace(growth, gram_rows=None, model_rows=None)) == ("auto", "auto", {})
     named = make_request(make_data(n, d=2), FitOptions(n_components=K, solver="randomized", gram="recompute"),
                          create_store=False)
     assert update_modes(named, growth) == ("randomized", "recompute", {})

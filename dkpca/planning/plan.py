@@ -240,8 +240,7 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     res = resources if resources is not None else cluster_resources(None)
     conc = res["workers"] * res["threads_per_worker"]
     gbytes = gram_bytes(n, block, dtype) if gram == "store" else 0
-    free = free_bytes(store)
-    item = dtype.itemsize
+    free, item = free_bytes(store), dtype.itemsize
     per_task = task_memory(block, d, ell, item)
     per_worker = res["threads_per_worker"] * per_task
     client_mem = 6 * n * ell * 8 + 2 * n * 8 + n * n * (8 * 2 * (solver == "dense") + item * (gram == "memory"))
@@ -380,9 +379,10 @@ max_passes, gram
     estimated = (int(timed["passes"]), fp.details["passes_note"]) if timed and "passes_note" in fp.details else None
     rates = EntryRates.measured(timed, req.tile) if timed else None  # the decision's timing where it timed blocks
     X, block = req.X, req.tile
-    why = (f"the store's tile {block}, which an update keeps" + (f" (chunk_size={chunk_size} given)" if chunk_size
-           not in (None, block) else "") if growth else f"chunk_size={block} as given" if chunk_size is not None
-           else f"dkpca.fit's default ({block})")
+    why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
+    if growth:  # the update keeps the store's tile, whatever was asked
+        why = f"the store's tile {block}, which an update keeps" + f" (chunk_size={chunk_size} given)" * (
+            chunk_size not in (None, block))
     if chunk_size is None and cluster_block and res["distributed"]:
         best = choose_block(req.n, d=req.d, ell=ell, itemsize=dtype.itemsize, gram=fp.gram, resources=res,
                             rates=rates or EntryRates.documented(req.kernel, req.d), fs_bandwidth=bandwidth)

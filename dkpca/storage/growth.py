@@ -44,20 +44,23 @@ class Growth:
     """A fit of ``n_new`` rows that updates the store's fit of its first ``n_old``.
 
     ``block``: the stored tile edge (the update keeps it); ``copy_data``: the
-    data copy still holds only the old rows (or is mid-update); ``gram``:
-    the store holds K to grow, of its first ``gram_rows`` rows -- ``n_old``, or fewer where an update since
-    K was built did not store it (``gram="recompute"``, ``"memory"``, ARPACK): K then grows from its own
-    rows; ``model_rows``: the rows of the store's current model (its eigenvectors start the solver when they
-    are ``n_old``).
+    data copy still holds only the old rows (or is mid-update); ``model_rows``: the rows of the store's current
+    model (its eigenvectors start the solver when they are ``n_old``); ``gram_rows``: the rows of the store's K
+    that the update grows (None: no K to grow) -- ``n_old``, or fewer where an update since K was built did not
+    store it (``gram="recompute"``, ``"memory"``, ARPACK): K then grows from its own rows.
     """
 
     n_old: int
     n_new: int
     block: int
     copy_data: bool
-    gram: bool
     model_rows: int | None
     gram_rows: int | None = None
+
+    @property
+    def gram(self) -> bool:
+        """The store holds K to grow."""
+        return self.gram_rows is not None
 
     def gram_blocks(self) -> tuple[int, int, int]:
         """:func:`update_blocks` of K's growth: from its own rows (``gram_rows``), else from ``n_old``."""
@@ -171,8 +174,8 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
                          f"update, but {'; '.join(diffs)}. An update keeps the store's kernel, dtype and chunk "
                          "size: pass the same ones, or overwrite=True (CLI: --overwrite) to fit from scratch, or "
                          "choose another store.")
-    return Growth(n_old=int(n_old), n_new=int(n), block=block, copy_data=copy, gram=gram_rows is not None,
-                  model_rows=model_rows, gram_rows=gram_rows)
+    return Growth(n_old=int(n_old), n_new=int(n), block=block, copy_data=copy, model_rows=model_rows,
+                  gram_rows=gram_rows)
 
 
 def stored_entries(n: int, block: int) -> int:
