@@ -23,6 +23,7 @@ downloads them and prints where they are.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import gzip
 import hashlib
@@ -33,6 +34,7 @@ import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -134,6 +136,7 @@ def _check(path: Path, name: str) -> Path:
 
 def _download(name: str, dest: Path) -> None:
     """``name``'s source into ``dest``, renamed into place only once its content digest matches."""
+    made = [d for d in (dest.parent, *dest.parent.parents) if not d.exists()]  # deepest first
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     try:
@@ -144,8 +147,11 @@ def _download(name: str, dest: Path) -> None:
             raise ChecksumError(f"download of {name} from {SOURCES[name].url} refused: {wrong}; nothing was kept.")
         os.replace(tmp, dest)
     finally:
-        if os.path.exists(tmp):  # a failed or refused download leaves nothing behind
+        if os.path.exists(tmp):  # a failed or refused download leaves nothing behind, its directories neither
             os.unlink(tmp)
+            for d in made:
+                with contextlib.suppress(OSError):  # not empty: another download's meanwhile
+                    d.rmdir()
 
 
 def fetch(name: str, data_dir: str | os.PathLike | None = None) -> Path:
@@ -183,6 +189,9 @@ def _cached(name: str, home: Path) -> Path:
     path = home / name
     if path.is_file():
         return _check(path, name)
+    if home.exists() and not home.is_dir():
+        raise NotADirectoryError(f"the data directory {home} is a file; set ${DATA_ENV}, the Dask config "
+                                 "dkpca.data-dir or --data-dir (data_dir=) to a directory.")
     try:
         _download(name, path)
     except ChecksumError:
@@ -193,12 +202,18 @@ def _cached(name: str, home: Path) -> Path:
     return path  # checked by _download before it was renamed into place
 
 
+def _split(split: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(split, str) or split not in choices:
+        raise ValueError(f"split={split!r} is invalid; choose {' or '.join(map(repr, choices))}.")
+    return split
+
+
 def load_usps(split: str = "train", data_dir: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """USPS digits as distributed: pixels in [-1, 1], shape (n, 256) float64 (16 x 16, row-major), labels (n,).
 
     ``split``: ``"train"`` (7,291 digits) or ``"test"`` (2,007).
     """
-    with gzip.open(fetch(f"usps/zip.{split}.gz", data_dir), "rt") as f:
+    with gzip.open(fetch(f"usps/zip.{_split(split, ('train', 'test'))}.gz", data_dir), "rt") as f:
         raw = np.loadtxt(f, dtype=np.float64)
     return np.ascontiguousarray(raw[:, 1:]), raw[:, 0].astype(int)
 
@@ -210,7 +225,7 @@ def load_mnist(split: str = "train", data_dir: str | os.PathLike | None = None) 
     (``X / 255.0``) before an rbf kernel with its default gamma: on 0-255
     values ``exp(-|x - y|^2 / 784)`` is 0 for every pair of digits.
     """
-    prefix = {"train": "train", "test": "t10k"}[split]
+    prefix = {"train": "train", "test": "t10k"}[_split(split, ("train", "test"))]
     with gzip.open(fetch(f"mnist/{prefix}-images-idx3-ubyte.gz", data_dir), "rb") as f:
         images = f.read()
     with gzip.open(fetch(f"mnist/{prefix}-labels-idx1-ubyte.gz", data_dir), "rb") as f:
@@ -229,7 +244,7 @@ def load_pima(split: str = "tr", data_dir: str | os.PathLike | None = None) -> t
 
     ``split``: ``"tr"`` (200 women) or ``"te"`` (332).
     """
-    with open(fetch(f"pima/Pima.{split}.csv", data_dir), newline="", encoding="utf-8") as f:
+    with open(fetch(f"pima/Pima.{_split(split, ('tr', 'te'))}.csv", data_dir), newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     return (np.array([[float(r[c]) for c in PIMA_FEATURES] for r in rows]),
             np.array([r["type"] == "Yes" for r in rows], dtype=int))

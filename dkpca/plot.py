@@ -141,7 +141,7 @@ def is_categorical(c: np.ndarray) -> bool:
     c = np.asarray(c)
     if c.dtype.kind == "f" or c.dtype.kind == "c":
         return False
-    return len(np.unique(c)) <= MAX_CLASSES if c.dtype.kind in "iub" else True
+    return len(np.unique(c)) <= MAX_CLASSES
 
 
 def _axis_label(model: Any, j: int) -> str:
@@ -150,7 +150,7 @@ def _axis_label(model: Any, j: int) -> str:
     return f"component {j + 1}{share}"
 
 
-def plot_embedding(model: Any, components: tuple[int, int] = (0, 1), c: Any = None, ax: Any = None,
+def plot_embedding(model: Any, components: tuple[int, int | None] | None = None, c: Any = None, ax: Any = None,
                    max_points: int | None = 20000, random_state: int = 0, label: str | None = None,
                    categorical: bool | None = None, **scatter_kws: Any) -> Any:
     """Scatter plot of the training points in two components (``model.embedding_``).
@@ -158,9 +158,11 @@ def plot_embedding(model: Any, components: tuple[int, int] = (0, 1), c: Any = No
     Parameters
     ----------
     model : KPCAModel
-        A fitted model with at least two components (or one: plotted against 0).
-    components : (int, int), default=(0, 1)
-        Zero-based component indices for the x and y axes.
+        A fitted model (one with a single component is plotted against 0).
+    components : (int, int or None), optional
+        Zero-based component indices for the x and y axes (y None: the x
+        component against 0); default ``(0, 1)``, ``(0, None)`` for a
+        one-component model.
     c : array-like of shape (n_samples,), optional
         Colour values: class labels (a legend, one entry per class) or a
         continuous quantity (a colour bar); see ``categorical``.
@@ -184,16 +186,30 @@ def plot_embedding(model: Any, components: tuple[int, int] = (0, 1), c: Any = No
     """
     _require()
     k = model.n_components
+    if components is None:
+        components = (0, 1) if k >= 2 else (0, None)
+    if not (isinstance(components, (tuple, list)) and len(components) == 2
+            and all(v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) for v in components)
+            and components[0] is not None):
+        raise ValueError(f"components={components!r} is invalid; pass two zero-based component indices (x, y), "
+                         "or (x, None) to plot one component against 0.")
     i, j = components
     if not (0 <= i < k and (j is None or 0 <= j < k)):
         raise ValueError(f"components={components!r} are out of range for a model with {k} component(s); "
                          "use zero-based indices below n_components.")
+    if max_points is not None and not (isinstance(max_points, (int, np.integer)) and not isinstance(max_points, bool)
+                                       and max_points >= 1):
+        raise ValueError(f"max_points={max_points!r} is invalid; pass a positive integer, or None for all points.")
     E = model.embedding_
     n = E.shape[0]
     if c is not None:
         c = np.asarray(c)
-        if c.shape[0] != n:
-            raise ValueError(f"c has {c.shape[0]} values but the model has {n} training points.")
+        if c.ndim != 1 or c.shape[0] != n:
+            raise ValueError(f"c has shape {c.shape}; pass one value per training point (shape ({n},)).")
+        if categorical is None and c.dtype.kind not in "fciub" and not is_categorical(c):
+            raise ValueError(f"c holds {len(np.unique(c))} distinct labels, more than MAX_CLASSES={MAX_CLASSES} a "
+                             "legend can show; pass numbers for a colour scale, or categorical=True to draw "
+                             "them all.")
     if ax is None:
         ax = _new_axes((6.4, 5.0))
     sel = np.arange(n)

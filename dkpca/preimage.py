@@ -289,12 +289,17 @@ def kwok_tsang_preimage(Z: np.ndarray, X: Any, E: np.ndarray, kdiag_centered: np
         Xn = take_rows(X, idx)  # (b, nn, d)
         xbar = Xn.mean(axis=1)
         C = Xn - xbar[:, None, :]
-        # Neighbours in their own principal coordinates: C = u diag(s) vh, so
-        # neighbour j sits at u_j * s and the least-squares position z
-        # satisfying |z - coord_j|^2 ~ delta_j^2 is z = -1/2 pinv(u s) (delta^2 - d0^2).
+        # Neighbours in their own principal coordinates: C = u diag(s) vh, so neighbour j sits at u_j * s and the
+        # least-squares position z satisfying |z - coord_j|^2 ~ delta_j^2 is z = -1/2 pinv(u s) (delta^2 - d0^2).
         u, sv, vh = np.linalg.svd(C, full_matrices=False)
         d0 = np.einsum("bjd,bjd->bj", C, C)
-        cut = sv > sv[:, :1] * 1e-10
+        # A direction counts only where the neighbours spread along it beyond rounding: that of their coordinates
+        # (as numpy's matrix_rank counts it), and with s^2 beyond that of the squared distances (an error e moves
+        # the coordinate by e / s).  Repeated rows spread by the mean's rounding alone (1 / s gave 1e13).
+        terms = np.einsum("ij,ij->i", Z[s:e], Z[s:e])[:, None] + np.abs(kdiag_centered[idx])  # feature_sq_distances'
+        noise = len(sv[0]) * (_input_sq_distances(kernel, d2 + np.finfo(E.dtype).eps * terms) - delta2).max(axis=1)
+        floor = np.finfo(np.result_type(C.dtype, np.float32)).eps * max(C.shape[1:]) * np.abs(Xn).max(axis=(1, 2))
+        cut = (sv > sv[:, :1] * 1e-10) & (sv > floor[:, None]) & (sv * sv > noise[:, None])
         inv_s = np.where(cut, 1.0 / np.where(cut, sv, 1.0), 0.0)
         coords = -0.5 * inv_s * np.einsum("bjr,bj->br", u, delta2 - d0)
         out[s:e] = xbar + np.einsum("br,brd->bd", coords, vh)

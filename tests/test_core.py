@@ -392,6 +392,22 @@ def test_fsspec_url_input(tmp_path, blobs):
     np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=1e-8)
 
 
+def test_a_file_url_store_is_the_local_store_it_names(tmp_path, blobs):
+    """Before: ``--store file:///.../s.zarr`` ended in "[Errno 2] No such file or directory:
+    '.../s.zarr/data/zarr.json'" and left a stub; a sparse model's save likewise.  fsspec's file:// URL names the
+    local path: the store is it."""
+    from dkpca.sparse import SparseKernelPCA
+
+    store = tmp_path / "s.zarr"
+    model = dkpca.fit(blobs, n_components=3, store=store.as_uri(), dtype="float64", gamma=0.1)
+    assert model.store == str(store)
+    lam_ref, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
+    np.testing.assert_allclose(dkpca.load(store.as_uri()).eigenvalues_, lam_ref, rtol=1e-8)
+    sparse = SparseKernelPCA(gamma=0.1, max_iter=50).fit(blobs[:60])
+    sparse.save(store.as_uri())
+    np.testing.assert_array_equal(SparseKernelPCA.load(store).transform(blobs[:5]), sparse.transform(blobs[:5]))
+
+
 def test_cholesky_qr_restores_orthonormality_and_keeps_the_span():
     # reference: the projector onto the span, from numpy's Householder QR
     rng = np.random.default_rng(0)

@@ -62,14 +62,42 @@ def test_a_download_with_other_content_is_refused_and_not_kept(tmp_path, monkeyp
     with pytest.raises(ChecksumError, match=r"download of usps/zip.train.gz from file://.* refused: content SHA-256 "
                                             r"[0-9a-f]{64}, not the published 0{64}; nothing was kept"):
         datasets.fetch(NAME)
-    assert os.listdir(cache / "usps") == []  # no partial or temporary file left behind
+    assert not cache.exists()  # no partial or temporary file left behind, nor the directories made for it
 
 
 def test_a_failed_download_says_how_to_work_offline(tmp_path, monkeypatch, cache):
     monkeypatch.setitem(datasets.SOURCES, NAME, Source((tmp_path / "absent.gz").as_uri(), "0" * 64))
     with pytest.raises(OSError, match="could not download usps/zip.train.gz .* pass --data-dir"):
         datasets.fetch(NAME)
+    assert not cache.exists()
+
+
+def test_a_failed_download_keeps_directories_that_were_there(tmp_path, monkeypatch, cache):
+    (cache / "usps").mkdir(parents=True)
+    monkeypatch.setitem(datasets.SOURCES, NAME, Source((tmp_path / "absent.gz").as_uri(), "0" * 64))
+    with pytest.raises(OSError, match="could not download"):
+        datasets.fetch(NAME)
     assert os.listdir(cache / "usps") == []
+
+
+@pytest.mark.parametrize("load, bad, says", [(datasets.load_usps, "bogus", "choose 'train' or 'test'"),
+                                             (datasets.load_mnist, "bogus", "choose 'train' or 'test'"),
+                                             (datasets.load_pima, "train", "choose 'tr' or 'te'")])
+def test_an_unknown_split_is_refused_by_name(monkeypatch, load, bad, says):
+    """Before: a bare KeyError('bogus'), or one naming an internal file key ('pima/Pima.train.csv')."""
+    monkeypatch.setattr(datasets.urllib.request, "urlopen", no_network)
+    with pytest.raises(ValueError, match=f"split='{bad}' is invalid; {says}"):
+        load(bad)
+
+
+def test_a_data_directory_that_is_a_file_is_named_not_blamed_on_the_network(tmp_path, monkeypatch):
+    """Before: "could not download ... ([Errno 20] Not a directory ...); without network, pass --data-dir"."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.setenv(datasets.DATA_ENV, str(afile))
+    monkeypatch.setattr(datasets.urllib.request, "urlopen", no_network)
+    with pytest.raises(NotADirectoryError, match=f"the data directory {afile} is a file; set \\$DKPCA_DATA"):
+        datasets.fetch(NAME)
 
 
 def test_a_cached_file_altered_later_is_refused_not_deleted(tmp_path, monkeypatch, cache):

@@ -360,3 +360,19 @@ def test_an_edited_kernel_of_a_sparse_model_is_refused(tmp_path, capsys):
         SparseKernelPCA.load(path)
     assert main(["verify", str(path)]) == 1
     assert "sparse_model field 'kernel' was edited" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("field, value", [("center", False), ("noise_variance", 0.5)])
+def test_an_edited_parameter_of_a_sparse_model_is_refused(tmp_path, capsys, field, value):
+    """A sparse model's noise variance and centring are what its transform and likelihood compute with: an edited
+    one (another valid value: other scores, no word) is refused by load and verify alike."""
+    path = tmp_path / "sp.zarr"
+    SparseKernelPCA(n_components=2, kernel="rbf", gamma=0.5, noise_variance=0.05, center=True, random_state=0,
+                    max_iter=30).fit(make_data(80, d=3)).save(path)
+    SparseKernelPCA.load(path)  # intact: loads
+    group = zarr.open_group(str(path / FitStore.at(path).model_group("sparse_model")), mode="r+")
+    group.attrs["params"] = {**group.attrs["params"], field: value}
+    with pytest.raises(DamagedModelError, match="attribute 'params'.* was edited after it was written"):
+        SparseKernelPCA.load(path)
+    assert main(["verify", str(path)]) == 1
+    assert "'params'" in capsys.readouterr().out

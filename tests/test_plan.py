@@ -342,6 +342,29 @@ def test_a_plan_shows_the_passes_its_decision_weighed_from_one_subsample(tmp_pat
     assert p.passes_note.startswith(decided["passes_note"]) and "subsample" in p.passes_note
 
 
+@pytest.mark.parametrize("kind", ["file", "directory", "zarr group"])
+def test_a_plan_warns_of_a_store_path_that_is_not_a_dkpca_store(tmp_path, kind):
+    """Before: ``dkpca plan X --store notes.txt`` said "Gram matrix: stored in .../notes.txt" without a word, and
+    the fit then refused the path.  The plan's warning is the fit's refusal; the path is left as it was."""
+    import zarr
+
+    path = tmp_path / "target"
+    if kind == "file":
+        path.write_text("notes")
+    elif kind == "directory":
+        path.mkdir()
+        (path / "a.txt").write_text("a")
+    else:
+        zarr.open_group(str(path), mode="w")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    X = make_data(200, d=3)
+    [warning] = [w for w in dkpca.plan(X, n_components=2, store=str(path)).warnings if "refuse" in w]
+    assert "not a dkpca store" in warning and "dkpca fit would refuse it" in warning, warning
+    with pytest.raises(ValueError, match="not a dkpca store"):
+        dkpca.fit(X, n_components=2, store=str(path))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
 @pytest.mark.parametrize("rows, kw, words", [
     (300, dict(gamma=0.9), "the store's K is of another fit (kernel differs"),
     (300, dict(gamma=0.2, dtype="float32"), "the store's K is of another fit (dtype differs"),
@@ -360,3 +383,17 @@ def test_a_plan_warns_of_what_fit_would_refuse_in_the_store(tmp_path, rows, kw, 
         dkpca.fit(X[:rows], **args)
     for same in (X[:300], X):  # the same fit; grown data
         assert not any("refuse" in w for w in dkpca.plan(same, **{**args, "gamma": 0.2, "dtype": "float64"}).warnings)
+
+
+def test_a_store_directory_that_cannot_be_written_is_named_not_the_plans_probe(tmp_path, capsys, monkeypatch):
+    """Before: ``dkpca fit X --store /proc/x.zarr`` said "No such file or directory: '/proc/.dkpca-plan-16lzt5d9'"
+    (the name of the plan's passing write probe); a read-only directory likewise.  Now the directory is named."""
+    from dkpca.planning import measure
+
+    def refused(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied", os.path.join(dir, ".dkpca-plan-abc123"))
+
+    monkeypatch.setattr(measure.tempfile, "TemporaryDirectory", refused)
+    data = write_data(tmp_path / "d.zarr", make_data(300, d=4))
+    err = cli_error(capsys, ["plan", data, "--store", str(tmp_path / "ro" / "s.zarr")])
+    assert ".dkpca-plan" not in err and f"({tmp_path})" in err and "Permission denied" in err, err

@@ -207,3 +207,15 @@ def test_the_plans_rates_line_names_the_device_past_the_threshold():
            "1.48 GB/s; bound by the disk" in line, line
     plain = {k: v for k, v in SIXTEEN_CORE_100K.items() if k not in ("write_device_bandwidth", "dirty_threshold")}
     assert "dirty" not in rates_line({**plain, "kernel_block": 0.16, "product_block": 0.16}, plan)
+
+
+def test_tol_zero_is_estimated_at_the_pass_budget(capsys):
+    """``tol=0`` asks for as much accuracy as the arithmetic gives, which only ``max_passes`` ends (a fit reports
+    not converged at its budget).  Before: ``dkpca plan --tol 0`` took log(0) and ended in an OverflowError
+    traceback."""
+    import dask.array as da
+
+    X = da.from_array(np.random.default_rng(0).standard_normal((600, 5)), chunks=(300, 5))
+    passes, why = measure.spectrum_passes(X, make_kernel("rbf", gamma=0.2), 3, 13, 0.0, 37)
+    assert passes == 37, why
+    assert measure.lanczos_passes(passes, 0.0, 37) == 37

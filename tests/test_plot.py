@@ -169,9 +169,35 @@ def test_axis_labels_name_components_and_their_share(fitted):
     (np.array([True, False]), True),
     (np.array([0.5, 1.0, 0.5]), False),  # floats are measurements, however few values
     (np.arange(100), False),  # an index, not classes
+    (np.array([f"s{i}" for i in range(30)]), False),  # more labels than a legend shows
 ])
 def test_is_categorical(values, expected):
     assert is_categorical(values) is expected
+
+
+def test_a_one_component_model_is_plotted_against_zero(tmp_path):
+    """Before: the default components=(0, 1) refused a one-component model (the demo with --n-components 1 failed
+    after its fit); the docstring promised the plot against 0."""
+    model = dkpca.fit(make_data(80, d=3), n_components=1, store=tmp_path / "one.zarr")
+    ax = model.plot_embedding()
+    assert ax.get_xlabel().startswith("component 1") and ax.get_ylabel() == ""
+    np.testing.assert_array_equal(ax.collections[0].get_offsets()[:, 1], 0.0)
+
+
+@pytest.mark.parametrize("kwargs, says", [({"components": (0,)}, "two zero-based component indices"),
+                                          ({"components": (0, 1.5)}, "two zero-based component indices"),
+                                          ({"c": 3}, "one value per training point"),
+                                          ({"c": np.zeros((2, 2))}, "one value per training point"),
+                                          ({"max_points": -1}, "max_points=-1 is invalid"),
+                                          ({"c": "names"}, "more than MAX_CLASSES=20")])
+def test_embedding_arguments_refused_by_name(fitted, kwargs, says):
+    """Before: IndexError, "not enough values to unpack", numpy's "negative dimensions", and 600 distinct string
+    labels drawn as 600 scatters with a 600-entry legend."""
+    model, _ = fitted
+    if isinstance(kwargs.get("c"), str):
+        kwargs = {"c": np.array([f"p{i}" for i in range(model.embedding_.shape[0])])}
+    with pytest.raises(ValueError, match=re.escape(says)):
+        model.plot_embedding(**kwargs)
 
 
 # -- the demo -------------------------------------------------------------------------

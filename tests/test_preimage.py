@@ -111,6 +111,23 @@ def test_linear_all_components_recovers_X():
     np.testing.assert_allclose(ridge.inverse_transform(ridge.transform(Xc[:10])), Xc[:10], atol=1e-6)
 
 
+@pytest.mark.parametrize("kernel, jitter", [("rbf", 0.0), ("linear", 0.0), ("rbf", 1e-9)])
+def test_kwok_tsang_among_repeated_training_rows_returns_the_repeated_point(kernel, jitter):
+    """Training rows repeated (or nearly: 1e-9 apart) put every neighbour of a training point's scores at one place:
+    the pre-image is that place (reference: the point itself, to 1e-8), not the 1e13 that dividing rounding noise
+    by a singular value of ~1e-17 gave, and the fixed point started there stays among the data."""
+    rng = np.random.default_rng(0)
+    copies = np.repeat(rng.standard_normal((5, 3)), 20, axis=0) + jitter * rng.standard_normal((100, 3))
+    grid = np.random.default_rng(1).integers(0, 3, size=(500, 2)) * 0.3  # 9 points, ~55 copies of each
+    for X, gamma in ((copies, 0.3), (grid, 1.0)):
+        est = KernelPCA(4, kernel=kernel, gamma=gamma).fit(X)
+        P = est.inverse_transform(est.transform(X[:100:20]), method="kwok-tsang")
+        np.testing.assert_allclose(P, X[:100:20], atol=1e-8)
+        if kernel == "rbf":
+            F = est.inverse_transform(est.transform(X[:100:20]), method="fixed-point")
+            assert np.abs(F).max() <= np.abs(X).max()
+
+
 def test_feature_distances_and_blockwise_neighbours(monkeypatch):
     """Distances against explicit features (linear kernel), neighbours against brute force."""
     rng = np.random.default_rng(5)

@@ -18,6 +18,8 @@ from dkpca.kernels import RBF, Linear
 from dkpca.sparse import SparseKernelPCA, choose_noise_variance, fit_sparse
 from dkpca.sparse.em import likelihood_gap, posterior, run_em, zero_optimum
 
+from .conftest import write_data
+
 SIGMA2 = 0.25**2  # the paper's sigma = 0.25 for the toy data
 GAMMA = 1 / 0.25**2  # exp(-|x - x'|^2 / r^2), r = 0.25
 CENTERS = np.array([[-0.5, -0.2], [0.0, 0.6], [0.5, 0.0]])
@@ -404,6 +406,26 @@ def test_bad_data():
         est.transform(np.ones((3, 5)))
     with pytest.raises(ValueError, match="n_components"):
         est.reconstruction_error(X, n_components=99)
+
+
+def test_a_path_is_read_as_kernel_pca_reads_it(tmp_path):
+    """KernelPCA and dkpca.fit take a Zarr path or file; the sparse model (its n x d data in memory) reads one whole.
+    Before: "could not convert string to float: '.../d.zarr'".  Reference: the same fit of the array itself."""
+    X, _ = toy(0)
+    path = write_data(tmp_path / "d.zarr", X)
+    ref = SparseKernelPCA(gamma=GAMMA, noise_variance=SIGMA2, random_state=0).fit(X)
+    est = SparseKernelPCA(gamma=GAMMA, noise_variance=SIGMA2, random_state=0).fit(path)
+    np.testing.assert_array_equal(est.representing_indices_, ref.representing_indices_)
+    np.testing.assert_array_equal(est.transform(path), ref.transform(X))
+    assert choose_noise_variance(path, 5, gamma=GAMMA) == choose_noise_variance(X, 5, gamma=GAMMA)
+
+
+def test_a_kernel_numerically_the_identity_is_warned_of_as_kernel_pca_does():
+    """On data of scale 255 the default gamma makes K numerically I: every kernel is kept and the components carry
+    nothing of the data.  KernelPCA said so (KernelScaleWarning); the sparse model said nothing."""
+    X = np.random.default_rng(0).standard_normal((200, 3)) * 255
+    with pytest.warns(dkpca.KernelScaleWarning, match="numerically the identity"):
+        SparseKernelPCA(noise_variance=0.001).fit(X)
 
 
 def test_linear_kernel_blocked_path():

@@ -58,6 +58,41 @@ def test_demo_with_dir_keeps_its_files_there_and_says_how_large(tmp_path, monkey
     assert f"kept in {kept}: {size / 2**20:.0f} MiB" in out, out
 
 
+def test_demo_refuses_a_dir_holding_its_files_before_any_work_and_replaces_them_with_overwrite(tmp_path, capsys):
+    """Before: ``demo --dir D`` replaced D/shells.zarr (a user's notes in it deleted), a store of the user's own fit
+    at D/shells.dkpca.zarr and D/shells_embedding.png without a word.  Now one error line naming them, nothing
+    touched; ``--overwrite`` replaces them (and only them: the size said counts the demo's files alone)."""
+    (tmp_path / "shells.zarr").mkdir()
+    (tmp_path / "shells.zarr" / "notes.txt").write_text("notes")
+    (tmp_path / "mine.bin").write_bytes(b"x" * 3 * 2**20)  # a user's file beside: not the demo's to count
+    args = ["demo", "--dir", str(tmp_path), "--n-samples", "300", "--n-components", "2", "--workers", "1", "-q"]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "already holds shells.zarr" in err and "--overwrite" in err, err
+    assert (tmp_path / "shells.zarr" / "notes.txt").read_text() == "notes"
+    assert main([*args, "--overwrite"]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "shells.zarr" / "notes.txt").exists() and (tmp_path / "mine.bin").exists()
+    png = tmp_path / "shells_embedding.png"
+    demo = sum(os.path.getsize(os.path.join(r, f)) for name in ("shells.zarr", "shells.dkpca.zarr")
+               for r, _, fs in os.walk(tmp_path / name) for f in fs) + (png.stat().st_size if png.exists() else 0)
+    said = f"{demo / 2**20:.0f} MiB" if demo >= 2**20 else f"{demo / 2**10:.0f} KiB"  # as du -sh counts
+    assert f"kept in {tmp_path}: {said} (" in out, out
+
+
+@pytest.mark.parametrize("args, says", [(["--n-samples", "2"], "--n-components 8 is more than --n-samples 2"),
+                                        (["--n-samples", "1", "--n-components", "1"], "at least 2 points"),
+                                        (["--dir", "FILE"], "is a file, not a directory")])
+def test_demo_options_refused_before_any_work(tmp_path, capsys, args, says):
+    """Before: the sample data was written and the cluster started (its dashboard line) before the error."""
+    (tmp_path / "FILE").write_text("")
+    args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
+    assert main(["demo", "--workers", "1", *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("dkpca: error: ") and err.count("\n") == 1 and says in err, err
+    assert os.listdir(tmp_path) == ["FILE"]
+
+
 # -- 3. a script without the __main__ guard: one error naming it ---------------------------------------------
 def run_script(tmp_path, body: str, timeout: float = 120) -> subprocess.CompletedProcess:
     script = tmp_path / "job.py"
@@ -237,6 +272,17 @@ def test_verbose_and_log_level(tmp_path, capsys, flags, shows, hides):
     assert main(["fit", data, "--no-progress", *flags]) == 0
     err = capsys.readouterr().err
     assert all(s in err for s in shows) and not any(h in err for h in hides), err
+
+
+@pytest.mark.parametrize("level, says", [("ERROR", False), ("CRITICAL", False), ("WARNING", True)])
+def test_a_log_level_above_warning_is_as_quiet_as_q(tmp_path, capsys, level, says):
+    """Before: ``--log-level ERROR`` (and CRITICAL) still printed the progress lines and the solver's warning, which
+    only ``-q`` silenced.  Progress is INFO and a warning WARNING, whichever flag set the level."""
+    data = write_data(tmp_path / "d.zarr", make_data(300, d=4))
+    assert main(["fit", data, "-k", "3", "--max-passes", "2", "--log-level", level]) == 0
+    err = capsys.readouterr().err
+    assert ("dkpca: warning: lanczos solver stopped after 2 passes" in err) is says, err
+    assert "copying" not in err and "%" not in err, err  # no progress line at WARNING and above
 
 
 def test_quiet_and_verbose_together_is_a_usage_error(capsys):

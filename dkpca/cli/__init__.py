@@ -171,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     log, dist = logging.getLogger("dkpca"), logging.getLogger("distributed")
     old_level, old_dist = log.level, dist.level
-    quiet = getattr(a, "quiet", False)
-    handler = _setup_logging(log_level(a))
-    if quiet:  # e.g. distributed's "port in use" notices
+    level = log_level(a)
+    handler = _setup_logging(level)
+    if level >= logging.ERROR:  # -q, --log-level ERROR: e.g. distributed's "port in use" notices
         dist.setLevel(logging.ERROR)
     held = HeldWarnings()
     if handler is not None:
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings(), _terminate_as_interrupt():
             warnings.showwarning = held.show  # restored by catch_warnings
-            if quiet:
+            if level > logging.WARNING:  # -q, --log-level ERROR or CRITICAL: warnings are not said
                 warnings.simplefilter("ignore")
             status = COMMANDS[a.command](a)
             held.release()

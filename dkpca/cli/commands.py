@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import tempfile
 import time
@@ -42,7 +43,8 @@ def _fit_options(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _progress(a: argparse.Namespace) -> bool:
-    return not getattr(a, "quiet", False) and not getattr(a, "no_progress", False)
+    """Progress is part of the log, at INFO: shown where the command's log level (main sets it) shows INFO."""
+    return logging.getLogger("dkpca").getEffectiveLevel() <= logging.INFO and not getattr(a, "no_progress", False)
 
 
 def _lasting(path: str | None, what: str) -> None:
@@ -244,6 +246,10 @@ def held_out_centroid_accuracy(Z: np.ndarray, labels: np.ndarray) -> float:
     return float(NearestCentroid().fit(Z[::2], labels[::2]).score(Z[1::2], labels[1::2]))
 
 
+#: what the demo writes into ``--dir``: its sample data, the store of its fit, its plot (and nothing else there)
+DEMO_FILES = ("shells.zarr", "shells.dkpca.zarr", "shells_embedding.png")
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     """The Quick-start job: sample data, a local cluster, a fit.  It leaves nothing behind unless ``--dir``.
 
@@ -251,21 +257,41 @@ def cmd_demo(a: argparse.Namespace) -> int:
     model, the workers' scratch space) lives in one temporary directory removed
     at the end, even after an error or Ctrl-C, and the demo says so and how much
     it was.  With ``--dir`` the data, the store and the embedding plot stay
-    there and the demo says how large they are; the workers' scratch space is
-    still temporary.
+    there (:data:`DEMO_FILES`; where they exist already the demo refuses before
+    any work, unless ``--overwrite``) and the demo says how large they are; the
+    workers' scratch space is still temporary.
     """
+    _check_demo(a)
     with tempfile.TemporaryDirectory(prefix="dkpca-demo-", ignore_cleanup_errors=True) as scratch:
         workdir = os.path.abspath(a.dir) if a.dir else scratch
         os.makedirs(workdir, exist_ok=True)
         model = _demo_fit(a, workdir, scratch)
-        size = _tree_bytes(workdir)
         if a.dir:
-            print(f"kept in {workdir}: {_megabytes(size)} (sample data, Gram matrix, model); inspect it with: "
-                  f"dkpca info {model.store}")
+            size = sum(_tree_bytes(os.path.join(workdir, f)) for f in DEMO_FILES)
+            print(f"kept in {workdir}: {_megabytes(size)} (sample data, Gram matrix and model, plot); inspect it "
+                  f"with: dkpca info {model.store}")
         else:
-            print(f"removed {workdir} ({_megabytes(size)}: sample data, Gram matrix, model); to keep them and an "
-                  "embedding plot, run: dkpca demo --dir DIR")
+            print(f"removed {workdir} ({_megabytes(_tree_bytes(workdir))}: sample data, Gram matrix, model); to "
+                  "keep them and an embedding plot, run: dkpca demo --dir DIR")
     return 0
+
+
+def _check_demo(a: argparse.Namespace) -> None:
+    """The demo's options against each other and ``--dir``'s contents, before any data is written."""
+    if a.n_samples < 2:
+        raise ValueError(f"--n-samples {a.n_samples} is too few: kernel PCA needs at least 2 points.")
+    if a.n_components > a.n_samples:
+        raise ValueError(f"--n-components {a.n_components} is more than --n-samples {a.n_samples}; ask for at most "
+                         "as many components as points.")
+    if not a.dir:
+        return
+    if os.path.exists(a.dir) and not os.path.isdir(a.dir):
+        raise NotADirectoryError(f"--dir {a.dir} is a file, not a directory; name a directory (it is created "
+                                 "if missing).")
+    there = [f for f in DEMO_FILES if os.path.lexists(os.path.join(a.dir, f))]
+    if there and not a.overwrite:
+        raise FileExistsError(f"--dir {a.dir} already holds {', '.join(there)}; pass --overwrite to replace "
+                              "them (an earlier demo's), or name another directory.")
 
 
 def _demo_fit(a: argparse.Namespace, workdir: str, scratch: str) -> Any:
@@ -276,8 +302,9 @@ def _demo_fit(a: argparse.Namespace, workdir: str, scratch: str) -> Any:
     from ..pipeline import fit
     from ..storage import checksum_codecs
 
-    data = os.path.join(workdir, "shells.zarr")
+    data = os.path.join(workdir, DEMO_FILES[0])
     X, shell = make_demo_data(a.n_samples, return_labels=True)
+    # replaces an earlier demo's data only: _check_demo refused it without --overwrite (in scratch: nothing there)
     zarr.create_array(data, data=X, chunks=(4096, X.shape[1]), overwrite=True, compressors=checksum_codecs())
     print(f"sample data: {X.shape[0]} x {X.shape[1]} (three noisy shells) written to {data}")
     local = {"n_workers": a.workers} if a.workers else {}
@@ -285,8 +312,8 @@ def _demo_fit(a: argparse.Namespace, workdir: str, scratch: str) -> Any:
     # demo's temporary directory, not into the system's; the cluster's one log line names the dashboard
     with connected({"dkpca": {"cluster": {"backend": "local", "local": local}}, "temporary-directory": scratch}):
         t = time.perf_counter()
-        model = fit(data, n_components=a.n_components, kernel="rbf", gamma=0.5, overwrite=True,
-                    random_state=0, progress=_progress(a))
+        model = fit(data, n_components=a.n_components, kernel="rbf", gamma=0.5, store=os.path.join(
+                    workdir, DEMO_FILES[1]), overwrite=bool(a.overwrite), random_state=0, progress=_progress(a))
         elapsed = time.perf_counter() - t
     print(model.summary())
     print(f"fit took {elapsed:.2f}s")
@@ -308,11 +335,13 @@ def _demo_plot(model: Any, shell: np.ndarray, workdir: str) -> None:
         print("no plot written: matplotlib is not installed (pip install 'dkpca[plot]')")
     else:
         model.plot_embedding(c=shell, label="shell radius", ax=fig.add_subplot())
-        print(f"embedding plot: {save_figure(fig, os.path.join(workdir, 'shells_embedding.png'))}")
+        print(f"embedding plot: {save_figure(fig, os.path.join(workdir, DEMO_FILES[2]))}")
 
 
 def _tree_bytes(path: str) -> int:
-    """Bytes of the files under ``path`` (what the demo leaves, or removed)."""
+    """Bytes of the files under ``path`` (what the demo leaves, or removed; a file: its own; missing: 0)."""
+    if os.path.isfile(path) and not os.path.islink(path):
+        return os.path.getsize(path)
     return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files
                if not os.path.islink(os.path.join(root, f)))
 

@@ -195,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--dir", default=None,
                    help="keep the sample data, its store and an embedding plot here (default: a temporary directory, "
                         "removed when the demo ends)")
+    d.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier demo's files in --dir (its data, store and plot)")
     d.add_argument("--n-samples", type=positive_int, default=12000, help="number of sample points")
     d.add_argument("--n-components", type=positive_int, default=8, help="number of components")
     d.add_argument("--workers", type=positive_int, default=None,

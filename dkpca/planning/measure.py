@@ -113,7 +113,12 @@ def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype:
     parent = os.path.dirname(os.path.abspath(store)) if store and "://" not in store else None
     while parent and not os.path.isdir(parent):
         parent = os.path.dirname(parent)
-    with tempfile.TemporaryDirectory(prefix=".dkpca-plan-", dir=parent) as tmp:
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix=".dkpca-plan-", dir=parent)
+    except OSError as exc:  # named by the directory the store would go into, not by the probe's passing name
+        raise OSError(exc.errno, f"cannot write in the store's directory ({exc.strerror})",
+                      parent or tempfile.gettempdir()) from exc
+    with scratch as tmp:
         # the Gram build's and the operator's own write and read paths, on an array laid out like K
         path, z = probe_array(tmp, out.shape[0], dtype)
         writer, reader = ChunkWriter.of(path, z), ChunkReader.of(path, z)
@@ -239,6 +244,8 @@ def lanczos_passes(p_subspace: int, tol: float, max_passes: int) -> int:
     """
     if p_subspace <= 2:
         return p_subspace
+    if tol <= 0:  # as far as the arithmetic goes: the budget ends it (spectrum_passes)
+        return max_passes
     g = min(max(tol, 1e-300) ** (1.0 / (p_subspace - 1)), 1 - 1e-12)
     gamma = 2.0 / g - 1.0
     rho = 1.0 / (gamma + np.sqrt(gamma * gamma - 1.0))
@@ -306,7 +313,9 @@ def spectrum_passes(X: Any, kernel: Kernel, k: int, ell: int, tol: float, max_pa
     gap = extrapolated_gap(lam, lam_half, k, ell, n, (m, m // 2)) if ell < m // 2 else sample_gap
     # residual_p ~ lambda_k gap^p, relative to lambda_1 -> stop when below tol
     target = tol * lam[0] / lam[k - 1]
-    if gap <= 1e-12:
+    if target <= 0:  # tol=0: as far as the arithmetic goes, which only the pass budget ends
+        p = max_passes
+    elif gap <= 1e-12:
         p = 2
     elif gap >= 1:
         p = max_passes

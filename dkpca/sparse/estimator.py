@@ -25,7 +25,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..io import as_dask
 from ..kernels import Kernel, make_kernel
+from ..planning.precision import sample_rows, warn_scale
 from ..request import check_bool, check_choice, check_int, check_real
 from ..solvers import EigResult, postprocess
 from ..storage import DamagedModelError
@@ -218,9 +220,10 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         self
         """
         self._check_params()
-        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
+        X = validate_data(self, read_whole(X), dtype=np.float64, ensure_min_samples=2)
         t_start = time.perf_counter()
         kernel = resolve_kernel(self, X.shape[1])
+        warn_scale(sample_rows(X), kernel, stacklevel=3)  # a K numerically I or constant: as KernelPCA says it
         sigma2 = float(self.noise_variance)
         opts = EMOptions(self.update, int(self.max_iter), float(self.tol), float(self.prune_threshold))
         fit = fit_weights(X, kernel, sigma2, opts, self._candidate_set_size(), check_random_state(self.random_state),
@@ -293,7 +296,7 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     def _kernels(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(k_A(x), k(x, x))`` for new points, centred when fitted so."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = validate_data(self, read_whole(X), dtype=np.float64, reset=False)
         R = self.representing_points_
         KA = self.kernel_.block(X, R, np.float64) if X.shape[0] else np.zeros((0, R.shape[0]))
         kxx = self.kernel_.diag(X, np.float64)
@@ -397,6 +400,13 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         # fit rejects NaN/inf (validate_data): the kernel of a NaN row is undefined
         tags.input_tags.allow_nan = False
         return tags
+
+
+def read_whole(X: Any) -> Any:
+    """A path or URL in any format dkpca reads (Zarr, ``.npy``, HDF5, ...) read into memory, as ``KernelPCA`` and
+    ``dkpca.fit`` take one: the sparse model holds its n x d data in memory (never n x n).  Anything else as
+    given (``validate_data`` converts arrays and data frames)."""
+    return as_dask(X, purpose="sparse kernel PCA").compute() if isinstance(X, (str, os.PathLike)) else X
 
 
 def fit_sparse(X: Any, n_components: int | None = None, **params: Any) -> SparseKernelPCA:

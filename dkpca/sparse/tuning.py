@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from .estimator import SparseKernelPCA, resolve_kernel
+from .estimator import SparseKernelPCA, read_whole, resolve_kernel
 
 __all__ = ["choose_noise_variance"]
 
@@ -51,7 +51,7 @@ def choose_noise_variance(
     -------
     noise_variance : float
     """
-    Xa = np.asarray(X, dtype=np.float64)
+    Xa = np.asarray(read_whole(X), dtype=np.float64)
     if Xa.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {Xa.shape}.")
     n = Xa.shape[0]

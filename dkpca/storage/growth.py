@@ -94,8 +94,14 @@ def refit_conflicts(store: FitStore | None, n: int, d: int, kernel: dict, dtype:
     """What a fit (no update) of ``n`` x ``d`` data into ``store`` without ``overwrite`` would refuse, in words,
     read from attributes alone (``dkpca plan`` says it before a job is submitted): a data copy of another
     shape, K of another kernel, precision or tile.  Data of the same shape the fit compares by checksum,
-    which reads all of it: not here.  Nothing for a new, unreadable or foreign store (the fit judges those).
+    which reads all of it: not here.  A path that is not a dkpca store (a file, another Zarr group, a directory
+    of other files): the fit's own refusal.  Nothing for a new or unreadable store (the fit judges those).
     """
+    if store is not None and not store.is_new():
+        try:
+            store.check_target()  # reads only (mode "r")
+        except ValueError as exc:
+            return [f"{exc} (dkpca fit would refuse it)"]
     ext, attrs = _recorded(store)
     fix = "pass overwrite=True (CLI: --overwrite) to replace it, or choose another store"
     if ext is not None and (ext.rows, ext.d) != (n, d):  # refused there first: K's attributes follow from it

@@ -94,10 +94,11 @@ def record(written: dict[str, tuple[zarr.Array, np.ndarray]], attrs: dict[str, A
     return out if attrs is None else {**out, ATTRS: attrs_digest(attrs)}
 
 
-#: the model attributes no other check covers: numbers the model's scores and ratios use as they are read, and its
+#: the model attributes no other check covers: numbers the model's scores and ratios use as they are read, its
 #: kernel (checked against K's where K is stored, not where it is recomputed; its report and sizes are checked by
-#: their readers, which name a malformed one)
-SEALED = ("grand_mean", "trace", "kernel")
+#: their readers, which name a malformed one), and a sparse model's parameters (its noise variance and centring
+#: are what its transform and likelihood compute with)
+SEALED = ("grand_mean", "trace", "kernel", "params")
 
 
 def attrs_digest(attrs: dict[str, Any]) -> dict[str, str]:
@@ -125,7 +126,7 @@ def _check_attrs(store: str, kind: str, group: str, attrs: dict[str, Any]) -> No
     for key in recorded:
         got = attrs.get(key)  # a kernel's spec is its reader's to check first (model.load), then edited()
         number = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got)
-        if number and edited(attrs, key):
+        if (number or (key == "params" and isinstance(got, dict))) and edited(attrs, key):
             raise DamagedModelError(store, f"{kind} attribute {key!r} of group {group!r}", EDITED, kind)
 
 

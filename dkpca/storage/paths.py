@@ -19,8 +19,8 @@ from typing import Any
 
 import fsspec
 
-__all__ = ["absolute", "relation", "check_output", "check_apart", "is_url", "exists", "free_bytes", "url_fs",
-           "S3_PROTOCOLS"]
+__all__ = ["absolute", "without_local_scheme", "relation", "check_output", "check_apart", "is_url", "exists",
+           "free_bytes", "url_fs", "S3_PROTOCOLS"]
 
 #: fsspec protocols served by s3fs (``pip install 'dkpca[s3]'``)
 S3_PROTOCOLS = ("s3", "s3a")
@@ -56,10 +56,14 @@ def absolute(path: str | os.PathLike) -> str:
     One spelling per place: an output named ``x.zarr`` and an input ``file:///.../x.zarr`` are the same
     directory, and only the same string says so to :func:`relation`.
     """
-    p = os.fspath(path)
-    if p.startswith(LOCAL_SCHEMES):
-        p = p.split("://", 1)[1]
+    p = without_local_scheme(path)
     return p if is_url(p) else os.path.realpath(os.path.abspath(p))
+
+
+def without_local_scheme(path: str | os.PathLike) -> str:
+    """``path`` as a string, a ``file://`` (or ``local://``) URL as the local path it names."""
+    p = os.fspath(path)
+    return p.split("://", 1)[1] if p.startswith(LOCAL_SCHEMES) else p
 
 
 def exists(path: str | os.PathLike) -> bool:
