@@ -261,18 +261,24 @@ def cmd_demo(a: argparse.Namespace) -> int:
     any work, unless ``--overwrite``) and the demo says how large they are; the
     workers' scratch space is still temporary.
     """
+    from ..cluster import holding_interrupts
+
     _check_demo(a)
-    with tempfile.TemporaryDirectory(prefix="dkpca-demo-", ignore_cleanup_errors=True) as scratch:
-        workdir = os.path.abspath(a.dir) if a.dir else scratch
+    scratch = tempfile.TemporaryDirectory(prefix="dkpca-demo-", ignore_cleanup_errors=True)
+    try:
+        workdir = os.path.abspath(a.dir) if a.dir else scratch.name
         os.makedirs(workdir, exist_ok=True)
-        model = _demo_fit(a, workdir, scratch)
-        if a.dir:
-            size = sum(_tree_bytes(os.path.join(workdir, f)) for f in DEMO_FILES)
-            print(f"kept in {workdir}: {_megabytes(size)} (sample data, Gram matrix and model, plot); inspect it "
-                  f"with: dkpca info {model.store}")
-        else:
-            print(f"removed {workdir} ({_megabytes(_tree_bytes(workdir))}: sample data, Gram matrix, model); to "
-                  "keep them and an embedding plot, run: dkpca demo --dir DIR")
+        model = _demo_fit(a, workdir, scratch.name)
+        size = sum(_tree_bytes(os.path.join(workdir, f)) for f in DEMO_FILES) if a.dir else _tree_bytes(workdir)
+    finally:
+        with holding_interrupts():  # removed whole, and said so only then (a Ctrl-C meanwhile: held till done)
+            scratch.cleanup()
+    if a.dir:
+        print(f"kept in {workdir}: {_megabytes(size)} (sample data, Gram matrix and model, plot); inspect it with: "
+              f"dkpca info {model.store}")
+    else:
+        print(f"removed {workdir} ({_megabytes(size)}: sample data, Gram matrix, model); to keep them and an "
+              "embedding plot, run: dkpca demo --dir DIR")
     return 0
 
 

@@ -47,7 +47,7 @@ from .config import (
 from .reach import one_line, reach
 from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
 from .security import TLSOnlyNanny, batch_security, run_security, tls_only_worker_args
-from .spawning import add_log_filter, quiet_interrupts, starting_workers
+from .spawning import add_log_filter, holding_interrupts, quiet_interrupts, starting_workers
 
 __all__ = ["connect", "close", "connected", "is_scheduler_address"]
 
@@ -116,8 +116,12 @@ def _start_local(spec: ClusterSpec) -> Any:
     kw["security"] = run_security()
     if kw["processes"]:  # (threads in this process: no worker ports at all)
         kw.setdefault("worker_class", TLSOnlyNanny)  # workers listen on their TLS port only
-    with dask.config.set(local_housekeeping()), starting_workers() if kw["processes"] else contextlib.nullcontext():
-        return LocalCluster(**kw)
+    with dask.config.set(local_housekeeping()), holding_interrupts() as held:
+        with starting_workers() if kw["processes"] else contextlib.nullcontext():
+            cluster = LocalCluster(**kw)
+        if held:  # a Ctrl-C while it started, held till it had: closed, then raised (else left to exit's finalizers)
+            cluster.close()
+    return cluster
 
 
 def _start_jobqueue(spec: ClusterSpec, cleanup: contextlib.ExitStack) -> Any:
@@ -332,9 +336,10 @@ def close(client: Any) -> None:
     cluster = getattr(client, "cluster", None)
     if client.status == "connecting":
         add_log_filter("distributed.client", _GivenUpReconnection)
-    client.close()
-    if cluster is not None:
-        cluster.close()
+    with holding_interrupts():  # a close cut off by Ctrl-C leaves workers and scratch files behind
+        client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 @contextlib.contextmanager

@@ -14,9 +14,8 @@ dkpca refuses first, in one error that names the fix (:func:`check_main_guard`).
 the workers too, and each printed a ``KeyboardInterrupt`` traceback (about 60
 lines for two workers) before dkpca's one line.  The workers are this
 process's to stop -- it shuts its cluster down when interrupted -- so they
-are started with SIGINT ignored (:func:`starting_workers`), the disposition a
-child inherits and Python then keeps (it installs its ``KeyboardInterrupt``
-handler only where SIGINT is not ignored).  What is left after a Ctrl-C --
+are started with SIGINT blocked (:func:`starting_workers`), a signal mask a
+child inherits and Python then keeps.  What is left after a Ctrl-C --
 the client's abandoned waits, a wait cancelled before it started, the workers'
 notes that closing cut their tasks off -- is dropped by three narrow log
 filters (:func:`quiet_interrupts`).
@@ -34,14 +33,15 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 from typing import Any
 
 import dask.config
 from distributed.client import AllExit
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["UnguardedMainError", "check_main_guard", "unguarded_line", "starting_workers", "QuietClose",
-           "quiet_interrupts", "add_log_filter"]
+__all__ = ["UnguardedMainError", "check_main_guard", "unguarded_line", "starting_workers", "holding_interrupts",
+           "QuietClose", "quiet_interrupts", "add_log_filter"]
 
 GUARD = 'if __name__ == "__main__":'
 
@@ -108,22 +108,60 @@ def check_main_guard() -> None:
 
 @contextlib.contextmanager
 def starting_workers() -> Iterator[None]:
-    """Around starting a LocalCluster's worker processes: the guard checked, and the children ignore Ctrl-C.
+    """Around starting a LocalCluster's worker processes: the guard checked, and the children never take Ctrl-C.
 
-    SIGINT is ignored in this process only while the workers are spawned
-    (a Ctrl-C in that window, a second or two, is lost); off the main
-    thread, or where the handler is not Python's to restore, nothing changes.
+    SIGINT is blocked in this thread while the cluster starts, so the threads
+    started meanwhile -- distributed's event loop, which starts every worker
+    process from threads of its own, now and when the cluster scales later --
+    and the processes they start keep it blocked for good: a terminal's
+    Ctrl-C stays pending there, unseen, and is this process's alone.  Here it
+    is held, not lost (before, SIGINT was ignored for the 2-3 s the workers
+    took to start, and a Ctrl-C then was dropped): pending until the block
+    ends, or taken by another thread of this process (the caller holds it
+    with :func:`holding_interrupts` till the cluster can be closed).  Off the
+    main thread nothing changes.
     """
     check_main_guard()
-    old = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    if old is None:
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # multiprocessing's resource tracker, started by the first process started, unblocks SIGINT in the thread that
+    # starts it (it blocks, spawns, then unblocks rather than restores): started here first, it is left running
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def holding_interrupts() -> Iterator[list[int]]:
+    """Around cleanup (a cluster closing, a temporary directory removed) or a start that must finish to be undone:
+    a Ctrl-C is held until the block is done, then raised; a second one is raised at once, so that a close that
+    hangs can still be left.  Yields the list of signals held (empty: none), for a start to undo itself first.
+
+    Before, a Ctrl-C while the demo's cluster closed cut the close off: 10 s later distributed logged that the
+    scheduler's scratch directory, removed meanwhile, could not be removed; one while its temporary directory
+    was removed left part of it behind.  Off the main thread nothing changes.
+    """
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        if held:
+            raise KeyboardInterrupt
+        held.append(signum)
+
+    old = signal.signal(signal.SIGINT, hold)
+    try:
+        yield held
+    finally:
         signal.signal(signal.SIGINT, old)
+    if held:
+        raise KeyboardInterrupt
 
 
 class _CutOffByClose(logging.Filter):
