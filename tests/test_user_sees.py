@@ -157,17 +157,19 @@ def test_a_signal_to_a_cluster_fit_prints_only_dkpcas_line(tmp_path, sig, status
 
 
 def test_a_local_clusters_workers_never_take_ctrl_c(tmp_path):
-    """A terminal's Ctrl-C reaches every process of its group: the workers keep SIGINT blocked from birth (their
-    status in /proc says so), so only dkpca's process takes it.  Before, SIGINT was ignored in dkpca's process for
-    the 2-3 s the workers took to start, and a Ctrl-C then was lost (the demo ran on to its end)."""
+    """A terminal's Ctrl-C reaches every process of its group, a batch system's SIGTERM every process of the job:
+    the workers keep both blocked from birth (their status in /proc says so), so only dkpca's process takes them
+    (before, under load, dying workers' log lines came before dkpca's one line on SIGTERM).  Before, SIGINT was
+    ignored in dkpca's process for the 2-3 s the workers took to start, and a Ctrl-C then was lost (the demo ran
+    on to its end)."""
     import psutil
 
     from dkpca.cluster import connected
 
-    def blocked(pid: int) -> bool:
+    def blocked(pid: int) -> bool:  # SIGINT and SIGTERM (a batch system's) both
         with open(f"/proc/{pid}/status") as f:
             mask = int(dict(line.split(":", 1) for line in f if ":" in line)["SigBlk"], 16)
-        return bool(mask & (1 << (signal.SIGINT - 1)))
+        return all(mask & (1 << (sig - 1)) for sig in (signal.SIGINT, signal.SIGTERM))
 
     with connected({"dkpca": {"cluster": {"backend": "local", "local": {"n_workers": 2}}},
                     "temporary-directory": str(tmp_path)}) as client:
@@ -196,6 +198,23 @@ def test_a_ctrl_c_while_workers_start_is_held_then_raised():
             time.sleep(0.05)
             went_on = False  # not reached: the second one is raised at once
     assert went_on and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    class Terminated(Exception):
+        pass
+
+    def terminate(signum, frame):
+        raise Terminated
+
+    old = signal.signal(signal.SIGTERM, terminate)  # as the CLI meets a batch system's SIGTERM
+    try:
+        with pytest.raises(Terminated):
+            with holding_interrupts() as held:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                went_on = "term"
+        assert went_on == "term" and held == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is terminate
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def test_a_ctrl_c_before_a_cluster_wait_started_is_not_reported(caplog):

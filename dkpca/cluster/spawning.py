@@ -106,29 +106,36 @@ def check_main_guard() -> None:
         raise UnguardedMainError(_message(f"{found[0]}, line {found[1]},"))
 
 
+#: the signals a local cluster's workers leave to dkpca's process: a terminal's Ctrl-C and a batch system's SIGTERM
+#: (walltime, scancel) reach every process of the group or job, and the workers, dying of them, logged their own
+#: lines (tracebacks; the scheduler's "Removing worker ... caused the cluster to lose ...") before dkpca's one.  A
+#: nanny never stops its worker by either: it asks, then SIGKILLs; a worker whose parent died exits by itself.
+PARENTS_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
 @contextlib.contextmanager
 def starting_workers() -> Iterator[None]:
     """Around starting a LocalCluster's worker processes: the guard checked, and the children never take Ctrl-C.
 
-    SIGINT is blocked in this thread while the cluster starts, so the threads
-    started meanwhile -- distributed's event loop, which starts every worker
-    process from threads of its own, now and when the cluster scales later --
-    and the processes they start keep it blocked for good: a terminal's
-    Ctrl-C stays pending there, unseen, and is this process's alone.  Here it
-    is held, not lost (before, SIGINT was ignored for the 2-3 s the workers
-    took to start, and a Ctrl-C then was dropped): pending until the block
-    ends, or taken by another thread of this process (the caller holds it
-    with :func:`holding_interrupts` till the cluster can be closed).  Off the
-    main thread nothing changes.
+    :data:`PARENTS_SIGNALS` are blocked in this thread while the cluster
+    starts, so the threads started meanwhile -- distributed's event loop,
+    which starts every worker process from threads of its own, now and when
+    the cluster scales later -- and the processes they start keep them
+    blocked for good: they stay pending there, unseen, and are this process's
+    alone.  Here they are held, not lost (before, SIGINT was ignored for the
+    2-3 s the workers took to start, and a Ctrl-C then was dropped): pending
+    until the block ends, or taken by another thread of this process (the
+    caller holds them with :func:`holding_interrupts` till the cluster can be
+    closed).  Off the main thread nothing changes.
     """
     check_main_guard()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    # multiprocessing's resource tracker, started by the first process started, unblocks SIGINT in the thread that
-    # starts it (it blocks, spawns, then unblocks rather than restores): started here first, it is left running
+    # multiprocessing's resource tracker, started by the first process started, unblocks SIGINT and SIGTERM in the
+    # thread that starts it (it blocks, spawns, then unblocks rather than restores): started here first, it is left
     resource_tracker.ensure_running()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, PARENTS_SIGNALS)
     try:
         yield
     finally:
@@ -138,8 +145,9 @@ def starting_workers() -> Iterator[None]:
 @contextlib.contextmanager
 def holding_interrupts() -> Iterator[list[int]]:
     """Around cleanup (a cluster closing, a temporary directory removed) or a start that must finish to be undone:
-    a Ctrl-C is held until the block is done, then raised; a second one is raised at once, so that a close that
-    hangs can still be left.  Yields the list of signals held (empty: none), for a start to undo itself first.
+    a Ctrl-C or SIGTERM is held until the block is done, then raised again (to the handler there was: Ctrl-C's
+    ``KeyboardInterrupt``, the CLI's ``Terminated``); a second one is raised at once, so that a close that hangs can
+    still be left.  Yields the list of signals held (empty: none), for a start to undo itself first.
 
     Before, a Ctrl-C while the demo's cluster closed cut the close off: 10 s later distributed logged that the
     scheduler's scratch directory, removed meanwhile, could not be removed; one while its temporary directory
@@ -149,19 +157,27 @@ def holding_interrupts() -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield held
         return
+    old = {sig: signal.getsignal(sig) for sig in PARENTS_SIGNALS}
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
     def hold(signum: int, frame: object) -> None:
-        if held:
-            raise KeyboardInterrupt
+        if held:  # the second: to the old handler now
+            restore()
+            signal.raise_signal(signum)
+            return
         held.append(signum)
 
-    old = signal.signal(signal.SIGINT, hold)
+    for sig in PARENTS_SIGNALS:
+        signal.signal(sig, hold)
     try:
         yield held
     finally:
-        signal.signal(signal.SIGINT, old)
+        restore()
     if held:
-        raise KeyboardInterrupt
+        signal.raise_signal(held[0])
 
 
 class _CutOffByClose(logging.Filter):
