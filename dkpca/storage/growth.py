@@ -97,9 +97,9 @@ def refit_conflicts(store: FitStore | None, n: int, d: int, kernel: dict, dtype:
     which reads all of it: not here.  A path that is not a dkpca store (a file, another Zarr group, a directory
     of other files): the fit's own refusal.  Nothing for a new or unreadable store (the fit judges those).
     """
-    if store is not None and not store.is_new():
+    if store is not None:
         try:
-            store.check_target()  # reads only (mode "r")
+            store.check_target()  # reads only (mode "r"); nothing for a new store
         except ValueError as exc:
             return [f"{exc} (dkpca fit would refuse it)"]
     ext, attrs = _recorded(store)

@@ -94,11 +94,13 @@ def record(written: dict[str, tuple[zarr.Array, np.ndarray]], attrs: dict[str, A
     return out if attrs is None else {**out, ATTRS: attrs_digest(attrs)}
 
 
-#: the model attributes no other check covers: numbers the model's scores and ratios use as they are read, its
-#: kernel (checked against K's where K is stored, not where it is recomputed; its report and sizes are checked by
-#: their readers, which name a malformed one), and a sparse model's parameters (its noise variance and centring
-#: are what its transform and likelihood compute with)
-SEALED = ("grand_mean", "trace", "kernel", "params")
+#: the model attributes no other check covers, each with the JSON type whose digest a read checks here: numbers the
+#: model's scores and ratios use as they are read, a sparse model's parameters (its noise variance and centring are
+#: what its transform and likelihood compute with), and its kernel (None: its reader checks the spec first and then
+#: :func:`edited`; checked against K's where K is stored, not where it is recomputed).  A value of another type is
+#: left to its reader, which names what is wrong with it (its report and sizes are checked by their readers alone).
+SEALED: dict[str, type | tuple[type, ...] | None] = {"grand_mean": (int, float), "trace": (int, float),
+                                                     "params": dict, "kernel": None}
 
 
 def attrs_digest(attrs: dict[str, Any]) -> dict[str, str]:
@@ -124,9 +126,10 @@ def _check_attrs(store: str, kind: str, group: str, attrs: dict[str, Any]) -> No
         raise DamagedModelError(store, f"{kind} attribute {ATTRS!r} of group {group!r}", f"is {recorded!r}, not the "
                                 "digests of the attributes", kind)
     for key in recorded:
-        got = attrs.get(key)  # a kernel's spec is its reader's to check first (model.load), then edited()
-        number = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got)
-        if (number or (key == "params" and isinstance(got, dict))) and edited(attrs, key):
+        got, form = attrs.get(key), SEALED.get(key)
+        well_formed = form is not None and isinstance(got, form) and not isinstance(got, bool) and (
+            not isinstance(got, float) or math.isfinite(got))
+        if well_formed and edited(attrs, key):
             raise DamagedModelError(store, f"{kind} attribute {key!r} of group {group!r}", EDITED, kind)
 
 
