@@ -155,3 +155,11 @@ def test_info_json_has_no_nan(tmp_path, blobs):
     model.report["max_relative_residual"] = float("nan")
     text = json.dumps(model_facts(model), allow_nan=False)
     assert json.loads(text)["report"]["max_relative_residual"] is None
+
+
+def test_a_missing_extra_is_a_user_error_and_dkpcas_own_import_failing_a_bug():
+    """An ImportError naming a dkpca module is dkpca's bug: it keeps its traceback (was one "error" line)."""
+    from dkpca.cli import explain
+
+    assert explain(ImportError("'s3://b/x' needs an fsspec back end that is not installed (pip install 'dkpca[s3]')"))
+    assert explain(ImportError("cannot import name 'x' from 'dkpca.storage'", name="dkpca.storage")) is None

@@ -385,8 +385,9 @@ def test_fsspec_url_input(tmp_path, blobs):
     path = tmp_path / "data.zarr"
     zarr.create_array(str(path), data=blobs, chunks=(100, 6))
     url = path.as_uri()  # file:// URL, read through fsspec
-    with pytest.raises(ValueError, match="pass store="):
-        dkpca.fit(url, n_components=2)
+    remote = zarr.create_array("memory://dkpca-test/url-input.zarr", data=blobs, chunks=(100, 6), overwrite=True)
+    with pytest.raises(ValueError, match="is a URL; pass store="):  # nothing is written beside a remote input
+        dkpca.fit(f"memory://{remote.store.path}", n_components=2)
     model = dkpca.fit(url, n_components=3, store=tmp_path / "s.zarr", dtype="float64", gamma=0.1)
     lam_ref, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
     np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=1e-8)
@@ -406,6 +407,15 @@ def test_a_file_url_store_is_the_local_store_it_names(tmp_path, blobs):
     sparse = SparseKernelPCA(gamma=0.1, max_iter=50).fit(blobs[:60])
     sparse.save(store.as_uri())
     np.testing.assert_array_equal(SparseKernelPCA.load(store).transform(blobs[:5]), sparse.transform(blobs[:5]))
+
+
+def test_a_file_url_input_gets_its_store_beside_the_file(tmp_path, blobs):
+    """Before: "input 'file:///.../x.npy' is a URL; pass store=..." -- a local file, whose store goes beside it."""
+    np.save(tmp_path / "x.npy", blobs)
+    model = dkpca.fit((tmp_path / "x.npy").as_uri(), n_components=3, dtype="float64", gamma=0.1)
+    assert model.store == str(tmp_path / "x.npy.dkpca.zarr")
+    lam_ref, _ = reference_eigh(rbf_kernel(blobs, gamma=0.1), 3)
+    np.testing.assert_allclose(model.eigenvalues_, lam_ref, rtol=1e-8)
 
 
 def test_cholesky_qr_restores_orthonormality_and_keeps_the_span():

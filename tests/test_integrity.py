@@ -96,6 +96,73 @@ def test_sums_copied_from_another_store_are_found_and_recomputed(stored_fit, tmp
     assert main(["verify", str(store)]) == 0
 
 
+def _copy_block(src, dst, src_block, dst_block, arrays=("K", "done")) -> None:
+    """Copy block ``src_block``'s chunk of each of ``arrays`` from store ``src`` over ``dst_block``'s in ``dst``."""
+    for name in arrays:
+        shutil.copyfile(src / "gram" / name / "c" / "/".join(map(str, src_block)),
+                        dst / "gram" / name / "c" / "/".join(map(str, dst_block)))
+
+
+def _other_kernel(tmp_path):
+    """A store of the same data and layout as ``stored_fit``'s, built with gamma 0.3: its chunks are intact, and
+    another K's."""
+    other = tmp_path / "gamma03.dkpca.zarr"
+    dkpca.fit(make_data(300, d=4), n_components=3, gamma=0.3, store=other, chunk_size=100, dtype="float64",
+              solver="dense", gram="store")
+    return other
+
+
+@pytest.mark.parametrize("source", ["another-kernels-store", "another-block"])
+def test_a_K_chunk_copied_with_its_marker_is_found_and_recomputed(stored_fit, tmp_path, source, capsys):
+    """A done marker vouches for its chunk at its place in this store's K: copied with the chunk from another
+    store of the same layout (before: eigenvalues 3.4-3.9 % off) or from another block of the same store (20 %),
+    it no longer matches, so verify names the block and a rerun rebuilds it (reference to 1e-8)."""
+    X, store, refit = stored_fit
+    if source == "another-block":
+        _copy_block(store, store, (0, 1), (0, 2))
+    else:
+        _copy_block(_other_kernel(tmp_path), store, (0, 2), (0, 2))
+    assert main(["verify", str(store)]) == 1
+    assert "block (0, 2): gram/K chunk (0, 2) not what was written there" in capsys.readouterr().out
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 1
+    assert main(["verify", str(store)]) == 0
+
+
+def test_sums_copied_with_their_marker_from_another_block_are_recomputed(stored_fit, caplog):
+    """An unfinished build reduces the blocks' sums again: block (0, 1)'s sums and sums marker over block (0, 2)'s
+    would centre K wrongly; the marker no longer matches at its new place."""
+    X, store, refit = stored_fit
+    zarr.open_group(str(store / "gram"), mode="r+").attrs["complete"] = False
+    for src, dst in [((1, 0), (2, 0)), ((0, 1), (0, 2))]:
+        _copy_block(store, store, src, dst, arrays=("partial_sums",))
+    _copy_block(store, store, (0, 1), (0, 2), arrays=("sums_done",))
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 1 and "stale or foreign" in caplog.text
+
+
+@pytest.mark.parametrize("how", ["store-copied-whole", "block-from-the-same-fit"])
+def test_valid_chunks_copied_from_the_same_fit_are_reused(stored_fit, tmp_path, how):
+    """The markers are bound to the K a fit builds (its data, kernel, tile and precision) and to their block, not
+    to the store's path: a store copied whole, or a block copied from another store of the same fit, is reused."""
+    X, store, refit = stored_fit
+    if how == "store-copied-whole":
+        store = shutil.copytree(store, tmp_path / "copy.dkpca.zarr")
+        model = dkpca.fit(X, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64",
+                          solver="dense", gram="store")
+    else:
+        twin = tmp_path / "twin.dkpca.zarr"
+        dkpca.fit(X, n_components=3, gamma=0.2, store=twin, chunk_size=100, dtype="float64", solver="dense",
+                  gram="store")
+        _copy_block(twin, store, (0, 2), (0, 2), arrays=("K", "done", "sums_done"))
+        model = refit()
+    assert main(["verify", str(store)]) == 0
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 0
+
+
 def test_row_sums_copied_from_another_store_are_reduced_again(stored_fit, tmp_path, caplog):
     X, store, refit = stored_fit
     shutil.copyfile(_other_store(tmp_path) / "gram" / "row_sums" / "c" / "1", store / "gram" / "row_sums" / "c" / "1")
@@ -115,6 +182,33 @@ def test_a_store_built_before_the_sums_markers_is_reused_as_it_is(stored_fit):
     model = refit()
     _agrees_with_reference(X, model)
     assert model.report["gram"]["computed_blocks"] == 0
+
+
+def test_a_store_built_before_the_marker_key_is_reused_as_it_is(stored_fit):
+    """Markers that are their chunks' bare digests, and no key (an older dkpca's store): checked as they are."""
+    from dkpca.storage.gramcheck import MARKER_KEY, block_mask, read_marker_key
+
+    X, store, refit = stored_fit
+    g = zarr.open_group(str(store / "gram"), mode="r+")
+    key = read_marker_key(g.attrs)
+    for name in ("done", "sums_done"):
+        for I in range(3):
+            for J in range(I, 3):
+                g[name][I, J] = int(g[name][I, J]) ^ block_mask(key, I, J)
+    g.attrs.pop(MARKER_KEY)
+    assert main(["verify", str(store)]) == 0
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 0
+
+
+def test_an_edited_marker_key_is_refused_naming_the_fix(stored_fit, capsys):
+    X, store, refit = stored_fit
+    zarr.open_group(str(store / "gram"), mode="r+").attrs["marker_key"] = "not hex"
+    assert main(["verify", str(store)]) == 1
+    assert "marker_key attribute 'not hex' is not 16 hex digits" in capsys.readouterr().out
+    with pytest.raises(CorruptChunkError, match="marker_key.*overwrite=True"):
+        refit()
 
 
 def test_missing_row_sums_are_reduced_again(stored_fit):
@@ -242,6 +336,49 @@ def test_verify_of_a_damaged_data_copy_names_the_fix(stored_fit, capsys):
     (store / "data" / "X" / "c" / "0" / "0").unlink()
     assert main(["verify", str(store)]) == 1
     assert "data/X: chunk (0, 0) of array 'data/X'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("lost", ["data/X/zarr.json", "data/zarr.json"])
+def test_a_data_copy_without_its_metadata_is_refused_in_one_line(stored_fit, lost, capsys):
+    """A KeyError traceback from verify, info, transform and even ``fit --overwrite`` before: now the data finding
+    and the refusals name data/X and the fix, and ``--overwrite`` copies the data again (reference to 1e-8)."""
+    X, store, refit = stored_fit
+    (store / lost).unlink()
+    assert main(["verify", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert f"BAD  data/X: array 'data/X' in {str(store)!r} is missing (no {lost})" in out
+    assert "model: its arrays verified, but it cannot load without its training data" in out
+    assert "is missing" in cli_error(capsys, ["info", str(store)])
+    with pytest.raises(CorruptChunkError, match="is missing.*overwrite=True"):
+        refit()
+    _agrees_with_reference(X, dkpca.fit(X, n_components=3, gamma=0.2, store=store, chunk_size=100,
+                                        dtype="float64", solver="dense", gram="store", overwrite=True))
+
+
+def test_a_data_copy_deleted_whole_is_copied_again_by_a_rerun(stored_fit, capsys):
+    """Nothing of it is left to mistrust: the input is copied again and K, of the same data, is reused."""
+    X, store, refit = stored_fit
+    shutil.rmtree(store / "data")
+    assert main(["verify", str(store)]) == 1
+    assert "BAD  data/X: array 'data/X'" in capsys.readouterr().out
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 0
+
+
+@pytest.mark.parametrize("array", ["K", "row_sums", "partial_sums", "diag", "done"])
+def test_a_gram_array_without_its_metadata_is_rebuilt(stored_fit, array, capsys):
+    """verify ended in a KeyError traceback (and said "intact" without ``done``); now it names the array, and a
+    rerun builds every block again."""
+    X, store, refit = stored_fit
+    (store / "gram" / array / "zarr.json").unlink()
+    assert main(["verify", str(store)]) == 1
+    assert f"BAD  gram: {array} missing (no zarr.json); a rerun of the fit builds every block" in \
+        capsys.readouterr().out
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 6
+    assert main(["verify", str(store)]) == 0
 
 
 def test_verify_of_something_else_is_one_line(tmp_path, capsys):

@@ -30,7 +30,7 @@ from dkpca.storage import LOCK_NAME, FitStore, SolverCheckpoint, StoreLockedErro
 from dkpca.storage.lock import exclusive
 from dkpca.storage.lockfiles import UnlockableStoreError
 
-from .conftest import ROOT, kill_group, make_data, race_in_rounds, reference_eigh, s3_keys, spawn, wait_until
+from .conftest import ROOT, cli_error, kill_group, make_data, race_in_rounds, reference_eigh, s3_keys, spawn, wait_until
 
 GAMMA = 0.2
 
@@ -319,3 +319,74 @@ def test_foreign_objects_at_the_store_url_are_refused(s3_bucket):
 def test_loading_a_missing_s3_store_names_it(s3_bucket):
     with pytest.raises(FileNotFoundError, match="does not exist; fit a model first"):
         dkpca.load(f"{s3_bucket}/nothing.dkpca.zarr")
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("argv", [["info", "s3://b/s.dkpca.zarr"], ["fit", "s3://b/X.zarr", "-k", "2"]],
+                         ids=["store", "input"])
+def test_an_unreachable_endpoint_is_one_error_line(argv, tmp_path):
+    """botocore's EndpointConnectionError was a traceback (and, for an input, "not Zarr" followed by "Exception
+    ignored in: <coroutine ...>" blocks); now one line naming the endpoint setting, exit 2."""
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_closed_port()}",
+           "AWS_MAX_ATTEMPTS": "2"}
+    if argv[0] == "fit":
+        argv = [*argv, "--store", str(tmp_path / "s.dkpca.zarr")]
+    p = subprocess.run([sys.executable, "-m", "dkpca", *argv], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("dkpca: error: cannot reach the storage (Could not connect to the endpoint URL") \
+        and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_refused_credentials_are_one_error_line_not_a_format_question(monkeypatch, capsys):
+    """s3fs raises PermissionError without an errno for an unknown key: said as such, for a store and an input."""
+    from dkpca.io import formats
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("The AWS Access Key Id you provided does not exist in our records.")
+
+    monkeypatch.setattr(formats.zarr, "open", refuse)
+    err = cli_error(capsys, ["fit", "s3://b/X.zarr", "-k", "2"])
+    assert "permission denied (The AWS Access Key Id you provided does not exist" in err
+    assert "check the credentials fsspec uses for the URL (for s3://, the AWS_* variables or profile)" in err
+
+
+def test_s3a_and_s3_urls_name_the_same_place(s3_bucket, capsys):
+    """s3fs serves both spellings of one bucket: a store inside the input, or an output inside the store, written
+    with the other spelling, was allowed (and would write into what is being read)."""
+    data = _put_data(f"{s3_bucket}/X.zarr", make_data(60))
+    other = data.replace("s3://", "s3a://", 1)
+    err = cli_error(capsys, ["fit", data, "-k", "2", "--store", f"{other}/s.dkpca.zarr"])
+    assert f"store '{other}/s.dkpca.zarr' is or lies inside the input '{data}'" in err
+    assert not [k for k in s3_keys(data) if k.startswith("s.dkpca.zarr")]  # nothing written
+
+
+@pytest.mark.parametrize("where", ["store", "output"])
+def test_a_url_with_an_empty_segment_is_refused_before_any_write(s3_bucket, where, tmp_path, capsys):
+    """zarr wrote 'bucket//s.dkpca.zarr/...' keys, after which the store read as "does not exist"."""
+    bucket = s3_bucket.split("://", 1)[1]
+    np.save(tmp_path / "x.npy", make_data(60))
+    if where == "store":
+        argv = ["fit", str(tmp_path / "x.npy"), "-k", "2", "--store", f"s3://{bucket}//s.dkpca.zarr"]
+    else:
+        dkpca.fit(make_data(60), n_components=2, store=tmp_path / "s.dkpca.zarr", solver="dense")
+        argv = ["transform", str(tmp_path / "s.dkpca.zarr"), str(tmp_path / "x.npy"), f"s3://{bucket}//out.zarr"]
+    err = cli_error(capsys, argv)
+    assert f"has an empty path segment ('//'), which object stores keep in the key but their listings drop; " \
+           f"write it as 's3://{bucket}/" in err
+    assert s3_keys(s3_bucket) == []
+
+
+def test_damage_on_s3_is_named_by_its_url(s3_bucket, capsys):
+    """Before: "chunk (0, 0) of array 'data/X' in '<FsspecStore(S3FileSystem, ...)>'"; now the store's URL."""
+    store = f"{s3_bucket}/s.dkpca.zarr"
+    dkpca.fit(make_data(60), n_components=2, store=store, solver="dense")
+    _fs().rm(f"{store.split('://', 1)[1]}/data/X/c/0/0")
+    assert main(["verify", store]) == 1
+    assert f"BAD  data/X: chunk (0, 0) of array 'data/X' in '{store}' is missing" in capsys.readouterr().out

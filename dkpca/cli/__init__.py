@@ -37,7 +37,7 @@ import threading
 import warnings
 
 from .commands import COMMANDS, held_out_centroid_accuracy, make_demo_data, model_facts
-from .errors import error, explain
+from .errors import error, explain, hush_abandoned_reads
 from .parser import build_parser
 
 __all__ = ["main", "build_parser", "COMMANDS", "explain", "model_facts", "make_demo_data",
@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         if message is None:
             held.release()
             raise  # a genuine bug or an unexpected system failure: keep the traceback
+        hush_abandoned_reads()
         return error(held.into(message))
     except KeyboardInterrupt as exc:
         held.release()

@@ -171,7 +171,10 @@ def cmd_verify(a: argparse.Namespace) -> int:
             try:  # the chunks are sound; is the content a valid model (every attribute checked)?
                 load(a.store) if f.part == "model" else load_sparse(a.store)
             except ValueError as exc:
-                findings[i] = dataclasses.replace(f, ok=False, text=f"{f.part}: {exc}")
+                data = getattr(exc, "array", "").startswith("data")  # the data finding names that damage and fix
+                text = "its arrays verified, but it cannot load without its training data (see data/X)" if data \
+                    else str(exc)
+                findings[i] = dataclasses.replace(f, ok=False, text=f"{f.part}: {text}")
     for f in findings:
         print(f"{'ok ' if f.ok else 'BAD'}  {f.text}")
     damaged = [f.part for f in findings if not f.ok]

@@ -8,9 +8,11 @@ keeps its traceback.
 from __future__ import annotations
 
 import errno
+import inspect
 import sys
+from typing import Any
 
-__all__ = ["error", "error_line", "explain"]
+__all__ = ["error", "error_line", "explain", "hush_abandoned_reads"]
 
 
 #: system errors a user causes and can fix, with what to do
@@ -35,6 +37,24 @@ def error(message: str) -> int:
     return 2
 
 
+def hush_abandoned_reads() -> None:
+    """After a user's error: zarr's reads still pending when one of them failed (an unreachable endpoint, whose
+    client retries) are garbage at exit, and Python prints each as "Exception ignored in: <coroutine ...>"
+    after the error line.  Those, and only those, are dropped (installed once, for the process)."""
+    previous = sys.unraisablehook
+    if getattr(previous, "dkpca", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        obj = unraisable.object
+        if inspect.iscoroutine(obj) and "/zarr/" in obj.cr_code.co_filename.replace("\\", "/"):
+            return
+        previous(unraisable)
+
+    hook.dkpca = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
 def explain(exc: BaseException) -> str | None:
     """The one-line message for an error the user caused and can fix; None for a bug (keep the traceback)."""
     # imported only once an error happened: importing them costs ``dkpca --help`` seconds
@@ -43,13 +63,22 @@ def explain(exc: BaseException) -> str | None:
     from ..cluster import ClusterError
     from ..execution import LostComputationError
     from ..storage import InsufficientDiskSpace, StoreLockedError
+    from ..storage.paths import unreachable
 
+    if isinstance(exc, ImportError) and (exc.name or "").startswith("dkpca"):
+        return None  # dkpca's own import failing is a bug, not a missing extra
     if isinstance(exc, (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
                         NotADirectoryError, ImportError, ClusterError, LostComputationError)):
         return str(exc)
     if isinstance(exc, OSError) and exc.errno in _USER_ERRNOS:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror or exc}{where}: {_USER_ERRNOS[exc.errno]}"
+    if isinstance(exc, PermissionError):  # no errno: an object store's refusal (s3fs: an unknown key, a denied bucket)
+        return (f"permission denied ({exc}); check the credentials fsspec uses for the URL (for s3://, the AWS_* "
+                "variables or profile), or choose a path you may write to")
+    if unreachable(exc):
+        return (f"cannot reach the storage ({exc}); check the endpoint (for s3://, AWS_ENDPOINT_URL) and the "
+                "network, then rerun")
     if isinstance(exc, KilledWorker):
         return (f"a task kept killing its worker ({exc}); it probably ran out of memory: use a smaller "
                 "--chunk-size or give the workers more memory, then rerun (finished blocks are kept)")

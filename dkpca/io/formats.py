@@ -31,6 +31,7 @@ from ..linalg import default_block_size
 from ..storage import FORMAT, absolute, is_url
 from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
+from ..storage.paths import unreachable
 
 __all__ = ["READABLE", "RowIndexWarning", "open_path", "split_member", "input_path", "table_columns"]
 
@@ -142,7 +143,9 @@ def open_path(source: str) -> Any:
 def _open_zarr(path: str, member: str | None, source: str) -> Any:
     try:
         node = zarr.open(path, mode="r")
-    except Exception:  # zarr's own message names its internals (store paths, classes): not for the user
+    except Exception as exc:  # zarr's own message names its internals (store paths, classes): not for the user
+        if isinstance(exc, PermissionError) or unreachable(exc):
+            raise  # said as they are (the CLI names the credentials or the endpoint), not as "not Zarr"
         reach = " (for a URL: check that it is reachable and the credentials)" if is_url(path) else ""
         raise ValueError(f"input {source!r} is neither a Zarr array or group nor another format dkpca reads{reach}; "
                          f"dkpca reads {READABLE}.") from None

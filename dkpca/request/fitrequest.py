@@ -25,7 +25,7 @@ from ..kernels import Kernel, make_kernel
 from ..linalg import default_block_size
 from ..solvers import spec_of
 from ..solvers.fraction import working_k
-from ..storage import FitStore, is_url, relation
+from ..storage import FitStore, is_url, relation, without_local_scheme
 from .checks import check_n_components
 from .options import FitOptions
 
@@ -53,6 +53,7 @@ def default_store_path(source: Any) -> str | None:
     if not isinstance(source, (str, os.PathLike)):
         return None
     path, member = split_member(os.fspath(source))
+    path = without_local_scheme(path)  # file:///x.npy: the local file /x.npy, beside which the store goes
     if is_url(path):
         raise ValueError(f"input {os.fspath(source)!r} is a URL; pass store=... (a path or URL to write the model to).")
     base = path.rstrip("/")

@@ -27,7 +27,7 @@ from .gramstore import (
 from .integrity import CorruptChunkError, checksum_codecs, create_array, has_checksum
 from .lock import LOCK_NAME, Lease, LeaseLostError, StoreLockedError
 from .modelrecord import EDITED, DamagedModelError, edited
-from .paths import absolute, check_apart, check_output, exists, free_bytes, is_url, relation
+from .paths import absolute, check_apart, check_output, exists, free_bytes, is_url, relation, without_local_scheme
 from .verify import Finding, verify_store
 
 __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", "CorruptChunkError", "create_array",
@@ -36,4 +36,5 @@ __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", 
            "remove_member", "GramInfo", "GramStore", "GramWriters", "InsufficientDiskSpace", "check_disk_space",
            "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "Lease", "LeaseLostError",
            "DamagedModelError", "EDITED", "edited",
-           "absolute", "check_apart", "check_output", "relation", "exists", "Finding", "verify_store"]
+           "absolute", "check_apart", "check_output", "relation", "exists", "Finding", "verify_store",
+           "without_local_scheme"]

@@ -45,7 +45,7 @@ from .integrity import (
 )
 from .lock import Fenced, Lease
 from .modelrecord import DamagedModelError
-from .paths import relation
+from .paths import exists, relation
 from .rowview import RowPrefix
 
 __all__ = ["DATA", "RECOPY", "DataExtent", "StoredData"]
@@ -168,6 +168,10 @@ class StoredData:
                     "choose another store."
                 )
             self.discard_data(root)
+        elif self.orphaned_data(root):
+            if not overwrite:  # its attributes are gone: nothing says what data it held, nor whether K matches it
+                raise CorruptChunkError(self.path, f"{DATA}/X", None, f"is missing (no {DATA}/zarr.json); {RECOPY}")
+            self.discard_data(root)
         g = root.create_group(DATA)
         g.attrs.update({"fingerprint": fingerprint, "complete": False})
         edge = (X.chunks[0][0], X.shape[1])
@@ -196,6 +200,9 @@ class StoredData:
         except (TypeError, ValueError) as exc:  # zarr's metadata parsing: a complex64 with fill 0.0, ...
             raise CorruptChunkError(self.path, f"{DATA}/X", None, f"has metadata zarr cannot read ({exc}); "
                                     f"{RECOPY}") from None
+        except KeyError as exc:  # its metadata (zarr.json) or the whole copy deleted: what was there is unknown
+            where = f"{DATA}/X/zarr.json" if exc.args == ("X",) else f"{DATA}/zarr.json"
+            raise CorruptChunkError(self.path, f"{DATA}/X", None, f"is missing (no {where}); {RECOPY}") from None
         try:
             growing = _growing(attrs)
         except ValueError as exc:
@@ -304,6 +311,10 @@ class StoredData:
         return DataExtent(rows, int(arr.shape[1]), frozenset(int(p) for p in prefixes if str(p).isdigit()),
                           edge=int(arr.chunks[0]), fingerprint=fingerprint if isinstance(fingerprint, dict) else None,
                           growing=growing, digested=attrs.get("digests") is not None and bool(attrs.get("complete")))
+
+    def orphaned_data(self, root: zarr.Group) -> bool:
+        """Keys under ``data/`` without the group's metadata: a copy whose ``zarr.json`` was lost."""
+        return DATA not in root and exists(f"{self.path}/{DATA}")
 
     def check_data(self) -> VerifiedArray:
         """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it.

@@ -108,7 +108,7 @@ from .datacopy import DATA, StoredData
 from .integrity import create_array
 from .lock import LOCK_NAME, Lease, exclusive
 from .modelrecord import DamagedModelError, check_pointer, digests_key, read_group, record
-from .paths import free_bytes, is_url, url_fs, without_local_scheme
+from .paths import check_segments, free_bytes, is_url, url_fs, without_local_scheme
 
 __all__ = ["DATA", "FitStore", "FORMAT", "FORMAT_VERSION", "json_safe", "remove_member"]
 
@@ -149,7 +149,7 @@ class FitStore(StoredData):
         """The store at ``path``; local paths (``file://`` URLs too: fsspec's spelling of one) made absolute, once."""
         if isinstance(path, FitStore):
             return path
-        p = without_local_scheme(path)
+        p = check_segments(without_local_scheme(path), "store")
         return cls(p if is_url(p) else os.path.abspath(p))
 
     @property

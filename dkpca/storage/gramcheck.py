@@ -40,8 +40,8 @@ from .integrity import (
     writable,
 )
 
-__all__ = ["GROUP", "REBUILD", "SEAL", "SUMS", "GramChecks", "gram_layout", "gram_seal", "read_done_markers",
-           "recorded_digests", "row_sums_record", "sums_digest"]
+__all__ = ["GROUP", "MARKER_KEY", "REBUILD", "SEAL", "SUMS", "GramChecks", "block_mask", "gram_layout", "gram_seal",
+           "marker_key", "read_done_markers", "recorded_digests", "row_sums_record", "sums_digest"]
 
 GROUP = "gram"
 
@@ -94,9 +94,51 @@ def row_sums_record(row_sums: np.ndarray, block: int) -> dict[str, list[str]]:
     return {ROW_SUMS_DIGESTS: encode_digests(_row_sums_digests(row_sums, block))}
 
 
+#: the Gram group's attribute binding its blocks' markers to their place: 16 hex digits, the digest of what the
+#: group was created for (data fingerprint, kernel, tile, precision, rows; kept as K grows), from which each
+#: block's mask (:func:`block_mask`) is derived.  A marker is its chunk's digest XOR its block's mask, so a chunk
+#: copied with its marker from another block, or from a store of another K of the same layout, no longer matches
+#: (it did: the digest alone named the bytes, not where they belong) -- while a store copied whole, or a block
+#: copied from another store of the same fit, still does.  Stores created before it have none (markers unmasked).
+MARKER_KEY = "marker_key"
+
+
+def marker_key(want: dict[str, Any]) -> str:
+    """The :data:`MARKER_KEY` of a Gram group created for ``want`` (fingerprint, kernel, block, dtype, n)."""
+    return json_digest(want)
+
+
+def read_marker_key(attrs: dict[str, Any]) -> int | None:
+    """The Gram group's marker key as a number (None: a store created before it); ``ValueError`` if damaged."""
+    key = attrs.get(MARKER_KEY)
+    if key is None:
+        return None
+    if not isinstance(key, str) or len(key) != 16 or any(c not in "0123456789abcdef" for c in key):
+        raise ValueError(f"its {MARKER_KEY} attribute {key!r} is not 16 hex digits")
+    return int(key, 16)
+
+
+def block_mask(key: int | None, I: int, J: int) -> int:
+    """What block ``(I, J)``'s done and sums markers are XORed with (0 without a key): even, so a marker -- a
+    digest, whose low bit is set -- is never 0, which means "not done"."""
+    if key is None:
+        return 0
+    return digest(np.array([key, I, J], dtype=np.uint64)) & ~1
+
+
+def unmasked(markers: np.ndarray, key: int | None) -> np.ndarray:
+    """The digests ``markers`` record (masked by :func:`block_mask`), 0 where a block has none."""
+    if key is None:
+        return markers
+    out = markers.copy()
+    for I, J in zip(*np.nonzero(markers), strict=True):
+        out[I, J] ^= np.uint64(block_mask(key, int(I), int(J)))
+    return out
+
+
 def recorded_digests(gram: zarr.Group, markers: np.ndarray) -> np.ndarray | None:
     """The K chunks' digests the ``markers`` record (0: not done), or None for a store whose markers record none."""
-    return markers if gram.attrs.get("marker") == DIGEST else None
+    return unmasked(markers, read_marker_key(gram.attrs)) if gram.attrs.get("marker") == DIGEST else None
 
 
 def read_done_markers(done: zarr.Array) -> np.ndarray:
@@ -140,6 +182,11 @@ class GramChecks:
         if SEAL in a and a[SEAL] != gram_seal(a):  # stores written before it have none
             raise CorruptChunkError(self.store.path, GROUP, None, "has attributes that were edited (the kernel or "
                                     f"trace recorded with K no longer matches its seal); {REBUILD}")
+        try:
+            read_marker_key(a)
+        except ValueError as exc:
+            raise CorruptChunkError(self.store.path, GROUP, None, f"{exc}: its attributes are damaged or were "
+                                    f"edited; {REBUILD}") from None
         n, block = a.get("n"), a.get("block")
         shape = a["fingerprint"].get("shape") if isinstance(a.get("fingerprint"), dict) else None
         rows = shape[0] if isinstance(shape, list) and shape else n
@@ -186,7 +233,7 @@ class GramChecks:
                 if markers[block]:
                     found.setdefault(block, exc)
         if SUMS in g:  # stores built before the sums markers: CRC only
-            recorded = read_done_markers(g[SUMS])
+            recorded = unmasked(read_done_markers(g[SUMS]), read_marker_key(g.attrs))
             for I, J in zip(*np.nonzero(np.triu(markers)), strict=True):
                 I, J = int(I), int(J)
                 parts = (digests["partial_sums"].get((J, I)),

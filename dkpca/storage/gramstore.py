@@ -13,8 +13,11 @@ Layout, inside a :class:`~dkpca.storage.fitstore.FitStore`::
 A block task writes K's chunk, its sums, then its marker (:class:`GramWriters`);
 a rerun trusts the markers and nothing else.  The marker is the digest
 (:func:`~dkpca.storage.integrity.digest`, never 0) of the K chunk it vouches
-for, and the solver's reads check it: a chunk file that is corrupt, or intact
-but not the one written there (another block's, a stale copy), is refused.
+for, XORed with its block's mask (:func:`~dkpca.storage.gramcheck.block_mask`,
+from the group's ``marker_key``), and the solver's reads check it: a chunk file
+that is corrupt, or intact but not the one written there (another block's, a
+stale copy, one copied with its marker from another block or another K of
+the same layout), is refused.
 Stores whose ``gram`` attributes do not name the digest (``marker``) have
 markers that record none (uint8 1) and are checked by CRC only.  The sums
 marker (:func:`~dkpca.storage.gramcheck.sums_digest`, written just before the
@@ -43,12 +46,16 @@ from .chunks import ChunkReader, ChunkWriter, remove_partials
 from .fitstore import FitStore, remove_member
 from .gramcheck import (
     GROUP,
+    MARKER_KEY,
     SEAL,
     SUMS,
     GramChecks,
+    block_mask,
     gram_layout,
     gram_seal,
+    marker_key,
     read_done_markers,
+    read_marker_key,
     recorded_digests,
     row_sums_record,
     sums_digest,
@@ -213,6 +220,8 @@ class GramWriters:
     sums: ChunkWriter | None = None
     #: the fit's hold on the store, checked before the block's first write and before its marker
     lease: Lease | None = None
+    #: the store's marker key (:func:`~dkpca.storage.gramcheck.block_mask`; None: a store created before it)
+    key: int | None = None
 
     def _fence(self) -> None:
         if self.lease is not None:
@@ -239,12 +248,13 @@ class GramWriters:
             second = self.partial_sums.write((I, J), col_sums[None])
         else:
             second = self.diag.write((I,), np.ascontiguousarray(np.diagonal(blk)))
+        mask = block_mask(self.key, I, J)
         if self.sums is not None:
-            self.sums.write((I, J), np.full((1, 1), sums_digest(first, second), np.uint64))
+            self.sums.write((I, J), np.full((1, 1), sums_digest(first, second) ^ mask, np.uint64))
         if self.done.dtype == "uint8":  # a store built before markers recorded digests
             self.done.write((I, J), np.ones((1, 1), np.uint8))
         else:
-            self.done.write((I, J), np.full((1, 1), digest, np.uint64))
+            self.done.write((I, J), np.full((1, 1), digest ^ mask, np.uint64))
 
 
 class GramStore(GramChecks):
@@ -307,6 +317,7 @@ class GramStore(GramChecks):
         check_disk_space(self.store, needed if needed is not None else gram_bytes(n, block, dtype))
         # Attributes with the group, in one write: an interrupted build is then recognisable as ours.
         attrs = json_safe({**want, "complete": False, "marker": DIGEST})
+        attrs[MARKER_KEY] = marker_key(attrs)
         g = root.create_group(GROUP, attributes={**attrs, SEAL: gram_seal(attrs)})
         _create_arrays(g, n, block, dtype)
         return np.zeros((nb, nb), dtype=np.uint64)
@@ -318,7 +329,8 @@ class GramStore(GramChecks):
         return GramWriters(K=ChunkWriter.of(path, g["K"], direct=direct),
                            partial_sums=ChunkWriter.of(path, g["partial_sums"]),
                            diag=ChunkWriter.of(path, g["diag"]), done=ChunkWriter.of(path, g["done"]),
-                           sums=ChunkWriter.of(path, g[SUMS]) if SUMS in g else None, lease=lease)
+                           sums=ChunkWriter.of(path, g[SUMS]) if SUMS in g else None, lease=lease,
+                           key=read_marker_key(g.attrs))
 
     def finish(self) -> None:
         """Reduce the per-block sums to row sums and trace, and mark the store complete (once)."""

@@ -117,7 +117,10 @@ def chunk_exists(arr: zarr.Array, coords: tuple[int, ...]) -> bool:
 
 
 def store_name(arr: zarr.Array) -> str:
-    return str(arr.store.root) if isinstance(arr.store, LocalStore) else str(arr.store)
+    if isinstance(arr.store, LocalStore):
+        return str(arr.store.root)
+    fs = getattr(arr.store, "fs", None)  # a URL as the user wrote it, not <FsspecStore(S3FileSystem, ...)>
+    return fs.unstrip_protocol(arr.store.path) if fs is not None else str(arr.store)
 
 
 #: the digest the Gram store's done markers record of each K chunk: XXH3 (64 bits, low bit set)

@@ -19,11 +19,18 @@ from typing import Any
 
 import fsspec
 
-__all__ = ["absolute", "without_local_scheme", "relation", "check_output", "check_apart", "is_url", "exists",
-           "free_bytes", "url_fs", "S3_PROTOCOLS"]
+__all__ = ["unreachable", "absolute", "check_segments", "without_local_scheme", "relation", "check_output",
+           "check_apart", "is_url", "exists", "free_bytes", "url_fs", "S3_PROTOCOLS"]
 
 #: fsspec protocols served by s3fs (``pip install 'dkpca[s3]'``)
 S3_PROTOCOLS = ("s3", "s3a")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says a URL's storage could not be reached: no connection, or the client's endpoint,
+    credentials or region settings (botocore's own errors, for s3fs) -- the user's to fix, never dkpca's fault."""
+    return isinstance(exc, ConnectionError) or any(  # by name: botocore is imported only with s3fs
+        c.__name__ == "BotoCoreError" and c.__module__ == "botocore.exceptions" for c in type(exc).__mro__)
 
 
 def url_fs(url: str) -> tuple[Any, str]:
@@ -76,9 +83,32 @@ def exists(path: str | os.PathLike) -> bool:
     return bool(fs.exists(where))
 
 
+def check_segments(url: str, what: str) -> str:
+    """``url``, after a ``ValueError`` for one with an empty path segment (``s3://bucket//key``): zarr writes such
+    keys, but fsspec's listings normalise them away, so what was written would then read as missing."""
+    if is_url(url) and "//" in url.split("://", 1)[1].rstrip("/"):
+        tidy = url.split("://", 1)[0] + "://" + "/".join(part for part in url.split("://", 1)[1].split("/") if part)
+        raise ValueError(f"{what} {url!r} has an empty path segment ('//'), which object stores keep in the key "
+                         f"but their listings drop; write it as {tidy!r}.")
+    return url
+
+
+def _place(path: str | os.PathLike) -> str:
+    """:func:`absolute`, with a URL's protocol as its file system's first name (``s3a://`` is ``s3://``)."""
+    p = absolute(path).rstrip("/")
+    if not is_url(p):
+        return p
+    proto, rest = p.split("://", 1)
+    try:
+        names = fsspec.get_filesystem_class(proto).protocol
+    except (ImportError, ValueError):  # a back end not installed, or unknown: only its own spelling is the same
+        return p
+    return f"{names if isinstance(names, str) else names[0]}://{rest}"
+
+
 def relation(a: str | os.PathLike, b: str | os.PathLike) -> str | None:
     """``"same"``, ``"inside"`` (a lies inside b), ``"contains"`` (b lies inside a) or None."""
-    pa, pb = absolute(a).rstrip("/"), absolute(b).rstrip("/")
+    pa, pb = _place(a), _place(b)
     if pa == pb:
         return "same"
     if pa.startswith(pb + "/"):
@@ -119,6 +149,6 @@ def check_output(output: str | os.PathLike, others: dict[str, str | os.PathLike 
     output -- nothing, or a transform output dkpca wrote, to resume or, on
     request, to replace -- is :mod:`dkpca.storage.outputs`' decision.
     """
-    out = absolute(output)
+    out = check_segments(absolute(output), "output")
     check_apart("output", out, others)
     return out

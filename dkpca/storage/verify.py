@@ -19,6 +19,7 @@ from .checkpoint import GROUP as CHECKPOINT
 from .checkpoint import SLOTS
 from .chunks import partials
 from .fitstore import DATA, RITZ, FitStore
+from .gramcheck import SUMS, gram_layout
 from .gramstore import GROUP as GRAM
 from .gramstore import GramStore, read_done_markers
 from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified
@@ -55,11 +56,14 @@ def _verify_group(group: zarr.Group) -> None:
 
 def _data(store: FitStore, root: zarr.Group) -> Finding:
     try:
-        if DATA not in root or "X" not in root[DATA]:
-            return Finding("data", True, "data/X: no data copy yet; a rerun of the fit copies the data")
+        absent = DATA not in root or "X" not in root[DATA]
     except (TypeError, ValueError):  # zarr cannot parse data/X's metadata (an edited data_type): check_data says so
-        pass
-    if not root[DATA].attrs.get("complete"):
+        absent = False
+    # none yet (or killed before data/X was created) -- unless a model was fitted on it or its keys are left
+    if absent and store.model_group() is None and not store.orphaned_data(root) and not (
+            DATA in root and root[DATA].attrs.get("complete")):
+        return Finding("data", True, "data/X: no data copy yet; a rerun of the fit copies the data")
+    if not absent and not root[DATA].attrs.get("complete"):
         return Finding("data", True, "data/X: the copy was interrupted; a rerun of the fit copies the data again")
     try:
         data = store.check_data()  # shape against the fingerprint first; each chunk against its recorded digest
@@ -77,9 +81,14 @@ def _data(store: FitStore, root: zarr.Group) -> Finding:
 
 
 def _gram(store: FitStore, root: zarr.Group) -> Finding:
-    if GRAM not in root or "done" not in root[GRAM]:
+    if GRAM not in root:
         return Finding("gram", True, "gram: no Gram matrix yet; a rerun of the fit builds it")
     g = root[GRAM]
+    missing = [name for name in gram_layout(1, 1) if name != SUMS and name not in g]  # older stores lack SUMS
+    if missing:  # a fit killed while creating them (in this order, before any block), or their zarr.json lost
+        complete = bool(g.attrs.get("complete"))
+        return Finding("gram", not complete, f"gram: {', '.join(missing)} missing"
+                       f"{' (no zarr.json)' if complete else ''}; a rerun of the fit builds every block again")
     growing = g.attrs.get("growing")
     if isinstance(growing, dict):  # an update killed while growing K's arrays: their shapes are in between
         return Finding("gram", True, f"gram: caught mid-update from {growing.get('from')} to {growing.get('n')} "
