@@ -64,7 +64,7 @@ def test_fit_info_transform(tmp_path, data_path, blobs):
         (["fit", "{data}", "--kernel", "gauss"], "argument --kernel: invalid choice: 'gauss'"),
         (["plan", "{data}", "--solver", "arpack", "--gram", "store"], "solver='arpack' needs K in memory"),
         (["fit", "{data}", "-k", "two"], "argument --n-components/-k: 'two' is neither an integer"),
-        (["info", "{data}", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["info", "{data}", "--no-such-option"], "unrecognized arguments: --no-such-option (see 'dkpca info --help')"),
         (["bogus"], "invalid choice: 'bogus'"),
         ([], "the following arguments are required: COMMAND"),
     ],

@@ -222,3 +222,17 @@ def test_saving_a_sparse_model_again_leaves_one_group(tmp_path):
     groups = [e for e in os.listdir(store) if e.startswith("sparse_model")]
     assert groups == [FitStore.at(store).model_group("sparse_model")]
     assert SparseKernelPCA.load(store).n_components == 3
+
+
+def test_a_live_model_whose_store_was_refit_on_other_data_says_so(tmp_path):
+    """A store-backed estimator fitted on A, then its store refit on B: its transform said "the store is damaged or
+    was edited"; the store is sound, so the line now says it was refit and how to go on."""
+    import dask.array as da
+
+    store = tmp_path / "s.dkpca.zarr"
+    A, B = make_data(400, d=4), make_data(400, seed=1, d=4) + 3
+    est = dkpca.KernelPCA(n_components=3, gamma=0.2, store=store).fit(da.from_array(A, chunks=200))
+    dkpca.fit(B, n_components=3, gamma=0.2, store=store, overwrite=True)
+    with pytest.raises(ValueError, match="was refit since this model was loaded: .*load the store's model again"):
+        est.transform(A[:5])
+    np.testing.assert_allclose(dkpca.load(store).transform(B[:5]), dkpca.load(store).embedding_[:5], atol=1e-4)

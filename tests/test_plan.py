@@ -17,7 +17,7 @@ from dkpca.io import as_dask, scan
 from dkpca.kernels import RBF
 from dkpca.linalg import cluster_block_size, default_block_size, pass_cost, pass_tasks, task_memory
 from dkpca.planning import plan
-from dkpca.storage import FitStore, fitstore, gram_bytes
+from dkpca.storage import FitStore, gram_bytes, paths
 
 from .conftest import ROOT, cli_error, dkpca_cmd, make_data, spy_calls, write_data
 
@@ -69,7 +69,7 @@ def test_plan_validates_like_fit(blobs):
 def test_plan_warns_on_small_disk(blobs, monkeypatch, tmp_path):
     from collections import namedtuple
 
-    monkeypatch.setattr(fitstore.shutil, "disk_usage", lambda p: namedtuple("u", "total used free")(1, 1, 1000))
+    monkeypatch.setattr(paths.shutil, "disk_usage", lambda p: namedtuple("u", "total used free")(1, 1, 1000))
     p = plan(blobs, n_components=2, store=tmp_path / "s.zarr", measure=False, gram="store")
     assert any("only 1000 B is free" in w for w in p.warnings) and "warning:" in str(p)
 

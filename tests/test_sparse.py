@@ -4,6 +4,7 @@ References are the paper's formulas evaluated densely on tiny data (full n x n
 matrices, ``numpy.linalg``), independent of the blocked implementation.
 """
 
+import json
 import warnings
 
 import numpy as np
@@ -343,6 +344,36 @@ def test_dkpca_load_of_a_sparse_model_names_its_loader(tmp_path):
     SparseKernelPCA(kernel="rbf", gamma=GAMMA, noise_variance=0.05).fit(X).save(path)
     with pytest.raises(ValueError, match=r"holds no complete model.*dkpca.SparseKernelPCA.load"):
         dkpca.load(path)
+
+
+def test_info_and_verify_of_a_sparse_model_store_say_what_it_holds(tmp_path, capsys):
+    """Before: ``dkpca info`` refused a sparse-only store ("holds no complete model"), named only the kernel PCA
+    model of a store holding both, and ``verify`` said "a rerun of the fit copies the data" of a store no fit made.
+    The figures said are the loaded model's own."""
+    from dkpca.cli import main
+
+    X, _ = toy(0)
+    path = str(tmp_path / "sparse.zarr")
+    sparse = SparseKernelPCA(kernel="rbf", gamma=GAMMA, noise_variance=0.05).fit(X)
+    sparse.save(path)
+    assert main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"sparse kernel PCA model (dkpca.SparseKernelPCA.load({path!r})): n={len(X)}, d=")
+    assert f"{sparse.weights_.shape[0]} representing points" in out and f"{sparse.eigenvalues_[0]:14.6g}" in out
+    assert main(["verify", path]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "ok   a sparse model's store: no data copy, Gram matrix or kernel PCA model",
+        "ok   sparse_model: all arrays verified"]
+    dkpca.fit(X, n_components=2, store=path, gamma=GAMMA)
+    assert main(["info", path, "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["n_components"] == 2 and facts["sparse_model"]["eigenvalues"] == sparse.eigenvalues_.tolist()
+
+
+def test_loading_a_missing_sparse_model_says_how_to_make_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"does not exist \(or is empty\); fit a SparseKernelPCA and call "
+                                                r"\.save\("):
+        SparseKernelPCA.load(tmp_path / "none.zarr")
 
 
 # -- bad input ----------------------------------------------------------------------------

@@ -360,3 +360,14 @@ def test_fit_json_is_one_object_on_stdout(tmp_path, capsys):
     model = dkpca.load(store)
     np.testing.assert_allclose(facts["eigenvalues"], model.eigenvalues_, rtol=1e-12)
     assert facts["report"]["gram"]["computed_blocks"] == model.report["gram"]["computed_blocks"]
+
+
+def test_a_nystrom_summary_says_approximate_not_converged():
+    """A Nystrom fit said "converged=True" and a residual of its trace bound: it is an approximation by design, so
+    its landmarks and relative trace error are said instead, the figure the report records."""
+    model = dkpca.fit(make_data(1200, d=4), n_components=3, gamma=0.5, solver="nystrom")
+    info = model.report["solver_info"]
+    said = f"approximate: {info['n_landmarks']} landmarks, trace(K - K_nys) / trace(K) = " \
+           f"{info['relative_trace_error']:.2e}"
+    assert said in model.summary() and said in model._repr_html_()
+    assert "converged" not in model.summary() and info["relative_trace_error"] > 0

@@ -100,17 +100,46 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 def cmd_info(a: argparse.Namespace) -> int:
     from ..model import load
+    from ..storage import FitStore
     from ..storage.outputs import describe, output_facts
 
     if (facts := output_facts(a.store)) is not None:  # a transform output: what made it, and whether complete
         print(json.dumps(json_safe(facts, nonfinite_null=True), indent=2, allow_nan=False) if a.json
               else describe(facts))
         return 0
-    model = load(a.store)
-    print(json.dumps(model_facts(model), indent=2, allow_nan=False) if a.json else model.summary())
-    for line in [] if a.json else update_lines(model.report) + why_lines(model.report):
-        print(line)
+    sparse = sparse_facts(a.store)  # None where it holds none (what is not a store is refused as load does)
+    model = load(a.store) if sparse is None or FitStore.at(a.store).model_group() is not None else None
+    if a.json:
+        facts = {**(model_facts(model) if model is not None else {}), **({"sparse_model": sparse} if sparse else {})}
+        print(json.dumps(facts, indent=2, allow_nan=False))
+        return 0
+    lines = [model.summary(), *update_lines(model.report), *why_lines(model.report)] if model is not None else []
+    if sparse is not None:
+        lines += [f"sparse kernel PCA model (dkpca.SparseKernelPCA.load({sparse['store']!r})): "
+                  f"n={sparse['n_samples']}, d={sparse['n_features']}, k={sparse['n_components']}",
+                  f"  kernel: {sparse['kernel']}; noise_variance={sparse['noise_variance']}; "
+                  f"{sparse['n_representing']} representing points; EM: {sparse['n_iter']} iterations, "
+                  f"converged={sparse['converged']}", "   k   eigenvalue",
+                  *(f"  {i + 1:2d}  {lam:14.6g}" for i, lam in enumerate(sparse["eigenvalues"]))]
+    print("\n".join(lines))
     return 0
+
+
+def sparse_facts(path: str) -> dict[str, Any] | None:
+    """The store's sparse model as ``dkpca info`` says it (JSON-safe), or None where it holds none."""
+    from ..sparse import load_sparse
+    from ..storage import FitStore
+    from ..storage.fitstore import SPARSE_MODEL
+
+    store = FitStore.at(path)
+    if store.model_group(SPARSE_MODEL) is None:
+        return None
+    m = load_sparse(path)
+    facts = {"store": store.path, "n_samples": m.fit_report_.get("n_samples"), "n_features": m.n_features_in_,
+             "n_components": m.n_components_, "kernel": m.kernel_.to_dict(), "noise_variance": m.noise_variance,
+             "n_representing": int(m.weights_.shape[0]), "n_iter": m.n_iter_, "converged": m.converged_,
+             "eigenvalues": np.asarray(m.eigenvalues_, dtype=float).tolist()}
+    return json_safe(facts, nonfinite_null=True)
 
 
 def update_lines(report: dict[str, Any]) -> list[str]:

@@ -54,6 +54,16 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, error_line(f"{message} (see '{self.prog} --help')"))
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """argparse's, but an unrecognised option points at the subcommand's help, where its options are listed
+        (argparse finds it at the top and said ``see 'dkpca --help'``)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            self.exit(2, error_line(f"unrecognized arguments: {' '.join(extras)} "
+                                    f"(see '{self.prog}{f' {command}' if command else ''} --help')"))
+        return parsed
+
 
 #: what the input argument reads (the formats of dkpca.io.formats)
 INPUT_HELP = ("data: a Zarr array or group (path or URL), a .npy file, an HDF5 dataset 'file.h5:/dataset', a netCDF "

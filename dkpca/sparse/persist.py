@@ -87,6 +87,9 @@ def load_model(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]
         (:class:`~dkpca.storage.DamagedModelError`, naming the field).
     """
     store = FitStore.at(path)
+    if store.is_new():  # the store's own line would say "fit a model first (dkpca fit ...)", which makes none
+        raise FileNotFoundError(f"store {store.path!r} does not exist (or is empty); fit a SparseKernelPCA and call "
+                                f".save({store.path!r}) first.")
     arrays, a = store.read_sparse_model()
 
     def bad(field: str, why: str) -> DamagedModelError:

@@ -1,19 +1,16 @@
 """The copy of the training data in a store (``data/X``): written once, fenced, every read verified.
 
-The copy records each chunk's digest as it is written (``data`` attributes
-``digest``, ``digests``), and every read of it checks it, so a chunk that is
-missing, stale or another chunk's is refused (:class:`CorruptChunkError`,
-naming the chunk); a refit that would reuse the copy reads it all first.
-Each chunk write checks the fit's lease (:class:`~dkpca.storage.lock.Fenced`).
+The copy records each chunk's digest as it is written (``data`` attributes ``digest``, ``digests``), and every
+read of it checks it, so a chunk that is missing, stale or another chunk's is refused (:class:`CorruptChunkError`,
+naming the chunk); a refit that would reuse the copy reads it all first.  Each chunk write checks the fit's
+lease (:class:`~dkpca.storage.lock.Fenced`).
 
-Growing the copy (an update, :mod:`dkpca.growth`): :meth:`StoredData.grow_data`
-checks the input's first rows against the recorded digests chunk by chunk,
-then records ``growing`` (from, to, the new fingerprint), resizes ``data/X``,
-writes the chunks from the old boundary's onward and, in one last write of
-the attributes, the new fingerprint and digests; ``prefixes`` keeps each
-earlier row count (and its boundary chunk's digest), so a model fitted on
-the first rows reads exactly those rows, verified (:class:`~.rowview.RowPrefix`),
-before, during and after the update.
+Growing the copy (an update, :mod:`dkpca.growth`): :meth:`StoredData.grow_data` checks the input's first rows
+against the recorded digests chunk by chunk, then records ``growing`` (from, to, the new fingerprint), resizes
+``data/X``, writes the chunks from the old boundary's onward and, in one last write of the attributes, the new
+fingerprint and digests; ``prefixes`` keeps each earlier row count (and its boundary chunk's digest), so a model
+fitted on the first rows reads exactly those rows, verified (:class:`~.rowview.RowPrefix`), before, during and
+after the update.
 
 :class:`StoredData` is a mix-in of :class:`~dkpca.storage.fitstore.FitStore`:
 the store's layout and its model switch live there, the data copy here.
@@ -221,14 +218,17 @@ class StoredData:
     def training_array(self, rows: int | None = None, bound: str | None = None) -> VerifiedArray:
         """The stored training data for tasks reading rows: every read verified, damage names its chunk.
 
-        ``bound``: a model's :meth:`data_digest` of its rows, recorded when it
-        was saved; other rows (``data/`` or the model copied from another
-        store of the same shape: every chunk intact, the wrong data) are
-        refused (:class:`~.modelrecord.DamagedModelError`, one line); a copy
-        recording no digests (made before dkpca recorded them) reads unbound.
+        ``bound``: a model's :meth:`data_digest` of its rows, recorded when it was saved; other rows are refused
+        in one line: ``ValueError`` where the store's own model is bound to them (refit since the model was
+        loaded), else :class:`~.modelrecord.DamagedModelError` (``data/`` or the model copied from another store
+        of the same shape); a copy recording no digests (made before dkpca recorded them) reads unbound.
         """
         data = self._training_array(rows)
         if bound is not None and data.digests is not None and _bound(data) != bound:  # none: an old copy, unbound
+            name = self.model_group()
+            if name is not None and self.open()[name].attrs.get("data_digest") == _bound(data):
+                raise ValueError(f"store {self.path!r} was refit since this model was loaded: its data is another "
+                                 "fit's now; load the store's model again (dkpca.load), or refit this one.")
             raise DamagedModelError(self.path, "model field 'data_digest'", "names other training data than the "
                                     f"store's {DATA}/X holds (the model or the data was copied from another store)")
         return data

@@ -18,7 +18,7 @@ import zarr
 from .checkpoint import GROUP as CHECKPOINT
 from .checkpoint import SLOTS
 from .chunks import partials
-from .fitstore import DATA, RITZ, FitStore
+from .fitstore import DATA, MODEL, RITZ, SPARSE_MODEL, FitStore
 from .gramcheck import SUMS, gram_layout
 from .gramstore import GROUP as GRAM
 from .gramstore import GramStore, read_done_markers
@@ -202,6 +202,11 @@ def verify_store(path: str | os.PathLike | FitStore) -> list[Finding]:
     """
     store = FitStore.at(path)
     root = store.open()
-    found = [_data(store, root), _gram(store, root), _model(store, "model"), _model(store, "sparse_model"),
-             _ritz(store), _checkpoint(root), _temporaries(store)]
+    sparse = _model(store, SPARSE_MODEL)
+    if sparse is not None and not any(m in root for m in (DATA, GRAM, CHECKPOINT)) and store.model_group() is None:
+        # SparseKernelPCA.save's store: no kernel PCA fit, whose parts "a rerun of the fit" would make
+        return [Finding("store", True, "a sparse model's store: no data copy, Gram matrix or kernel PCA model"),
+                sparse]
+    found = [_data(store, root), _gram(store, root), _model(store, MODEL), sparse, _ritz(store), _checkpoint(root),
+             _temporaries(store)]
     return [f for f in found if f is not None]
