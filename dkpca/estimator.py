@@ -37,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .incremental import PartialFit
@@ -60,6 +61,15 @@ EIGEN_SOLVERS = ("auto", "dense", "arpack", "randomized", "lanczos")
 
 def _is_out_of_core(X: Any) -> bool:
     return isinstance(X, (str, os.PathLike, da.Array, zarr.Array))
+
+
+def _refused_as_sklearn(check: Any, *args: Any) -> None:
+    """``check(*args)``; a parameter it refuses is raised as scikit-learn's estimators raise one, an
+    ``InvalidParameterError`` (a ``ValueError`` and a ``TypeError``: code written for either catches it)."""
+    try:
+        check(*args)
+    except ValueError as exc:
+        raise InvalidParameterError(str(exc)) from None
 
 
 class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
@@ -115,22 +125,27 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         takes 1 s).  ``"arpack"`` runs
         ``scipy.sparse.linalg.eigsh`` on the centred operator (never forming
         K~; one K-vector product per ARPACK step).  ``"randomized"`` is
-        dkpca's subspace iteration, stopped by residual (``tol``), and
+        dkpca's subspace iteration, stopped by residual, and
         ``"lanczos"`` dkpca's block Krylov solver.  Out of core,
         ``"auto"`` is the pipeline's choice; ``"arpack"`` is refused there (one
         pass over K per step), use ``"randomized"`` or ``"lanczos"``.
     tol : float, default=0
-        ARPACK's tolerance (0: machine precision).  For the iterative dkpca
-        solvers, the relative residual ``||K~u - theta u|| / theta_1`` to reach;
-        0 means 1e-10 in memory and 1e-6 out of core.
+        ARPACK's tolerance (0: machine precision).  In memory it binds where
+        scikit-learn's does -- ``"arpack"``, and ``"auto"`` for n > 200 and
+        n_components < 10, where scikit-learn's auto runs ARPACK -- and
+        ``"lanczos"``, as the relative residual ``||K~u - theta u|| / theta_1``
+        to reach; elsewhere in memory, as in scikit-learn, it is ignored and
+        the solve goes to 1e-10.  Out of core it is that residual for every
+        solver (0: 1e-6).
     max_iter : int, default=None
         ARPACK iterations, or passes over K for the iterative dkpca solvers
-        (default 500 in memory, 60 out of core).
+        (default 500 in memory, 60 out of core); in memory it binds where
+        ``tol`` does.
     iterated_power : int >= 0 or "auto", default="auto"
-        For ``"randomized"`` without ``max_iter``: an int q caps the passes at
+        For ``"randomized"`` in memory (and out of core without ``max_iter``): an int q caps the passes at
         2q + 2, scikit-learn's products with K at that setting (its range finder's
         first, two per power iteration, the projection's); fewer if converged;
-        ``"auto"`` iterates to ``tol``.
+        ``"auto"`` iterates to the default residual.
     remove_zero_eig : bool, default=False
         Drop components with zero eigenvalue (always done for ``n_components=None``,
         and out of core, where ``dkpca.fit`` never keeps them).
@@ -276,7 +291,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         -------
         self : KernelPCA
         """
-        check_kernel_pca_params(self.get_params(deep=False), EIGEN_SOLVERS)
+        _refused_as_sklearn(check_kernel_pca_params, self.get_params(deep=False), EIGEN_SOLVERS)
         self._reset()
         if _is_out_of_core(X):
             self._fit_out_of_core(X)
@@ -323,7 +338,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
 
     def _fit_out_of_core(self, X: Any, update: bool = False) -> None:
         """``update``: a later ``partial_fit`` call, which updates the store's fit (never overwrites it)."""
-        check_out_of_core_params(self.get_params(deep=False))
+        _refused_as_sklearn(check_out_of_core_params, self.get_params(deep=False))
         shape = open_input(X).shape
         if len(shape) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(shape)}.")
@@ -417,7 +432,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         memory; a new estimator's first call on a store that holds a fit
         continues that fit.  A batch refused leaves the estimator as it was.
         """
-        check_kernel_pca_params(self.get_params(deep=False), EIGEN_SOLVERS)
+        _refused_as_sklearn(check_kernel_pca_params, self.get_params(deep=False), EIGEN_SOLVERS)
         return self._grow(X, out_of_core=_is_out_of_core(X))
 
     # -- transform ----------------------------------------------------------------------

@@ -118,10 +118,12 @@ class SklearnParams:
         centring of a non-symmetric precomputed K (None: the solver's).
         """
         precomputed = self._is_precomputed()
+        limits = self._limits_bind(K.shape[0], k)
         # arpack: scikit-learn's tolerance, iteration limit and starting vector
-        tol, passes, budget = ((self.tol, None, "max_iter") if solver == Solver.ARPACK else
-                               self._iteration_limits(in_memory=True))
-        res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes, maxiter=self.max_iter,
+        tol, passes, budget = ((self.tol if limits else 0.0, None, "max_iter") if solver == Solver.ARPACK else
+                               self._iteration_limits(in_memory=True, limits=limits))
+        res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes,
+                                             maxiter=self.max_iter if limits else None,
                                              budget=budget,
                                              random_state=self.random_state,
                                              remove_zero=self.remove_zero_eig or self.n_components is None,
@@ -143,14 +145,25 @@ class SklearnParams:
         self.X_fit_ = X
         return res
 
-    def _iteration_limits(self, in_memory: bool) -> tuple[float, int | None, str]:
-        """``(tol, max_passes, the parameter that set it)`` of the iterative dkpca solvers from scikit-learn's.
+    def _limits_bind(self, n: int, k: int | float) -> bool:
+        """Whether ``tol`` and ``max_iter`` bind an in-memory solve of n rows, as in scikit-learn: they limit its
+        ARPACK alone -- an explicit ``"arpack"``, and ``"auto"`` where its own auto runs ARPACK (n > 200, k < 10)
+        -- and dkpca's ``"lanczos"``, which it lacks.  Elsewhere scikit-learn solves to machine precision and
+        ignores them, and so does this: its ``"auto"`` with ``tol=1e-2`` and 70 components (dense there, Lanczos
+        here) gave projections 0.4 off, ``"randomized"`` with ``max_iter=1`` eigenvalues 40x too small."""
+        if self.eigen_solver == "auto":
+            return n > 200 and not isinstance(k, float) and k < 10
+        return Solver.parse(self.eigen_solver) in (Solver.ARPACK, Solver.LANCZOS)
+
+    def _iteration_limits(self, in_memory: bool, limits: bool = True) -> tuple[float, int | None, str]:
+        """``(tol, max_passes, the parameter that set it)`` of the iterative dkpca solvers from scikit-learn's
+        (``limits``: whether ``tol`` and ``max_iter`` bind, :meth:`_limits_bind`; out of core they always do).
 
         An int ``iterated_power`` q is scikit-learn's randomized budget in products with K: its range finder's
         first, two per power iteration (``A^T Q`` and ``A Q``, both K here) and the projection ``Q^T A``: 2q + 2.
         """
-        tol = float(self.tol) if self.tol > 0 else (TOL_IN_MEMORY if in_memory else TOL_OUT_OF_CORE)
-        if self.max_iter is not None:
+        tol = float(self.tol) if self.tol > 0 and limits else (TOL_IN_MEMORY if in_memory else TOL_OUT_OF_CORE)
+        if self.max_iter is not None and limits:
             return tol, int(self.max_iter), "max_iter"
         if self.eigen_solver == Solver.RANDOMIZED and self.iterated_power != "auto":
             return tol, 2 * int(self.iterated_power) + 2, "iterated_power"

@@ -285,6 +285,18 @@ def test_bad_params(gen, params, match):
         KernelPCA(**params).fit(gen)
 
 
+@pytest.mark.parametrize("params", [{"n_components": 0}, {"eigen_solver": "lobpcg"}, {"tol": -1e-3},
+                                    {"random_state": "seed"}, {"kernel": 3}])
+def test_a_bad_parameter_is_scikit_learns_invalid_parameter_error(gen, params):
+    """scikit-learn raises its InvalidParameterError, a ValueError and a TypeError; code catching either (or it)
+    catches dkpca's too (a plain ValueError before)."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError) as exc:
+        KernelPCA(**params).fit(gen)
+    assert isinstance(exc.value, TypeError) and isinstance(exc.value, ValueError)
+
+
 def test_bad_input(tmp_path, gen):
     with pytest.raises(ValueError, match="square"):
         KernelPCA(kernel="precomputed").fit(gen)

@@ -197,6 +197,40 @@ def test_randomized_iterated_power_gets_scikit_learns_budget_and_accuracy(q):
     assert np.abs(ours - exact).max() <= 10 * np.abs(theirs - exact).max()
 
 
+@pytest.mark.parametrize("solver,k,limits", [
+    ("auto", 70, {"tol": 1e-2}),                     # scikit-learn: dense (k >= 10); dkpca's auto: Lanczos
+    ("auto", 20, {"max_iter": 3}),                   # scikit-learn: dense; dkpca's auto: ARPACK (failed to converge)
+    ("randomized", 5, {"tol": 0.5, "max_iter": 1}),  # scikit-learn's randomized ignores both
+], ids=["auto-lanczos-tol", "auto-arpack-max_iter", "randomized"])
+def test_tol_and_max_iter_bind_only_where_scikit_learn_lets_them(solver, k, limits):
+    """scikit-learn applies tol and max_iter to ARPACK alone and solves exactly elsewhere; they cut dkpca's solvers
+    short there (projections 0.4 off, eigenvalues 40x too small, an ArpackNoConvergence traceback).  Reference:
+    scikit-learn's dense solve of the same data, to 1e-8 relative (float64, machine-precision solves)."""
+    from sklearn.decomposition import KernelPCA as SKKernelPCA
+
+    X = np.random.default_rng(0).standard_normal((800, 8))
+    ref = SKKernelPCA(n_components=k, kernel="rbf", eigen_solver="dense").fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        ours = KernelPCA(n_components=k, kernel="rbf", eigen_solver=solver, random_state=0, **limits).fit(X)
+    assert ours.eigen_solver_ != "dense"  # the solver the limits would have cut short
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+    Z, Zref = ours.transform(X[:20]), ref.transform(X[:20])
+    np.testing.assert_allclose(Z * np.sign(np.sum(Z * Zref, axis=0)), Zref, atol=1e-6 * np.abs(Zref).max())
+
+
+@pytest.mark.parametrize("solver", ["arpack", "lanczos"])
+def test_tol_still_binds_arpack_and_lanczos(solver):
+    """Where scikit-learn applies tol (ARPACK), and in dkpca's Lanczos, a loose tol still stops the solve early: a
+    residual above the default's 1e-10 (the report's), at fewer ARPACK iterations or passes."""
+    X = np.random.default_rng(0).standard_normal((800, 8))
+    loose = KernelPCA(n_components=5, kernel="rbf", eigen_solver=solver, tol=1e-3, random_state=0).fit(X)
+    tight = KernelPCA(n_components=5, kernel="rbf", eigen_solver=solver, random_state=0).fit(X)
+    np.testing.assert_allclose(loose.eigenvalues_, tight.eigenvalues_, rtol=1e-3)
+    assert not np.allclose(loose.eigenvectors_, tight.eigenvectors_ * np.sign(np.sum(
+        loose.eigenvectors_ * tight.eigenvectors_, axis=0)), rtol=0, atol=1e-12)
+
+
 def test_arpack_asked_for_every_component_solves_by_eigh_as_scikit_learn_does():
     """n_components >= n with eigen_solver='arpack': scikit-learn's eigsh call solves its dense K by eigh with scipy's
     RuntimeWarning; dkpca does the same (it raised ValueError).  Reference: scikit-learn's eigenvalues, to rounding."""
