@@ -328,8 +328,10 @@ def update_report(update: Update, gram: dict[str, Any], passes: int, fused: bool
 
     ``fused``: the first pass was :func:`ritz_start`'s (it read only the blocks touching new rows).
     """
-    _, _, entries = update.growth.gram_blocks()
+    _, planned, entries = update.growth.gram_blocks()
+    # the planned blocks' entries, where the build computed those blocks; not after a killed earlier update left
+    # other blocks to compute (then None, rather than a count of other blocks)
     return {"rows_before": update.n_old, "rows_after": update.n_new, "rows_added": update.n_new - update.n_old,
             "blocks_reused": gram.get("reused_blocks"), "blocks_computed": gram.get("computed_blocks"),
-            "entries_computed": entries if gram.get("computed_blocks") is not None else None,
+            "entries_computed": entries if gram.get("computed_blocks") == planned else None,
             "passes": passes, "first_pass_fused": fused, "warm_start": update.warm(fused)}

@@ -347,6 +347,9 @@ def test_a_kill_at_each_stage_of_an_update_then_the_same_command_resumes(grown, 
     model = _fit(X, store)  # the same command
     _check(model, X)
     assert model.report["update"]["rows_before"] == 300
+    # entries counted only where the blocks computed are the update's own (a kill may have left others built)
+    u, (_, planned, entries) = model.report["update"], growth_module.update_blocks(300, 400, EDGE)
+    assert u["entries_computed"] == (entries if u["blocks_computed"] == planned else None)
     np.testing.assert_allclose(old.transform(X[:20]), Z, rtol=0, atol=1e-12)  # a loaded old model still works
 
 
@@ -376,6 +379,10 @@ def test_the_old_data_is_refused_while_an_update_is_unfinished(grown, monkeypatc
     conflicts = growth_module.refit_conflicts(FitStore.at(store), 350, X.shape[1], {}, "float64", EDGE)
     if kill is _kill_blocks:  # dkpca plan says it too
         assert "killed before it finished: rerun it with the 400-row data" in conflicts[0]
+    else:  # the old rows too (the copy's complete rows are still 300: the plan said nothing before)
+        for rows in (300, 350):
+            said = growth_module.refit_conflicts(FitStore.at(store), rows, X.shape[1], {}, "float64", EDGE)
+            assert said and "is being updated to 400 rows of data (a killed update)" in said[0]
     _check(_fit(X, store), X)
 
 
@@ -496,3 +503,19 @@ def test_a_fit_and_plan_on_grown_data_say_the_update_chose_its_modes(grown):
     model = dkpca.fit(X, store=store, **kw)
     assert model.report["update"]["blocks_reused"] == 10 and "an update" in model.report["solver_reason"]
     assert model.report["plan"]["reasons"]["start"].startswith("an update: the old fit's")
+
+
+def test_an_update_over_a_stale_k_of_another_kernel_names_both(tmp_path):
+    """K built with gamma 0.1, then a gamma 0.3 model with gram="recompute" (K left as it was): the update with the
+    model's gamma was refused as "the kernel differs (store: 0.1 ...)", whose advice -- pass gamma 0.1 -- fits
+    another kernel than the model's.  Now the refusal names K's kernel and the model's, and overwrite refits."""
+    X, store = make_data(500, d=4), tmp_path / "s.dkpca.zarr"
+    kw = dict(n_components=3, store=store, chunk_size=128, dtype="float64", solver="lanczos", tol=1e-10)
+    dkpca.fit(X[:400], gamma=0.1, **kw)
+    dkpca.fit(X[:400], gamma=0.3, gram="recompute", **kw)
+    with pytest.raises(ValueError, match=r"a model of 400 rows with this kernel, and a Gram matrix of another one "
+                                         r"that an earlier fit left \(K: .*0\.1.*model and now: .*0\.3"):
+        dkpca.fit(X, gamma=0.3, **kw)
+    model = dkpca.fit(X, gamma=0.3, overwrite=True, **kw)
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.3), 3)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)

@@ -161,3 +161,15 @@ def test_uncentring_a_product_undoes_its_centring():
     Kt_V = c.center_product(K @ V, V)
     np.testing.assert_allclose(Kt_V, H @ K @ H @ V, rtol=0, atol=1e-10 * np.abs(K).max())
     np.testing.assert_allclose(c.uncenter_product(Kt_V, V), K @ V, rtol=0, atol=1e-10 * np.abs(K).max())
+
+
+def test_verify_says_a_record_of_an_earlier_model_is_not_this_ones(grown):
+    """A fit killed between switching to its model and writing its record leaves the earlier model's record:
+    verify called it "the model's Ritz pairs"; an update ignores it (the model it names is not the current one)."""
+    X, store = grown
+    fs = FitStore.at(store)
+    assert "the model's Ritz pairs and K times them" in {f.part: f.text for f in verify_store(fs)}["ritz"]
+    arrays, attrs = fs.read_model()
+    fs.write_model({name: (a, None) for name, a in arrays.items()}, attrs)  # the next model, no record of its own
+    found = {f.part: f for f in verify_store(fs)}
+    assert found["ritz"].ok and "a record of an earlier model, not of this one" in found["ritz"].text

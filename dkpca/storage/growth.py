@@ -104,6 +104,9 @@ def refit_conflicts(store: FitStore | None, n: int, d: int, kernel: dict, dtype:
             return [f"{exc} (dkpca fit would refuse it)"]
     ext, attrs = _recorded(store)
     fix = "pass overwrite=True (CLI: --overwrite) to replace it, or choose another store"
+    if ext is not None and ext.growing is not None and ext.growing.get("to") != n:  # killed while copying rows
+        return [f"the store is being updated to {ext.growing.get('to')} rows of data (a killed update): dkpca fit "
+                f"would refuse this {n}-row input; rerun that update with the grown data to finish it, or {fix}"]
     if ext is not None and (ext.rows, ext.d) != (n, d):  # refused there first: K's attributes follow from it
         fitted = store.model_rows()
         killed = (f" (an update of its model of {fitted} rows, killed before it finished: rerun it with the "
@@ -168,6 +171,13 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
     diffs = []
     if gram is not None:
         if gram.get("kernel") != kernel:
+            name = store.model_group()
+            if name is not None and store.open()[name].attrs.get("kernel") == kernel:  # K is not the model's
+                raise ValueError(
+                    f"store {store.path!r} holds a model of {n_old} rows with this kernel, and a Gram matrix of "
+                    f"another one that an earlier fit left (K: {gram.get('kernel')!r}, model and now: {kernel!r}): "
+                    "an update grows K, which is not the model's. Pass overwrite=True (CLI: --overwrite) to fit "
+                    "from scratch, or choose another store.")
             diffs.append(f"the kernel differs (store: {gram.get('kernel')!r}, now: {kernel!r})")
         if dtype is not None and gram.get("dtype") != np.dtype(dtype).name:
             diffs.append(f"the dtype differs (store: {gram.get('dtype')!r}, now: {np.dtype(dtype).name!r})")

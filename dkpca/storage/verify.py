@@ -163,10 +163,14 @@ def _ritz(store: FitStore) -> Finding | None:
     if store.model_group(RITZ) is None:
         return None
     try:
-        store.read_ritz()
+        _, attrs = store.read_ritz()
     except ValueError as exc:  # damaged (DamagedModelError, CorruptChunkError), or withdrawn while we read
         return Finding("ritz", True, f"update start: {exc}; harmless: an update of this fit starts as a fresh "
                                      "fit does (one more pass), and the next fit writes it again")
+    if attrs.get("model") != store.model_group():  # a fit killed between its model and its record
+        return Finding("ritz", True, "update start: a record of an earlier model, not of this one (a fit was "
+                                     "killed before writing its own); harmless: an update of this fit ignores it "
+                                     "and starts as a fresh fit does (one more pass)")
     return Finding("ritz", True, "update start (the model's Ritz pairs and K times them): all arrays verified")
 
 
