@@ -37,7 +37,7 @@ from .linalg import Centering, ProjectionWeights
 from .plot import plot_embedding, plot_spectrum
 from .projection import project_stored
 from .request import TemporaryStore
-from .solvers import Solver
+from .solvers import Solver, spec_of
 from .storage import EDITED, DamagedModelError, FitStore, GramStore, edited
 from .version import __version__
 
@@ -335,7 +335,7 @@ class KPCAModel:
         """How far the eigenpairs are to be trusted, in words: a Nystrom fit is an approximation by design, whose
         "converged" would say nothing, so its size and trace error are said instead."""
         info, name = self.report.get("solver_info") or {}, self.report.get("solver")
-        spec = Solver.parse(name).spec if name in set(Solver) else None  # a report of another dkpca: as it says
+        spec = spec_of(name) if name in set(Solver) else None  # a report of another dkpca: as it says
         if spec is not None and not spec.exact and isinstance(info, dict) and "n_landmarks" in info:
             rte = info.get("relative_trace_error")
             return (f"approximate: {info['n_landmarks']} landmarks, trace(K - K_nys) / trace(K) = "

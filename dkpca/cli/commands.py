@@ -107,34 +107,38 @@ def cmd_info(a: argparse.Namespace) -> int:
         print(json.dumps(json_safe(facts, nonfinite_null=True), indent=2, allow_nan=False) if a.json
               else describe(facts))
         return 0
-    sparse = sparse_facts(a.store)  # None where it holds none (what is not a store is refused as load does)
-    model = load(a.store) if sparse is None or FitStore.at(a.store).model_group() is not None else None
+    store = FitStore.at(a.store)
+    sparse = sparse_facts(store)  # None where it holds none (what is not a store is refused as load does)
+    model = load(store.path) if sparse is None or store.model_group() is not None else None
     if a.json:
         facts = {**(model_facts(model) if model is not None else {}), **({"sparse_model": sparse} if sparse else {})}
         print(json.dumps(facts, indent=2, allow_nan=False))
         return 0
     lines = [model.summary(), *update_lines(model.report), *why_lines(model.report)] if model is not None else []
-    if sparse is not None:
-        lines += [f"sparse kernel PCA model (dkpca.SparseKernelPCA.load({sparse['store']!r})): "
-                  f"n={sparse['n_samples']}, d={sparse['n_features']}, k={sparse['n_components']}",
-                  f"  kernel: {sparse['kernel']}; noise_variance={sparse['noise_variance']}; "
-                  f"{sparse['n_representing']} representing points; EM: {sparse['n_iter']} iterations, "
-                  f"converged={sparse['converged']}", "   k   eigenvalue",
-                  *(f"  {i + 1:2d}  {lam:14.6g}" for i, lam in enumerate(sparse["eigenvalues"]))]
-    print("\n".join(lines))
+    print("\n".join(lines + sparse_lines(sparse)))
     return 0
 
 
-def sparse_facts(path: str) -> dict[str, Any] | None:
-    """The store's sparse model as ``dkpca info`` says it (JSON-safe), or None where it holds none."""
+def sparse_lines(facts: dict[str, Any] | None) -> list[str]:
+    """The store's sparse model (:func:`sparse_facts`) in a few lines; none where it holds none."""
+    if facts is None:
+        return []
+    return [f"sparse kernel PCA model (dkpca.SparseKernelPCA.load({facts['store']!r})): n={facts['n_samples']}, "
+            f"d={facts['n_features']}, k={facts['n_components']}",
+            f"  kernel: {facts['kernel']}; noise_variance={facts['noise_variance']}; {facts['n_representing']} "
+            f"representing points; EM: {facts['n_iter']} iterations, converged={facts['converged']}",
+            "   k   eigenvalue", *(f"  {i + 1:2d}  {lam:14.6g}" for i, lam in enumerate(facts["eigenvalues"]))]
+
+
+def sparse_facts(store: Any) -> dict[str, Any] | None:
+    """The sparse model of ``store`` (a :class:`~dkpca.storage.FitStore`) as ``dkpca info`` says it (JSON-safe),
+    or None where it holds none."""
     from ..sparse import load_sparse
-    from ..storage import FitStore
     from ..storage.fitstore import SPARSE_MODEL
 
-    store = FitStore.at(path)
     if store.model_group(SPARSE_MODEL) is None:
         return None
-    m = load_sparse(path)
+    m = load_sparse(store.path)
     facts = {"store": store.path, "n_samples": m.fit_report_.get("n_samples"), "n_features": m.n_features_in_,
              "n_components": m.n_components_, "kernel": m.kernel_.to_dict(), "noise_variance": m.noise_variance,
              "n_representing": int(m.weights_.shape[0]), "n_iter": m.n_iter_, "converged": m.converged_,

@@ -104,7 +104,7 @@ class StoredData:
     """The training data's copy in a store: :meth:`store_data` writes it, the other methods read it, verified.
 
     The class it is mixed into provides ``path``, ``open``, ``open_for_write``,
-    ``model_group`` and ``discard_data`` (withdraw the model, delete the old copy and K).
+    ``model_group``, ``model_attrs`` and ``discard_data`` (withdraw the model, delete the old copy and K).
     """
 
     def store_data(self, X: da.Array, fingerprint: dict, overwrite: bool, progress: bool = False,
@@ -225,8 +225,7 @@ class StoredData:
         """
         data = self._training_array(rows)
         if bound is not None and data.digests is not None and _bound(data) != bound:  # none: an old copy, unbound
-            name = self.model_group()
-            if name is not None and self.open()[name].attrs.get("data_digest") == _bound(data):
+            if (self.model_attrs() or {}).get("data_digest") == _bound(data):  # the store's own model: refit
                 raise ValueError(f"store {self.path!r} was refit since this model was loaded: its data is another "
                                  "fit's now; load the store's model again (dkpca.load), or refit this one.")
             raise DamagedModelError(self.path, "model field 'data_digest'", "names other training data than the "

@@ -113,9 +113,10 @@ def read_marker_key(attrs: dict[str, Any]) -> int | None:
     key = attrs.get(MARKER_KEY)
     if key is None:
         return None
-    if not isinstance(key, str) or len(key) != 16 or any(c not in "0123456789abcdef" for c in key):
-        raise ValueError(f"its {MARKER_KEY} attribute {key!r} is not 16 hex digits")
-    return int(key, 16)
+    try:  # written as the recorded digests are (encode_digests)
+        return decode_digests([key])[0]
+    except ValueError:
+        raise ValueError(f"its {MARKER_KEY} attribute {key!r} is not 16 hex digits") from None
 
 
 def block_mask(key: int | None, I: int, J: int) -> int:

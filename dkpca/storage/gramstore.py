@@ -316,8 +316,7 @@ class GramStore(GramChecks):
             remove_member(root, GROUP)
         check_disk_space(self.store, needed if needed is not None else gram_bytes(n, block, dtype))
         # Attributes with the group, in one write: an interrupted build is then recognisable as ours.
-        attrs = json_safe({**want, "complete": False, "marker": DIGEST})
-        attrs[MARKER_KEY] = marker_key(attrs)
+        attrs = json_safe({**want, "complete": False, "marker": DIGEST, MARKER_KEY: marker_key(json_safe(want))})
         g = root.create_group(GROUP, attributes={**attrs, SEAL: gram_seal(attrs)})
         _create_arrays(g, n, block, dtype)
         return np.zeros((nb, nb), dtype=np.uint64)

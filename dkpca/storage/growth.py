@@ -171,8 +171,7 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
     diffs = []
     if gram is not None:
         if gram.get("kernel") != kernel:
-            name = store.model_group()
-            if name is not None and store.open()[name].attrs.get("kernel") == kernel:  # K is not the model's
+            if (store.model_attrs() or {}).get("kernel") == kernel:  # K is not the model's
                 raise ValueError(
                     f"store {store.path!r} holds a model of {n_old} rows with this kernel, and a Gram matrix of "
                     f"another one that an earlier fit left (K: {gram.get('kernel')!r}, model and now: {kernel!r}): "

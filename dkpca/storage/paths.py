@@ -86,8 +86,9 @@ def exists(path: str | os.PathLike) -> bool:
 def check_segments(url: str, what: str) -> str:
     """``url``, after a ``ValueError`` for one with an empty path segment (``s3://bucket//key``): zarr writes such
     keys, but fsspec's listings normalise them away, so what was written would then read as missing."""
-    if is_url(url) and "//" in url.split("://", 1)[1].rstrip("/"):
-        tidy = url.split("://", 1)[0] + "://" + "/".join(part for part in url.split("://", 1)[1].split("/") if part)
+    proto, _, rest = url.partition("://")
+    if rest and "//" in rest.rstrip("/"):
+        tidy = f"{proto}://" + "/".join(part for part in rest.split("/") if part)
         raise ValueError(f"{what} {url!r} has an empty path segment ('//'), which object stores keep in the key "
                          f"but their listings drop; write it as {tidy!r}.")
     return url

@@ -190,6 +190,12 @@ class ModelSlots:
         _, name, _ = self._current(root, kind)
         return name if name is not None and name in root else None
 
+    def model_attrs(self, kind: str = MODEL) -> dict[str, Any] | None:
+        """The current ``kind`` model's attributes as they are (what callers compare with, not compute with: a
+        load checks them), or None where there is none."""
+        name = self.model_group(kind)
+        return None if name is None else self.open()[name].attrs.asdict()
+
     def remove_model(self) -> None:
         """Withdraw the model (data or Gram matrix replaced): readers then see "no complete model".
 
