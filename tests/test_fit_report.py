@@ -71,7 +71,7 @@ def test_one_sanitiser_serves_storage_cli_and_plan():
     from dkpca import jsonsafe, storage
     from dkpca.cli import commands
 
-    planmod = importlib.import_module("dkpca.planning.plan")  # the module (``dkpca.planning.plan`` is the function)
+    planmod = importlib.import_module("dkpca.planning.plantable")  # the printable plan's module
 
     assert storage.json_safe is jsonsafe.json_safe
     assert planmod.json_safe is jsonsafe.json_safe

@@ -18,27 +18,35 @@ tasks) comes on top, and its share of a pass is printed. The filesystem is assum
 For a cluster (``cluster=`` or an active client) without ``chunk_size``, the block edge keeps the scheduler under
 5 % of a pass within the workers' memory (:func:`dkpca.linalg.cluster_block_size`); ``dkpca.fit`` keeps its own
 default, so the plan names the ``chunk_size`` to pass. On grown data the plan says the fit would update the store's
-fit, at its tile (:mod:`dkpca.planning.growthplan`).
+fit, at its tile (:mod:`dkpca.planning.growthplan`).  Where the store holds K or part of it -- an update's old
+blocks, K whole for a refit of the same data, the blocks of a build killed part way (their done markers) -- the
+build and the bytes to write are costed for the rest (``Plan.reused``).  The table is :mod:`dkpca.planning.plantable`.
 """
 
 from __future__ import annotations
 
-import html
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..grammode import NO_GRAM
 from ..kernels import Kernel
 from ..linalg import SCHEDULING_SHARE, block_bounds, task_memory
-from ..request import DEFAULT_MAX_PASSES, DEFAULTS, FitOptions, check_bandwidth, check_bool, make_request
+from ..request import (
+    DEFAULT_MAX_PASSES,
+    DEFAULTS,
+    FitOptions,
+    FitRequest,
+    check_bandwidth,
+    check_bool,
+    make_request,
+)
 from ..solvers import subspace_width
-from ..storage import free_bytes, gram_bytes, json_safe
-from ..storage.growth import refit_conflicts
-from .decision import FitPlan, decide
+from ..storage import free_bytes, gram_bytes
+from ..storage.growth import Growth, built_entries, refit_conflicts, stored_entries
+from .decision import decide
 from .estimate import (
     BUILD_SECONDS,
     FIT_SECONDS,
@@ -52,175 +60,19 @@ from .estimate import (
     memory_estimate,
 )
 from .growthplan import plan_update
-from .measure import dense_solve_seconds, estimate_passes, measure_blocks, rates_line
+from .measure import dense_solve_seconds, estimate_passes, measure_blocks
+from .plantable import Plan, fmt_bytes
 from .precision import Precision
 from .resources import cluster_resources
 
 __all__ = ["plan", "Plan", "make_plan"]
 
 
-def _fmt_bytes(b: float | None) -> str:
-    if b is None:
-        return "unknown"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(b) < 1024 or unit == "PiB":
-            return f"{b:.1f} {unit}" if unit != "B" else f"{int(b)} B"
-        b /= 1024
-
-
-def _fmt_seconds(s: float | None) -> str:
-    if s is None or not np.isfinite(s):
-        return "unknown"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    if s < 120:
-        return f"{s:.1f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h"
-
-
-@dataclass
-class Plan:
-    """What a fit will do and need; ``str(plan)`` is the printable table.
-
-    Sizes are bytes, times seconds; ``None`` where unknown (not measured).
-    """
-
-    n_samples: int
-    n_features: int
-    n_components: int
-    kernel: dict
-    solver: str
-    solver_reason: str
-    gram: str
-    dtype: str
-    block: int
-    n_row_blocks: int
-    n_block_tasks: int
-    chunk_shape: tuple[int, int]
-    chunk_bytes: int
-    gram_bytes: int
-    store: str
-    free_bytes: int | None
-    workers: int
-    threads_per_worker: int
-    memory_per_task: int
-    memory_per_worker: int
-    memory_available_per_worker: int | None
-    client_memory: int
-    subspace: int
-    expected_passes: int
-    passes_note: str
-    measured: dict[str, float] = field(default_factory=dict)
-    build_seconds: float | None = None
-    pass_seconds: float | None = None
-    total_seconds: float | None = None
-    #: the dense solver's eigh (measured on a small matrix, scaled by n^3); None for iterative solvers
-    solve_seconds: float | None = None
-    warnings: list[str] = field(default_factory=list)
-    #: n_components given as a fraction of explained variance: k above is its first round's
-    fraction: float | None = None
-    #: how the block edge was set (the default, chunk_size, or chosen for the cluster)
-    block_reason: str = ""
-    #: tasks in one pass's graph, the scheduler's seconds for them and its share of a pass (0..1)
-    tasks_per_pass: int = 0
-    scheduler_seconds: float = 0.0
-    scheduling_share: float = 0.0
-    #: where the per-entry times behind the share come from: "measured" or "documented" (not measured)
-    rates_source: str = "documented"
-    #: the assumed aggregate filesystem bandwidth (bytes/s); None: the filesystem is assumed to keep up
-    fs_bandwidth: float | None = None
-    #: "compute" or "filesystem": what bounds a pass and the build
-    pass_bound: str = "compute"
-    build_bound: str | None = None
-    #: seconds a pass's bytes of K take at ``fs_bandwidth`` (0: not bounded or not stored)
-    filesystem_seconds: float = 0.0
-    #: planned for a distributed cluster (False: this machine's threads, no block choice or warning)
-    distributed: bool = False
-    #: the precision K is held in and why (``Precision.to_dict()``; None: not decided here)
-    precision: dict | None = None
-    #: the typed decisions ``dkpca.fit`` with the same parameters runs (None: not decided here)
-    decision: FitPlan | None = field(default=None, repr=False, compare=False)
-    update: str = ""  #: a fit would update the store's fit of fewer rows: what it computes and reuses
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(replace(self, decision=None))
-        out["decision"] = self.decision.to_dict() if self.decision is not None else None
-        return json_safe(out)
-
-    def __str__(self) -> str:
-        m = self.measured
-        stored = self.gram == "store"
-        k_at = {"store": f"stored in {self.store}", "memory": f"held in memory ({self.dtype}), no store",
-                NO_GRAM: "not formed (n x m kernel slices only)"}.get(self.gram, "recomputed every pass (not stored)")
-        lines = [
-            f"plan: n={self.n_samples}, d={self.n_features}, k={self.n_components}"
-            + (f" (n_components={self.fraction}: the first round; k grows until that fraction of the variance "
-               "is explained)" if self.fraction is not None else "")
-            + f", kernel {self.kernel.get('name', self.kernel)}",
-            f"  solver:        {self.solver} ({self.solver_reason})",
-            f"  Gram matrix:   {k_at}",
-        ]
-        lines += [f"  chunk shape:   {self.chunk_shape[0]} x {self.chunk_shape[1]} {self.dtype} "
-                  f"({_fmt_bytes(self.chunk_bytes)}), {self.n_row_blocks} row blocks, "
-                  f"{self.n_block_tasks} block tasks (upper triangle)"] * (self.gram != NO_GRAM)
-        if self.precision is not None:
-            lines.append(f"  precision:     {self.precision['dtype']} ({self.precision['reason']})")
-        if self.block_reason:
-            lines.append(f"  block:         {self.block_reason}")
-        rate = "the measured blocks" if self.rates_source == "measured" else "the documented rate, not measured"
-        where, per_task = (("the distributed scheduler", SCHEDULER_SECONDS_PER_TASK) if self.distributed else
-                           ("dask's threaded scheduler", LOCAL_SECONDS_PER_TASK))
-        lines.append(f"  scheduling:    ~{self.tasks_per_pass} tasks per pass, ~{_fmt_seconds(self.scheduler_seconds)} "
-                     f"of {where} = {100 * self.scheduling_share:.1f} % of a pass (at {per_task * 1e3:.2g} ms per "
-                     f"task, measured by benchmarks/scheduler.py; the pass from {rate})")
-        if stored:
-            lines.append(f"  Gram store:    {_fmt_bytes(self.gram_bytes)} on disk "
-                         f"(free on that filesystem: {_fmt_bytes(self.free_bytes)})")
-        lines += [
-            f"  workers:       {self.workers} x {self.threads_per_worker} thread(s)",
-            f"  memory:        {_fmt_bytes(self.memory_per_task)} per task, "
-            f"{_fmt_bytes(self.memory_per_worker)} per worker (available: "
-            f"{_fmt_bytes(self.memory_available_per_worker)}), {_fmt_bytes(self.client_memory)} in the client",
-            f"  passes:        ~{self.expected_passes} over K with a subspace of {self.subspace} vectors "
-            f"({self.passes_note})",
-        ]
-        if m:
-            lines.append("  measured:      kernel block {}, write {}, read {}, product {} (per {b}x{b} block, one "
-                         "thread; timed at {e}x{e})".format(*(_fmt_seconds(m.get(f"{key}_block")) for key in (
-                             "kernel", "write", "read", "product")), b=self.block, e=int(m.get("edge", self.block))))
-            build = (f"build {_fmt_seconds(self.build_seconds)} (bound by {self._bound(self.build_bound)}), "
-                     if stored else "")
-            lines.append(f"  estimate:      {build}{_fmt_seconds(self.pass_seconds)} per pass (bound by "
-                         f"{self._bound(self.pass_bound)}), "
-                         + (f"dense eigh {_fmt_seconds(self.solve_seconds)}, " if self.solve_seconds is not None
-                            else "") + f"total ~{_fmt_seconds(self.total_seconds)}")
-            lines.append(rates_line(m, self))
-        else:
-            lines.append("  estimate:      not measured" + (f"; a pass is bound by {self._bound(self.pass_bound)}"
-                                                            if self.fs_bandwidth else ""))
-        lines.append("  filesystem:    " + (
-            f"an assumed {self.fs_bandwidth / 1e9:.3g} GB/s aggregate (an assumption, not measured): K's bytes take "
-            f"{_fmt_seconds(self.filesystem_seconds)} per pass" if self.fs_bandwidth else
-            "assumed to keep up (no fs_bandwidth given)"))
-        lines += [f"  update:        {self.update}"] * bool(self.update)
-        lines += [f"  warning:       {w}" for w in self.warnings]
-        return "\n".join(lines)
-
-    @staticmethod
-    def _bound(bound: str | None) -> str:
-        return "the filesystem" if bound == "filesystem" else "compute"
-
-    def _repr_html_(self) -> str:  # pragma: no cover - display only
-        return "<pre>" + html.escape(str(self)) + "</pre>"
-
-
 def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: str, reason: str, gram: str,
               store: str, tol: float = DEFAULTS["tol"], max_passes: int | None = None, resources: dict | None = None,
               measure: bool = True, fraction: float | None = None, fs_bandwidth: float | None = None,
               rates: EntryRates | None = None, block_reason: str = "", precision: Precision | None = None,
-              estimated: tuple[int, str] | None = None) -> Plan:
+              estimated: tuple[int, str] | None = None, reused: float = 0.0) -> Plan:
     """Plan for a validated dask array ``X`` (row chunks = ``block``) and resolved kernel.
 
     ``measure=False`` does no work beyond arithmetic on the sizes (the pass
@@ -230,7 +82,8 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     measuring here.  ``fs_bandwidth``: assumed aggregate bytes/s of the
     store's filesystem (checked by the caller).  ``precision``: how ``dtype`` was decided (a lossy float32 warns).
     ``estimated``: subspace iteration's passes and how, as the decision estimated them: shown for ``solver``
-    (``estimate_passes(known=)``), not estimated again.
+    (``estimate_passes(known=)``), not estimated again.  ``reused``: the share of K's entries the store holds
+    already (an update's old blocks, a killed build's, a complete K refitted): not computed or written again.
     """
     dtype = np.dtype(dtype)
     n, d = X.shape
@@ -245,12 +98,13 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
     per_worker = res["threads_per_worker"] * per_task
     client_mem = 6 * n * ell * 8 + 2 * n * 8 + n * n * (8 * 2 * (solver == "dense") + item * (gram == "memory"))
     warnings = []
-    if free is not None and gbytes > free:
-        warnings.append(f"the Gram store needs {_fmt_bytes(gbytes)} but only {_fmt_bytes(free)} is free there")
+    if free is not None and gbytes * (1 - reused) > free:
+        warnings.append(f"the Gram store needs {fmt_bytes(gbytes * (1 - reused))} more but only {fmt_bytes(free)} "
+                        "is free there")
     avail = res.get("memory_per_worker")
     if avail and per_worker > WORKER_MEMORY_FRACTION * avail:
-        warnings.append(f"{_fmt_bytes(per_worker)} per worker is close to or above its memory limit "
-                        f"{_fmt_bytes(avail)}; use a smaller chunk_size")
+        warnings.append(f"{fmt_bytes(per_worker)} per worker is close to or above its memory limit "
+                        f"{fmt_bytes(avail)}; use a smaller chunk_size")
     warnings += [precision.warning()] if precision is not None and precision.lossy else []
     mp = max_passes or DEFAULT_MAX_PASSES
     passes, note = (estimate_passes(X, kernel, k, ell, tol, mp, solver, known=estimated) if measure or solver == "dense"
@@ -286,14 +140,14 @@ def make_plan(X: Any, kernel: Kernel, k: int, block: int, dtype: Any, solver: st
         scheduling_share=sweep.share, rates_source=rates.source, fs_bandwidth=fs_bandwidth,
         pass_bound=sweep.bound, build_bound=build.bound if build is not None else None,
         filesystem_seconds=sweep.io, distributed=distributed,
-        precision=precision.to_dict() if precision is not None else None,
+        precision=precision.to_dict() if precision is not None else None, reused=reused,
     )
     if rates.source == "measured":
         p.measured = rates.per_block(block)
-        p.build_seconds = build.seconds if build is not None else 0.0
+        p.build_seconds = build.seconds * (1 - reused) if build is not None else 0.0
         p.pass_seconds = sweep.seconds
         # the first product is fused into the build for the iterative solvers
-        fused = 1 if build is not None and solver != "dense" else 0
+        fused = 1 if build is not None and solver != "dense" and reused < 1 else 0
         if gram == "memory":
             p.build_seconds, p.pass_seconds = memory_estimate(n, concurrency=conc, rates=rates, solver=solver,
                                                               itemsize=item)
@@ -393,8 +247,26 @@ max_passes, gram
                    f"to fit, whose default is {req.tile}")
     # what dkpca.fit would refuse in the store, said before a job is submitted for it (an update's: refused above)
     refused = [] if growth else refit_conflicts(req.store, req.n, req.d, req.kernel.to_dict(), dtype.name, req.tile)
+    reused, reuse = _reused(req, growth, fp.gram, dtype.name, block)
     return replace(p := make_plan(X, req.kernel, fp.k, block, dtype, fp.solver, fp.reason, fp.gram, path,
                                   tol=req.tol, max_passes=req.max_passes, resources=res, measure=measure,
                                   fraction=req.fraction, fs_bandwidth=bandwidth, rates=rates, block_reason=why,
-                                  precision=fp.precision, estimated=estimated),
-                   decision=fp, gram=fp.gram_label, update=note, warnings=refused + p.warnings)
+                                  precision=fp.precision, estimated=estimated, reused=reused),
+                   decision=fp, gram=fp.gram_label, update=note, reuse=reuse, warnings=refused + p.warnings)
+
+
+def _reused(req: FitRequest, growth: Growth | None, gram: str, dtype: str, block: int) -> tuple[float, str]:
+    """The share of K's entries a fit of ``req`` would find in its store (:class:`Plan`'s ``reused``), and, where
+    it is no update (whose line says it), why in words: a complete K refitted, or the blocks of a killed build."""
+    if gram != "store" or req.store is None or req.overwrite:
+        return 0.0, ""
+    total = stored_entries(req.n, block)
+    if growth is not None:
+        return (1 - growth.gram_blocks()[2] / total if growth.gram else 0.0), ""
+    built = built_entries(req.store, req.n, req.kernel.to_dict(), dtype, block)
+    if not built:
+        return 0.0, ""
+    what = ("the store holds this K whole: a fit of the same data (compared by digest) reuses it and builds none "
+            "of it" if built == total else f"the store holds {built / total:.0%} of this K's entries (a build that "
+            "stopped part way): a fit of the same data (compared by digest) reuses them and builds the rest")
+    return built / total, what

@@ -32,11 +32,12 @@ import zarr
 from ..linalg.grid import n_blocks
 from .datacopy import DATA, DataExtent
 from .fitstore import FitStore
-from .gramcheck import GROUP, gram_layout
+from .gramcheck import GROUP, gram_layout, read_done_markers
 from .gramstore import GramStore
 from .integrity import CorruptChunkError, writable
 
-__all__ = ["Growth", "find_growth", "grow_gram", "refit_conflicts", "stored_entries", "stored_tile", "update_blocks"]
+__all__ = ["Growth", "built_entries", "find_growth", "grow_gram", "refit_conflicts", "stored_entries", "stored_tile",
+           "update_blocks"]
 
 
 @dataclass(frozen=True)
@@ -195,8 +196,33 @@ def find_growth(store: FitStore | None, n: int, d: int, x_dtype: str, kernel: di
 
 def stored_entries(n: int, block: int) -> int:
     """Kernel entries of K's stored blocks for ``n`` rows: the upper triangle of blocks, diagonal blocks whole."""
-    sizes = np.diff(np.minimum(np.arange(0, n + block, block), n))
+    sizes = _block_sizes(n, block)
     return int((n * n + int(np.sum(sizes * sizes))) // 2)
+
+
+def _block_sizes(n: int, block: int) -> np.ndarray:
+    return np.diff(np.minimum(np.arange(0, n + block, block), n))
+
+
+def built_entries(store: FitStore | None, n: int, kernel: dict, dtype: str, block: int) -> int:
+    """Kernel entries of the blocks the store's K of ``n`` rows, ``kernel``, precision and tile already holds (done
+    markers read, not verified): what a fit of the same data reuses -- all of them for a complete K, those of a
+    build killed part way for an interrupted one (``dkpca plan`` costs only the rest).  0 for no such K.
+    Whether the data is the same the fit decides by digest, which reads all of it; this reads attributes and
+    markers alone.
+    """
+    attrs = _recorded(store)[1]
+    if attrs is None or any(attrs.get(key) != want for key, want in
+                            (("n", n), ("kernel", kernel), ("dtype", dtype), ("block", block))):
+        return 0
+    if attrs.get("complete"):
+        return stored_entries(n, block)
+    try:
+        done = read_done_markers(store.open()[GROUP]["done"]) != 0
+    except (CorruptChunkError, ValueError, TypeError, KeyError):
+        return 0
+    sizes = _block_sizes(n, block)
+    return int(np.sum(np.triu(done) * np.outer(sizes, sizes)))
 
 
 def update_blocks(n_old: int, n_new: int, block: int) -> tuple[int, int, int]:
