@@ -53,7 +53,7 @@ from .planning.growthplan import growth_request
 from .request import FitRequest
 from .storage import FitStore, GramInfo, Lease
 from .storage.fitstore import RITZ
-from .storage.growth import Growth, grow_gram
+from .storage.growth import Growth, grow_gram, retire_gram
 
 __all__ = ["RitzRecord", "Update", "find_update", "grow_store", "load_ritz", "nystroem_rows",
            "ritz_count", "ritz_start", "save_ritz", "update_report"]
@@ -305,26 +305,28 @@ def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, s
         copy (named, with its rows).
     """
     store: FitStore = req.store
-    n_old, edge = update.n_old, update.growth.block
     if update.growth.copy_data:
-        c = store.changed_chunk(req.X, n_old)
-        if c is not None:
+        changed = store.changed_chunk(req.X, update.n_old)
+        if changed is not None:
             raise ValueError(
-                f"row chunk {c} (rows {c * edge} to {min((c + 1) * edge, n_old) - 1}) of the input differs from "
-                f"the store's copy of the data fitted in {store.path!r}: the input does not extend that data, so "
+                "row chunk {} (rows {} to {}) of the input differs from ".format(*changed)
+                + f"the store's copy of the data fitted in {store.path!r}: the input does not extend that data, so "
                 "it cannot update the fit. Pass overwrite=True (CLI: --overwrite) to fit it from scratch, or "
                 "choose another store.")
-        Xs = store.grow_data(req.X, fp.to_dict(), n_old, progress=req.progress, lease=lease)
+        Xs = store.grow_data(req.X, fp.to_dict(), update.n_old, progress=req.progress, lease=lease)
     else:
         Xs = store.store_data(req.X, fp.to_dict(), False, progress=req.progress, source=source, lease=lease)
     if store_gram and update.growth.gram:
         grow_gram(store, update.growth.gram_rows, {"fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(),
                                                    "block": req.tile, "dtype": np.dtype(req.dtype).name, "n": req.n})
+    elif store_gram:  # K is built anew: one of another tile goes (a re-tiling update, retile); the model stays
+        retire_gram(store, req.tile)
     return Xs
 
 
 def update_report(update: Update, gram: dict[str, Any], passes: int, fused: bool = False) -> dict[str, Any]:
-    """The report's ``update`` section: rows before and after, blocks reused and computed, passes, warm start.
+    """The report's ``update`` section: rows before and after, blocks reused and computed, passes, warm start, and
+    ``tile``: ``[the store's, K's now]`` where the update re-tiled K (:func:`~dkpca.storage.growth.retile`), else None.
 
     ``fused``: the first pass was :func:`ritz_start`'s (it read only the blocks touching new rows).
     """
@@ -334,4 +336,5 @@ def update_report(update: Update, gram: dict[str, Any], passes: int, fused: bool
     return {"rows_before": update.n_old, "rows_after": update.n_new, "rows_added": update.n_new - update.n_old,
             "blocks_reused": gram.get("reused_blocks"), "blocks_computed": gram.get("computed_blocks"),
             "entries_computed": entries if gram.get("computed_blocks") == planned else None,
-            "passes": passes, "first_pass_fused": fused, "warm_start": update.warm(fused)}
+            "passes": passes, "first_pass_fused": fused, "warm_start": update.warm(fused),
+            "tile": None if update.growth.retiled is None else [update.growth.retiled, update.growth.block]}

@@ -209,6 +209,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
               req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,
                                    lease=lease))
         timings["copy_data"] = time.perf_counter() - t
+        # the copy's chunks are the tile it was written in; K's may be another since an update re-tiled it
+        Xs = Xs if Xs.chunks == req.X.chunks else Xs.rechunk(req.X.chunks)
         if plan.gram is GramMode.STORE and not req.overwrite and update is None:
             refuse_other_gram(req.store, Xs, req.kernel, fp, req.dtype)  # another kernel's K: refused first, too
         # the plan's one line (fitlog), once the input is known good: an input error is the only thing said

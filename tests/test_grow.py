@@ -242,9 +242,10 @@ def test_an_update_counts_the_entries_it_computes_as_a_fresh_fit_counts_its_own(
 
 
 def test_the_plan_of_an_update_names_the_stored_tile_it_keeps(tmp_path):
-    """A first fit of 10 rows has a tile of 10, which an update keeps even where chunk_size=100 is asked for (the
-    first fit's rows clipped it): the plan said "chunk_size=10 as given"."""
-    X = make_data(300, seed=4)
+    """A first fit of 10 rows has a tile of 10, which an update to 150 rows (15 row blocks: too few to re-tile,
+    storage.growth.retile) keeps even where chunk_size=100 is asked for (the first fit's rows clipped it): the plan
+    said "chunk_size=10 as given"."""
+    X = make_data(150, seed=4)
     store = str(tmp_path / "s.dkpca.zarr")
     dkpca.fit(X[:10], 2, store=store, dtype="float64")
     p = dkpca.plan(X, 2, store=store, dtype="float64", chunk_size=100, measure=False)

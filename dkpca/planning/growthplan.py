@@ -12,7 +12,7 @@ import psutil
 
 from ..request import FitRequest
 from ..solvers import spec_of
-from ..storage.growth import Growth, find_growth, stored_entries, stored_tile
+from ..storage.growth import Growth, find_growth, stored_entries, stored_tile, update_blocks
 from .auto import solver_rule
 
 __all__ = ["growth_request", "plan_update", "update_modes"]
@@ -78,6 +78,9 @@ def plan_update(req: FitRequest, chunk_size: int | None,
             f"{growth.n_old} rows are the stored ones, checked by digest): "
             + (f"{computed} Gram blocks computed ({entries:,} kernel entries, about {entries / total:.0%} of a fresh "
                f"fit's), {reused} reused; " if growth.gram else "")
+            + (f"K built anew in tiles of {growth.block} ({computed} blocks; in the store's tiles of "
+               f"{growth.retiled} it would be {update_blocks(0, growth.n_new, growth.retiled)[1]:,}); "
+               if growth.retiled is not None else "")
             + ("the solver starts from the old eigenvectors extended to the new rows"
                if growth.model_rows == growth.n_old else "no model of the old rows to start the solver from"))
     return req, note, growth

@@ -234,7 +234,10 @@ max_passes, gram
     rates = EntryRates.measured(timed, req.tile) if timed else None  # the decision's timing where it timed blocks
     X, block = req.X, req.tile
     why = f"chunk_size={block} as given" if chunk_size is not None else f"dkpca.fit's default ({block})"
-    if growth:  # the update keeps the store's tile, whatever was asked
+    if growth and growth.retiled is not None:  # below half a fresh fit's tile: K is built anew (retile)
+        why = (f"{block}: the store's tile {growth.retiled} is " + ("below the chunk_size given" if chunk_size else
+               f"below half of dkpca.fit's default for {req.n} rows") + ", so the update builds K anew in these tiles")
+    elif growth:  # the update keeps the store's tile, whatever was asked
         why = f"the store's tile {block}, which an update keeps" + f" (chunk_size={chunk_size} given)" * (
             chunk_size not in (None, block))
     if chunk_size is None and cluster_block and res["distributed"]:

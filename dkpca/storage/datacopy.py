@@ -5,15 +5,13 @@ read of it checks it, so a chunk that is missing, stale or another chunk's is re
 naming the chunk); a refit that would reuse the copy reads it all first.  Each chunk write checks the fit's
 lease (:class:`~dkpca.storage.lock.Fenced`).
 
-Growing the copy (an update, :mod:`dkpca.growth`): :meth:`StoredData.grow_data` checks the input's first rows
-against the recorded digests chunk by chunk, then records ``growing`` (from, to, the new fingerprint), resizes
-``data/X``, writes the chunks from the old boundary's onward and, in one last write of the attributes, the new
-fingerprint and digests; ``prefixes`` keeps each earlier row count (and its boundary chunk's digest), so a model
-fitted on the first rows reads exactly those rows, verified (:class:`~.rowview.RowPrefix`), before, during and
-after the update.
-
-:class:`StoredData` is a mix-in of :class:`~dkpca.storage.fitstore.FitStore`:
-the store's layout and its model switch live there, the data copy here.
+Growing the copy (an update, :mod:`dkpca.growth`): the input's first rows are checked against the recorded
+digests chunk by chunk (:meth:`StoredData.changed_chunk`); :meth:`StoredData.grow_data` records ``growing`` (from,
+to, the new fingerprint), resizes ``data/X``, writes the chunks from the old boundary's onward and, in one last
+write of the attributes, the new fingerprint (and the ``tile`` it was taken in) and digests; ``prefixes`` keeps
+each earlier row count (and its boundary chunk's digest), so a model fitted on the first rows reads exactly those
+rows, verified (:class:`~.rowview.RowPrefix`), before, during and after the update.  :class:`StoredData` is a
+mix-in of :class:`~dkpca.storage.fitstore.FitStore`: the store's layout and model switch live there.
 """
 
 from __future__ import annotations
@@ -78,6 +76,8 @@ class DataExtent:
     growing: dict | None = None
     #: whether the copy records its chunks' digests (copies older than that cannot be grown)
     digested: bool = False
+    #: the row chunk its fingerprint was taken in, its fit's tile: ``edge``, unless an update re-tiled K
+    tile: int = 0
 
     def covers(self, n: int, d: int) -> bool:
         """Whether a model fitted on ``n`` rows of ``d`` features reads its own rows here."""
@@ -151,7 +151,7 @@ class StoredData:
                         f"update to {rows} rows was killed before it finished; rerun that update with the "
                         f"{rows}-row data to finish it, or pass overwrite=True (CLI: --overwrite) to fit this data "
                         "from scratch, or choose another store.")
-                edge, now = root[DATA]["X"].chunks[0], X.chunks[0][0]
+                edge, now = self.data_extent().tile, X.chunks[0][0]
                 if old.get("shape") == fingerprint.get("shape") and edge != now:  # the checksum is per chunk
                     raise ValueError(
                         f"store {self.path!r} holds data of the same shape in chunks of {edge} rows, and this fit "
@@ -306,10 +306,11 @@ class StoredData:
         """The complete rows, features and earlier row counts of the copy (a model load checks its own)."""
         arr, attrs, rows, growing = self._data_record()
         prefixes = attrs.get("prefixes") or {}
-        fingerprint = attrs.get("fingerprint")
+        fingerprint, tile = attrs.get("fingerprint"), attrs.get("tile")
         return DataExtent(rows, int(arr.shape[1]), frozenset(int(p) for p in prefixes if str(p).isdigit()),
                           edge=int(arr.chunks[0]), fingerprint=fingerprint if isinstance(fingerprint, dict) else None,
-                          growing=growing, digested=attrs.get("digests") is not None and bool(attrs.get("complete")))
+                          growing=growing, digested=attrs.get("digests") is not None and bool(attrs.get("complete")),
+                          tile=tile if type(tile) is int and tile > 0 else int(arr.chunks[0]))
 
     def orphaned_data(self, root: zarr.Group) -> bool:
         """Keys under ``data/`` without the group's metadata: a copy whose ``zarr.json`` was lost."""
@@ -347,13 +348,10 @@ class StoredData:
                                   f"{data.shape[0]}")
 
     # -- an update: the copy grown by new rows -------------------------------
-    def changed_chunk(self, X: da.Array, rows: int) -> int | None:
-        """The first chunk of the copy whose rows below ``rows`` differ from X's (None: all equal), by digest.
-
-        X is read only up to ``rows``, re-chunked as the copy is; the digests
-        are those recorded when the copy was written (the copy itself is
-        not read).
-        """
+    def changed_chunk(self, X: da.Array, rows: int) -> tuple[int, int, int] | None:
+        """The first chunk of the copy whose rows below ``rows`` differ from X's, by digest: ``(chunk, first row,
+        last row)``; None: all equal.  X is read up to ``rows``, re-chunked as the copy is; the digests are those
+        recorded when the copy was written (the copy itself is not read)."""
         arr, attrs, complete, _ = self._data_record()
         edge = (arr.chunks[0], arr.shape[1])
         recorded = decode_digests(attrs["digests"])[:-(-rows // edge[0])]
@@ -363,7 +361,7 @@ class StoredData:
         (values,) = compute(got, label="checking the stored rows")
         for c, (a, b) in enumerate(zip(values, recorded, strict=True)):
             if int(a) != b:
-                return c
+                return c, c * edge[0], min((c + 1) * edge[0], rows) - 1
         return None
 
     def grow_data(self, X: da.Array, fingerprint: dict, rows: int, progress: bool = False,
@@ -394,6 +392,8 @@ class StoredData:
         prefixes = dict(attrs.get("prefixes") or {})
         prefixes[str(rows)] = encode_digests([old[-1]])[0] if rows % edge[0] else None
         # the last write: the grown copy is complete, and every earlier row count still readable
+        # the fingerprint is taken in X's row chunks, the fit's tile (an update may re-tile K: "tile")
         g.attrs.update({"fingerprint": fingerprint, "complete": True, "digest": DIGEST, "growing": None,
-                        "digests": encode_digests([*old[:first // edge[0]], *values]), "prefixes": prefixes})
+                        "digests": encode_digests([*old[:first // edge[0]], *values]), "prefixes": prefixes,
+                        "tile": int(X.chunks[0][0])})
         return self.training_data()
