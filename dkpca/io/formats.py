@@ -33,7 +33,8 @@ from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
 from ..storage.paths import unreachable
 
-__all__ = ["READABLE", "RowIndexWarning", "open_path", "split_member", "input_path", "table_columns"]
+__all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "warn_absent_chunks", "open_path", "split_member",
+           "input_path", "table_columns"]
 
 #: what dkpca reads, for messages about inputs it cannot read
 READABLE = ("Zarr (a directory or URL), NumPy .npy, HDF5 'file.h5:/dataset', netCDF and other xarray-readable "
@@ -154,16 +155,40 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
                          f"'{source.rstrip('/')}/data/X', and its model projects new data with 'dkpca transform'.")
     if isinstance(node, zarr.Group):
         arrays = sorted(name for name, _ in node.arrays())
-        if "X" in arrays:
-            return node["X"]
-        if len(arrays) == 1:
-            return node[arrays[0]]
-        raise ValueError(
-            f"Zarr group {source!r} holds arrays {arrays}; name the data array 'X' "
-            f"or pass its path, e.g. '{source}/{arrays[0] if arrays else 'X'}'."
-        )
+        if "X" not in arrays and len(arrays) != 1:
+            raise ValueError(
+                f"Zarr group {source!r} holds arrays {arrays}; name the data array 'X' "
+                f"or pass its path, e.g. '{source}/{arrays[0] if arrays else 'X'}'."
+            )
+        node = node["X" if "X" in arrays else arrays[0]]
     node = readable(node, source)  # an interrupted transform's output refused, a complete one read verified
-    return ZarrInput(node) if isinstance(node, zarr.Array) else node
+    if isinstance(node, zarr.Array):
+        warn_absent_chunks(node, source)
+        return ZarrInput(node)
+    return node
+
+
+class AbsentChunksWarning(UserWarning):
+    """Chunks of a user's Zarr array are not stored: zarr reads each as the array's fill value."""
+
+
+def warn_absent_chunks(arr: zarr.Array, source: str) -> None:
+    """Warn (:class:`AbsentChunksWarning`) where chunks of ``arr`` are not in its store.
+
+    zarr reads an absent chunk as the fill value, and by default writes no chunk that equals it: an absent
+    chunk may be a block of fill values -- or the part a writer killed part way never wrote, which would be
+    fitted as rows of fill values without a word.  Not refused (the data may be what it says); said before
+    any work, with the count (zarr lists the stored keys, one listing of the array's prefix).
+    """
+    try:
+        absent = arr.nchunks - arr.nchunks_initialized
+    except Exception:  # a store that cannot list (an HTTP server without listings): nothing to say
+        return
+    if absent > 0:
+        warnings.warn(f"input {source!r}: {absent} of {arr.nchunks} chunks of the Zarr array are not stored, and "
+                      f"zarr reads each as its fill value {arr.fill_value}; if the array was written in full "
+                      "(zarr stores no chunk equal to the fill value) this is the data, but a writer that stopped "
+                      "part way leaves the same gap: check the writer finished", AbsentChunksWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,11 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
+import zarr
 
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
-from .formats import open_path, table_columns
+from .formats import open_path, table_columns, warn_absent_chunks
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
            "read_feature_names"]
@@ -40,6 +41,8 @@ def open_input(source: Any) -> Any:
         source = os.fspath(source)
     if isinstance(source, str):
         return open_path(source)
+    if isinstance(source, zarr.Array):
+        warn_absent_chunks(source, str(source.store_path))
     if hasattr(source, "dims") and hasattr(source, "data") and not isinstance(source, np.ndarray):
         return source.data  # xarray.DataArray: its backing numpy or dask array
     return source

@@ -1,0 +1,64 @@
+"""A user's Zarr array with chunks not in its store: zarr reads each as the fill value, so dkpca says so.
+
+zarr stores no chunk equal to the fill value, so an absent chunk may be data -- or the part a killed writer
+never wrote, which was fitted as rows of zeros without a word.  Not refused: warned (AbsentChunksWarning), with
+the count, before any work; the CLI says it as one ``dkpca: warning:`` line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+import zarr
+
+import dkpca
+from dkpca.io.formats import AbsentChunksWarning
+
+from .conftest import dkpca_cmd, make_data
+
+
+def _array(path, zarr_format=3, absent=(3,)):
+    """A 300 x 4 array in chunks of 30 rows written in full, then the chunk files of ``absent`` row chunks removed."""
+    arr = zarr.create_array(str(path), shape=(300, 4), chunks=(30, 4), dtype="f8", zarr_format=zarr_format)
+    arr[:] = make_data(300, seed=5, d=4)
+    for c in absent:
+        os.remove(os.path.join(str(path), *(("c", str(c), "0") if zarr_format == 3 else (f"{c}.0",))))
+    return str(path)
+
+
+def _said(source) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dkpca.plan(source, 2, measure=False)
+    return [str(w.message) for w in caught if issubclass(w.category, AbsentChunksWarning)]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_absent_chunk_is_warned_of_with_the_count(tmp_path, zarr_format):
+    said = _said(_array(tmp_path / "x.zarr", zarr_format, absent=(3, 7)))
+    assert said and "2 of 10 chunks of the Zarr array are not stored" in said[0] and "fill value 0.0" in said[0]
+
+
+def test_an_array_written_in_full_says_nothing(tmp_path):
+    assert _said(_array(tmp_path / "x.zarr", absent=())) == []
+
+
+def test_an_array_object_and_a_group_member_are_checked_alike(tmp_path):
+    path = _array(tmp_path / "g.zarr" / "X", absent=(0,))
+    zarr.open_group(str(tmp_path / "g.zarr"), mode="a")  # the group's metadata, above the array
+    assert _said(str(tmp_path / "g.zarr")) and _said(zarr.open_array(path))
+
+
+def test_the_cli_says_it_as_one_warning_line(tmp_path):
+    path = _array(tmp_path / "x.zarr")
+    r = subprocess.run(dkpca_cmd("plan", path, "-k", "2", "--no-measure"), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "not stored" in ln]
+    assert len(lines) == 1 and lines[0].startswith("dkpca: warning: input ")
+    with pytest.warns(AbsentChunksWarning):  # and fits the array as zarr reads it
+        assert np.isfinite(dkpca.fit(path, 2, store=str(tmp_path / "s.zarr")).eigenvalues_).all()
