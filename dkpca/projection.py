@@ -98,9 +98,13 @@ def project_stored(Xb: np.ndarray, store: FitStore, block: int, n: int, bound: s
     Xb = np.ascontiguousarray(Xb, dtype=np.float64)
     bad = ~np.isfinite(Xb).all(axis=1)
     if bad.any():
-        offset = block_info[0]["array-location"][0][0] if block_info else 0
-        raise ValueError(f"X contains NaN or infinity (first in row {offset + int(np.argmax(bad))}); remove or "
-                         "impute non-finite values before transform.")
+        (start, stop), rows = block_info[0]["array-location"][0] if block_info else (0, len(Xb)), len(Xb)
+        row = start + int(np.argmax(bad))
+        # the blocks are checked in whatever order they run: "first" only of all rows when this block is all of them
+        where = (f"first in row {row}" if block_info is None or block_info[0]["shape"][0] == rows else
+                 f"in row {row}, the first of rows {start} to {stop - 1}")
+        raise ValueError(f"X contains NaN or infinity ({where}); remove or impute non-finite values before "
+                         "transform.")
     training = store.training_array(n, bound)  # the model's own rows (an update may have grown the copy since)
 
     def products(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -125,7 +125,7 @@ def test_kwok_tsang_among_repeated_training_rows_returns_the_repeated_point(kern
         np.testing.assert_allclose(P, X[:100:20], atol=1e-8)
         if kernel == "rbf":
             F = est.inverse_transform(est.transform(X[:100:20]), method="fixed-point")
-            assert np.abs(F).max() <= np.abs(X).max()
+            assert np.abs(F).max() <= np.abs(X).max() * (1 + 1e-12)  # a weighted mean of rows, to rounding
 
 
 def test_feature_distances_and_blockwise_neighbours(monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 
+import dask.array as da
 import numpy as np
 import pytest
 import zarr
@@ -82,6 +83,16 @@ def test_transform_names_the_non_finite_row(tmp_path, fitted):
     Xn[13, 2] = np.nan
     with pytest.raises(ValueError, match="first in row 13"):
         dkpca.load(store).transform(Xn)
+
+
+def test_a_lazy_transform_names_a_non_finite_row_with_the_rows_it_is_first_of(fitted):
+    """Dask input's blocks are checked as they run: a row is named with its block (before, "first in row 17" where
+    row 3 was NaN too, in another block)."""
+    X, data, store = fitted
+    Xn = X[:20].copy()
+    Xn[3, 0] = Xn[17, 1] = np.nan
+    with pytest.raises(ValueError, match=r"in row (3, the first of rows 0 to 9|17, the first of rows 10 to 19)\)"):
+        dkpca.load(store).transform(da.from_array(Xn, chunks=(10, Xn.shape[1]))).compute()
 
 
 def test_transform_accepts_one_row_and_refuses_zero_rows(fitted):
