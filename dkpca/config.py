@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Any
 
 import dask.config
@@ -26,7 +27,7 @@ import yaml
 from dask.utils import parse_timedelta
 
 __all__ = ["DEFAULTS_FILE", "SCHEMA_FILE", "defaults", "schema", "setting", "switch_setting", "seconds_setting",
-           "to_seconds", "check_settings"]
+           "to_seconds", "check_settings", "unknown_settings"]
 
 DEFAULTS_FILE = os.path.join(os.path.dirname(__file__), "dkpca.yaml")
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "dkpca-schema.yaml")
@@ -97,10 +98,27 @@ def seconds_setting(key: str, *, zero: bool = False, units: bool = False) -> flo
     return to_seconds(setting(key), _where(key), zero=zero, units=units)
 
 
+def unknown_settings(config: dict | None = None) -> list[str]:
+    """The keys under ``dkpca`` and ``dkpca.cluster`` of ``config`` (default: the configuration in force) that
+    are no dkpca setting -- a typo (``leese``, ``cluster.timout``), which would otherwise be ignored."""
+    known = defaults()["dkpca"]
+    out = []
+    for prefix, given, names in (("dkpca", dask.config.get("dkpca", None, config=config), known),
+                                 ("dkpca.cluster", dask.config.get("dkpca.cluster", None, config=config),
+                                  known["cluster"])):
+        if isinstance(given, dict):
+            out += [f"{prefix}.{key}" for key in sorted(map(str, given)) if key.replace("_", "-") not in names]
+    return out
+
+
 def check_settings() -> None:
     """Read each of dkpca's settings once through its reader: a bad value (a YAML file's, a ``DASK_DKPCA__``
     variable's) is refused naming it before any work, not when the fit first reads it -- part-way through, or
-    in a watchdog thread whose failure would leave it quietly off."""
+    in a watchdog thread whose failure would leave it quietly off.  A key that is no setting (a typo) is
+    warned of by name (a user's Dask configuration may serve other versions of dkpca: not refused)."""
+    for key in unknown_settings():
+        warnings.warn(f"{_where(key)} is not a dkpca setting and has no effect (dkpca's: `dask config get "
+                      "dkpca`); correct its spelling or remove it.", UserWarning, stacklevel=2)
     seconds_setting("dkpca.lease")
     seconds_setting("dkpca.checkpoint-interval", zero=True)
     for key in ("dkpca.direct-io", "dkpca.compiled-exp"):

@@ -206,7 +206,7 @@ def wait_until(cond, timeout: float, interval: float = 0.01, what: str = "condit
 class ProcCluster:
     """``dask scheduler`` + ``dask worker`` subprocesses on 127.0.0.1."""
 
-    def __init__(self, tmp: str, n_workers: int = 2) -> None:
+    def __init__(self, tmp: str, n_workers: int = 2, worker_env: dict[str, str] | None = None) -> None:
         self.procs: list[subprocess.Popen] = []
         self.tmp = tmp
         sched_file = os.path.join(tmp, "scheduler.json")
@@ -221,7 +221,8 @@ class ProcCluster:
         for i in range(n_workers):
             self._start([os.path.join(BIN, "dask"), "worker", self.address, "--nthreads", "1", "--nworkers", "1",
                          "--host", "127.0.0.1", "--no-dashboard", "--memory-limit", "2GiB",
-                         "--local-directory", os.path.join(tmp, f"w{i}")], env, f"worker{i}")
+                         "--local-directory", os.path.join(tmp, f"w{i}")], {**env, **(worker_env or {})},
+                        f"worker{i}")
         from distributed import Client
 
         self.client = Client(self.address, timeout="30s")

@@ -271,6 +271,18 @@ def test_missing_sbatch_is_one_error_line(tmp_path):
     assert "sbatch is not on PATH" in one_error_line(proc) and time.monotonic() - t < 60
 
 
+@pytest.mark.parametrize("backend", ["slurm", "pbs"])
+def test_a_batch_back_end_without_its_job_size_names_the_settings(tmp_path, backend):
+    """Without jobqueue.<backend>.cores and memory, dask-jobqueue's message was Python advice
+    ("cluster = SLURMCluster(cores=8, memory='24GB')"), before sbatch was even looked for."""
+    data = write_data(tmp_path / "d.zarr", make_data(60))
+    os.makedirs(tmp_path / "no-config")
+    env = {"DASK_CONFIG": str(tmp_path / "no-config")}
+    for command in ("fit", "plan"):
+        line = one_error_line(run_cli(command, data, "--cluster", backend, env=env))
+        assert f"needs jobqueue.{backend}.cores and jobqueue.{backend}.memory" in line, line
+
+
 def test_rejected_job_is_one_error_line(tmp_path):
     data = write_data(tmp_path / "d.zarr", make_data(60))
     env = fake_batch(tmp_path, mode="reject")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import dask
 import psutil
@@ -332,6 +333,18 @@ def test_a_bad_dkpca_setting_is_one_line_before_any_work(tmp_path, capsys, key, 
     assert not os.path.exists(tmp_path / "s.zarr")
 
 
+@pytest.mark.parametrize("key", ["dkpca.leese", "dkpca.cluster.timout"])
+def test_a_misspelt_dkpca_setting_is_warned_of_by_name(key):
+    """It had no effect without a word (the same key in a --cluster file was refused by name)."""
+    from dkpca.config import check_settings
+
+    with dask.config.set({key: 5}), pytest.warns(UserWarning, match=rf"'{re.escape(key)}' .*is not a dkpca setting"):
+        check_settings()
+    with warnings.catch_warnings():  # the settings dkpca.yaml names: nothing to say
+        warnings.simplefilter("error")
+        check_settings()
+
+
 def test_a_logged_warning_is_a_warning_line(tmp_path, capsys):
     """dkpca's logged warnings read as its Python warnings do, ``dkpca: warning: ...`` (the open dashboard's was
     a bare ``dkpca: ...`` line, like progress)."""
@@ -357,3 +370,83 @@ def test_transform_of_a_missing_input_is_one_line_before_a_cluster_starts(tmp_pa
     err = capsys.readouterr().err.splitlines()
     assert status == 2 and len(err) == 1 and "nosuch.npy' does not exist" in err[0], err
     assert not os.path.exists(tmp_path / "o.zarr")
+
+
+@contextlib.contextmanager
+def _listener(greeting: bytes | None):
+    """A local TCP port that accepts and then sends ``greeting`` (None: nothing, ever): not a Dask scheduler."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held = []
+
+    def serve():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                held.append(conn)
+                if greeting is not None:
+                    conn.sendall(greeting)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+@pytest.mark.parametrize("greeting, message", [
+    (None, "no Dask handshake within 2s: something answers there that is not a Dask scheduler"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n", "answers, but not as a Dask scheduler"),
+], ids=["silent", "banner"])
+def test_a_port_that_answers_but_is_no_scheduler_is_one_line_within_the_connect_timeout(tmp_path, capsys, greeting,
+                                                                                          message):
+    """An HTTP server's silence held `fit --scheduler` 757 s and more (distributed bounds the connection, not the
+    handshake read after it); an SSH banner was read as a 2.8 EiB frame, a MemoryError traceback."""
+    from dkpca.cli import main
+
+    X = write_data(tmp_path / "x.zarr", make_data(50, seed=2))
+    with _listener(greeting) as address, dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+        t = time.monotonic()
+        rc = main(["fit", X, "-k", "2", "--store", str(tmp_path / "s.zarr"), "--scheduler", address])
+        took = time.monotonic() - t
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("dkpca: error: ") and message in err[0], err
+    assert took < 2 + 10 and not os.path.exists(tmp_path / "s.zarr")
+
+
+def test_workers_that_cannot_import_dkpca_are_refused_by_name_at_once(tmp_path, capsys):
+    """Each task names a dkpca function: such a worker died unpickling the first, and the fit waited
+    dkpca.cluster.timeout twice (20 minutes by default) to say only that the cluster had lost a computation."""
+    from dkpca.cli import main
+
+    shadow = tmp_path / "shadow" / "dkpca"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'dkpca'\")\n")
+    X = write_data(tmp_path / "x.zarr", make_data(50, seed=2))
+    cluster = ProcCluster(str(tmp_path), n_workers=1, worker_env={"PYTHONPATH": str(tmp_path / "shadow")})
+    try:
+        t = time.monotonic()
+        rc = main(["fit", X, "-k", "2", "--store", str(tmp_path / "s.zarr"), "--scheduler", cluster.address])
+        took = time.monotonic() - t
+    finally:
+        cluster.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "1 of 1 worker(s) cannot import dkpca" in err[0], err
+    assert "install this dkpca where the workers run" in err[0] and took < 60
+
+
+def test_workers_of_another_dkpca_version_are_refused_by_name(proc_cluster, monkeypatch):
+    import importlib
+
+    import dkpca
+
+    connect_module = importlib.import_module("dkpca.cluster.connect")
+    monkeypatch.setattr(connect_module, "__version__", "0.0.1")
+    with pytest.raises(connect_module.ClusterError, match=rf"2 of 2 worker\(s\) runs dkpca {dkpca.__version__} "
+                                                          r".*this process runs dkpca 0\.0\.1"):
+        connect_module.connect(proc_cluster.address)

@@ -38,7 +38,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
-from ..config import defaults, setting, to_seconds
+from ..config import defaults, setting, to_seconds, unknown_settings
 
 __all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec",
            "cluster_target", "duration_seconds", "is_loopback", "is_scheduler_address", "k8s_quantity",
@@ -251,13 +251,10 @@ def cluster_spec(target: str | os.PathLike | Mapping | ClusterSpec) -> ClusterSp
 
 def _refuse_unknown(cfg: Mapping, source: str) -> None:
     """A ``dkpca.cluster`` key that dkpca does not know (a typo, ``wokers: 4``) would be ignored: refused by name."""
-    given = dask.config.get("dkpca.cluster", None, config=cfg)
-    if not isinstance(given, Mapping):
-        return
-    known = set(defaults()["dkpca"]["cluster"])
-    if unknown := sorted(str(k) for k in given if str(k).replace("_", "-") not in known):
-        raise ClusterConfigError(f"{source}: dkpca.cluster.{unknown[0]} is not a dkpca setting (known: "
-                                 f"{', '.join(sorted(known))}); correct its spelling or remove it.")
+    if unknown := [key for key in unknown_settings(dict(cfg)) if key.startswith("dkpca.cluster.")]:
+        known = sorted(defaults()["dkpca"]["cluster"])
+        raise ClusterConfigError(f"{source}: {unknown[0]} is not a dkpca setting (known: "
+                                 f"{', '.join(known)}); correct its spelling or remove it.")
 
 
 def is_loopback(address: Any) -> bool:

@@ -32,6 +32,7 @@ from distributed.core import Status
 from distributed.deploy.spec import ProcessInterface
 
 from ..config import setting
+from ..version import __version__, installed_version
 from .config import (
     ClusterConfigError,
     ClusterError,
@@ -78,12 +79,35 @@ def _await_workers(client: Client, spec: ClusterSpec | None, timeout: float | No
             "scheduler (batch jobs may still be queued: see squeue/qstat), or wait longer (--cluster-timeout, "
             "Dask setting dkpca.cluster.timeout)."
         ) from None
+    _check_worker_dkpca(client, what)
     try:
         link = client.dashboard_link
     except Exception:  # a back end that cannot say before its scheduler answers: no link to show
         link = None
     logger.info("%s: %d worker(s); dashboard: %s", what, len(client.nthreads()),
                 link or "(none)")
+
+
+def _check_worker_dkpca(client: Client, what: str) -> None:
+    """Refuse workers that cannot import dkpca, or run another version of it, by name (one ``Client.run`` of
+    :func:`~dkpca.version.installed_version`: ~10 ms).
+
+    Each task names a dkpca function; a worker that cannot import dkpca dies unpickling the first one, and the
+    fit waited for ``dkpca.cluster.timeout`` twice (20 minutes by default) to say only that the cluster had lost
+    a computation.  (distributed's ``get_versions`` reads the installed metadata, which a worker whose dkpca
+    does not import still has.)  Another version would evaluate with other code than this process plans with.
+    """
+    try:
+        found = client.run(installed_version, on_error="return")
+    except Exception:  # a scheduler that cannot run it: the computation's own errors will say
+        return
+    other = {address: version for address, version in found.items() if version != __version__}
+    if other:
+        address, version = next(iter(other.items()))
+        has = f"runs dkpca {version}" if isinstance(version, str) else f"cannot import dkpca ({one_line(version)})"
+        raise ClusterError(f"{what}: {len(other)} of {len(found)} worker(s) {has} (e.g. {address}), and this "
+                           f"process runs dkpca {__version__}; install this dkpca where the workers run (the same "
+                           "Python environment on their nodes, or the workers' image), then rerun.")
 
 
 # -- starting a cluster -----------------------------------------------------------

@@ -10,13 +10,16 @@ address and the settings, never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 import time
 
 import dask.config
 from dask.utils import parse_timedelta
-from distributed import Client
+from distributed import Client, Security
+from distributed.comm import connect
 
 from .config import ClusterConfigError, ClusterError
 
@@ -41,7 +44,8 @@ def connect_timeout() -> float:
                                  "(environment: DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT).") from None
 
 
-def _check_scheduler_file(path: str, timeout: float) -> None:
+def _check_scheduler_file(path: str, timeout: float) -> str:
+    """The scheduler's address the file names, once it exists (waited for up to ``timeout``)."""
     end = time.monotonic() + timeout  # the scheduler may still be writing it
     while not os.path.isfile(path) and time.monotonic() < end:
         time.sleep(0.1)
@@ -50,23 +54,61 @@ def _check_scheduler_file(path: str, timeout: float) -> None:
                                 "the scheduler with 'dask scheduler --scheduler-file FILE' or fix the path.")
     try:  # distributed would fail on another file with an AssertionError or TypeError, naming neither
         with open(path, encoding="utf-8") as f:
-            ok = isinstance(json.load(f).get("address"), str)
+            address = json.load(f).get("address")
     except (OSError, ValueError, AttributeError):
-        ok = False
-    if not ok:
+        address = None
+    if not isinstance(address, str):
         raise ClusterError(f"scheduler file {path!r} is not one a Dask scheduler wrote (JSON with its "
                            "'address'); pass the file 'dask scheduler --scheduler-file FILE' writes.")
+    return address
+
+
+def _handshake(address: str, timeout: float) -> None:
+    """Connect to ``address`` and take its handshake, all within ``timeout`` (in a thread of its own loop).
+
+    distributed bounds the connection but not the handshake read after it (``distributed.comm.core.connect``):
+    a service that accepts and never answers (an HTTP server) held ``dkpca fit --scheduler`` 757 s and more,
+    and one that sends a banner (SSH, a proxy's 400) was read as a frame of 2.8 EiB, a ``MemoryError``
+    traceback.  Raises ``TimeoutError`` or what the connection raised.
+    """
+    args = Security().get_connection_args("client")  # distributed.comm.tls.*, as the client's own
+
+    async def probe() -> None:
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
+        await comm.close()
+
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(probe())
+        except BaseException as exc:  # handed to the caller's thread, whatever it is
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="dkpca-handshake", daemon=True)
+    thread.start()
+    thread.join(timeout + 5)  # wait_for ends it at timeout; the margin is the loop's own start and close
+    if thread.is_alive() or (failed and isinstance(failed[0], asyncio.TimeoutError)):
+        raise TimeoutError(f"no Dask handshake within {timeout:g}s: something answers there that is not a Dask "
+                           "scheduler")
+    if failed:
+        raise failed[0]
 
 
 def reach(address: str | None = None, scheduler_file: str | None = None) -> Client:
     """A client of a running scheduler (its TLS settings from ``distributed.comm.tls.*``)."""
-    timeout = connect_timeout()
+    timeout, written = connect_timeout(), None
     if scheduler_file is not None:
         scheduler_file = os.path.abspath(os.path.expanduser(os.fspath(scheduler_file)))
-        _check_scheduler_file(scheduler_file, timeout)
+        written = _check_scheduler_file(scheduler_file, timeout)
     where = address or f"the address in {scheduler_file}"
     try:
+        if address or written:  # a file's too: the scheduler that wrote it may be gone, its port reused
+            _handshake(address or written, timeout)
         return Client(address, scheduler_file=scheduler_file, timeout=timeout, set_as_default=True)
+    except MemoryError:  # a banner's bytes read as a frame's length
+        raise ClusterError(f"{where} answers, but not as a Dask scheduler (what it sent is no Dask message); check "
+                           "the address and port.") from None
     # OSError, TimeoutError: nothing answers; TypeError: tls:// without certificates, or a protocol not installed;
     # ValueError, RuntimeError: an address distributed cannot parse, TLS asked of a plain-TCP scheduler
     except (OSError, TimeoutError, TypeError, ValueError, RuntimeError) as exc:

@@ -102,6 +102,14 @@ def sizing_job(spec: ClusterSpec) -> Any:
     """A dask-jobqueue Job built from the configuration (nothing is submitted)."""
     job_cls = backend_class(spec.backend).job_cls
     with spec.applied():
+        missing = [key for key in ("cores", "memory")
+                   if dask.config.get(f"jobqueue.{spec.backend}.{key}", None) is None]
+        if missing:  # dask-jobqueue's own message is Python advice (SLURMCluster(cores=8, ...)), not a setting
+            raise ClusterConfigError(
+                f"{spec.source}: the {spec.backend} back end needs " + " and ".join(
+                    f"jobqueue.{spec.backend}.{key}" for key in missing) + " (per job) in the Dask configuration: "
+                f"your site's jobqueue.yaml, a cluster file (e.g. cluster_configs/{spec.backend}.yaml), or "
+                f"DASK_JOBQUEUE__{spec.backend.upper()}__CORES / __MEMORY.")
         # an existing log directory: a Job creates its configured one, and sizing must create nothing
         return job_cls(scheduler="tls://scheduler:8786", name="dkpca-sizing", config_name=spec.backend,
                        log_directory=tempfile.gettempdir())
