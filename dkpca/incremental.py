@@ -231,18 +231,39 @@ class PartialFit:
             raise ValueError(f"X has {batch.shape[1]} features, but {type(self).__name__} is expecting "
                              f"{seen.shape[1]} features as input.")
         scan(batch)  # a non-finite value named by its row in the batch, not in the rows seen and the batch
+        grown = None if seen is None else da.concatenate([seen, batch.astype(seen.dtype)])
+        if grown is not None:
+            self._refuse_another_batch_over_a_killed_one(grown)
         state = dict(self.__dict__)
         try:
             # the rows seen (lazily) followed by the batch: dkpca.fit sees a store whose data is the first
             # rows of its input, and updates it
             self._reset()  # as fit does; a later call updates the store's fit, only the first may overwrite it
-            self._fit_out_of_core(batch if seen is None else da.concatenate([seen, batch.astype(seen.dtype)]),
-                                  update=fitted)
+            self._fit_out_of_core(batch if grown is None else grown, update=fitted)
         except BaseException:
             # fit drops the fitted attributes first: a batch refused leaves the estimator as it was, as in memory
             self.__dict__.clear()
             self.__dict__.update(state)
             raise
+
+    def _refuse_another_batch_over_a_killed_one(self, grown: da.Array) -> None:
+        """A batch killed while it was being added leaves the store's data ahead of its model; ``dkpca.fit``'s
+        refusal of ``grown`` (the rows seen and another batch) then advised ``overwrite=True``, which here would
+        refit this batch alone.  Another batch: of other rows, or as many whose digests differ from the copy's."""
+        store = FitStore.at(self.store)
+        try:
+            ext, fitted = store.data_extent(), store.model_rows()
+        except (OSError, ValueError, KeyError):  # the fit judges a store it cannot read, naming why
+            return
+        pending = ext.growing["to"] if ext.growing is not None else ext.rows
+        if fitted is None or fitted >= pending:
+            return
+        if pending != grown.shape[0] or (ext.growing is None and store.changed_chunk(grown, pending) is not None):
+            raise ValueError(
+                f"store {self.store!r} holds the fit of {fitted} rows and a batch being added to it (rows {fitted} "
+                f"to {pending - 1}) that was killed before it finished: call partial_fit again with that batch to "
+                f"finish it, then with this one (overwrite=True would start afresh on this batch alone, dropping "
+                f"the {fitted} rows fitted).")
 
     def _rows_seen(self, fitted: bool) -> da.Array | None:
         """The rows fitted so far, lazily; None before the first fit.  A fresh estimator whose store holds a

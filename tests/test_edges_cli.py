@@ -176,6 +176,29 @@ def test_existing_output_of_other_input_needs_overwrite(tmp_path, capsys, fitted
     assert listing(out) == before
 
 
+def test_a_transform_whose_output_another_replaced_meanwhile_does_not_mark_it_complete(tmp_path, capsys, fitted):
+    """A transform writing an output that another --overwrite replaced meanwhile said 'wrote ... projections to
+    OUTPUT' (exit 0) over the other's projections; now it refuses, naming what the output holds.  The chunks it
+    wrote there are not the other's recorded ones: verify names them and the other's command rewrites them."""
+    import dask.array as da
+
+    from dkpca.storage.outputs import prepare_output
+
+    X, data, store = fitted
+    out = str(tmp_path / "z.zarr")
+    origin = {"store": store, "model": "the first transform's model",
+              "input": {"path": "first.npy", "fingerprint": {"shape": [300, 3], "checksum": "0"}}}
+    first = prepare_output(out, out, origin, (300, 3), (100, 3), False)
+    assert main(["transform", store, data, out, "--overwrite", "-q"]) == 0  # another, meanwhile
+    with pytest.raises(FileExistsError, match="was replaced while this transform wrote it: it holds the projections "
+                                              "of another model"):
+        first.write(da.zeros((300, 3), chunks=(100, 3)))
+    # its chunks landed in the other's output (no lock): found by verify, rewritten by the other's command again
+    assert main(["verify", out]) == 1
+    assert main(["transform", store, data, out, "-q"]) == 0 and main(["verify", out]) == 0
+    np.testing.assert_allclose(zarr.open_array(out)[:], dkpca.load(store).transform(X), rtol=0, atol=1e-12)
+
+
 # -- case 6: an interrupted transform is marked incomplete and the same command resumes it -------------------
 def _interrupt_after(monkeypatch, chunks: int) -> None:
     """Make the transform's chunk writes raise KeyboardInterrupt (Ctrl-C) after ``chunks`` of them."""

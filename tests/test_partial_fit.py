@@ -340,6 +340,34 @@ def test_a_fresh_estimator_on_a_store_that_holds_a_fit_continues_it(tmp_path):
     np.testing.assert_allclose(np.abs(est.eigenvectors_), np.abs(U), atol=1e-6)
 
 
+def test_another_batch_after_one_killed_mid_update_is_refused_naming_the_killed_batch(tmp_path, monkeypatch):
+    """The fit's refusal advised overwrite=True, which here refits the new batch alone (the 400 rows fitted lost);
+    the killed batch again finishes it, then the other is added: eigh's answer for all 600 rows."""
+    from dkpca.storage import GramStore
+
+    class Killed(BaseException):
+        pass
+
+    def finish(self):
+        raise Killed
+
+    X, store = data(600), str(tmp_path / "s.dkpca.zarr")
+    kw = dict(kernel="rbf", gamma=GAMMA, store=store, dtype="float64", tol=1e-10, random_state=0)
+    KernelPCA(5, **kw).partial_fit(X[:400])
+    with monkeypatch.context() as m:  # killed after the batch's rows were copied and its K blocks built
+        m.setattr(GramStore, "finish", finish)
+        with pytest.raises(Killed):
+            KernelPCA(5, **kw).partial_fit(X[400:500])
+    est = KernelPCA(5, **kw)
+    for other in (X[500:], X[500:550]):  # as many rows as the killed batch (told apart by digest), and fewer
+        with pytest.raises(ValueError, match=r"holds the fit of 400 rows and a batch being added to it \(rows 400 "
+                                             r"to 499\) that was killed .* call partial_fit again with that batch"):
+            est.partial_fit(other)
+    est.partial_fit(X[400:500]).partial_fit(X[500:])
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=GAMMA), 5)
+    np.testing.assert_allclose(est.eigenvalues_, lam, rtol=1e-8)
+
+
 def test_a_fresh_estimator_of_another_kernel_on_a_store_is_refused_naming_it(tmp_path):
     X, store = data(500), str(tmp_path / "s.dkpca.zarr")
     KernelPCA(5, kernel="rbf", gamma=GAMMA, store=store, dtype="float64").partial_fit(X[:400])

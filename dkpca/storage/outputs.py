@@ -7,27 +7,22 @@ projections) whose attribute ``dkpca_transform`` records what made it::
      "input": {"path": "/abs/input", "fingerprint": {"shape": [...], "dtype": "...", "checksum": "..."}},
      "complete": false, "dkpca_version": "..."}
 
-* The record is written with the array's metadata, before any chunk, with
-  ``complete: false``; it turns true only once every chunk is there (one
-  rewrite of ``zarr.json``, which zarr replaces atomically).  Unwritten rows
-  read as NaN (the fill value), never as plausible zeros, for a reader that
-  ignores the mark; dkpca's readers refuse an incomplete output
-  (:func:`check_readable`), ``dkpca info`` and ``dkpca verify`` say so.
-* The same command resumes an incomplete output: zarr writes a chunk whole
-  (a temporary file renamed into place, or one object), so a chunk that is
-  there was written completely; each is read back through its CRC-32C and
-  only the missing or damaged ones are computed -- if the output was made by
-  the same model (its content, :func:`model_digest`, not its path) from the
-  same input (the fingerprint :func:`dkpca.io.scan` computes), with the same
-  shape and chunks.  Any other output is refused unless ``overwrite``.
+* The record is written with the array's metadata, before any chunk, with ``complete: false``; it turns
+  true only once every chunk is there (one rewrite of ``zarr.json``, which zarr replaces atomically).
+  Unwritten rows read as NaN (the fill value), never as plausible zeros, for a reader that ignores the mark;
+  dkpca's readers refuse an incomplete output (:func:`check_readable`), ``dkpca info`` and ``verify`` say so.
+* The same command resumes an incomplete output: zarr writes a chunk whole (a temporary file renamed into
+  place, or one object), so a chunk that is there was written completely; each is read back through its
+  CRC-32C and only the missing or damaged ones are computed -- if the output was made by the same model (its
+  content, :func:`model_digest`, not its path) from the same input (the fingerprint :func:`dkpca.io.scan`
+  computes), with the same shape and chunks.  Any other output is refused unless ``overwrite``; one replaced
+  by another transform while this one wrote it is not marked complete (its projections are not this one's).
 * Each chunk's digest, returned by the task writing it, is recorded with ``complete``: verify, a rerun and
   a reader refuse an intact chunk that is not the one written there (an incomplete output: CRC only).
-* ``overwrite`` replaces only an output this module wrote, and removes only
-  the files it wrote there (``zarr.json``, the chunk files of its grid and
-  zarr's temporaries of those).  A path holding anything else -- a dkpca
-  store, a user's Zarr group or array, a directory of files, an output into
-  which the user put a file -- is refused: dkpca never deletes what it did
-  not write.
+* ``overwrite`` replaces only an output this module wrote, and removes only the files it wrote there
+  (``zarr.json``, the chunk files of its grid and zarr's temporaries of those).  A path holding anything else
+  -- a dkpca store, a user's Zarr group or array, a directory of files, an output into which the user put a
+  file -- is refused: dkpca never deletes what it did not write.
 """
 
 from __future__ import annotations
@@ -188,7 +183,8 @@ def _differs(state: OutputState, record: dict[str, Any], shape: tuple[int, ...],
     if state.record.get("model") != record["model"]:
         return f"another model (of store {state.record.get('store')!r})"
     if (state.record.get("input") or {}).get("fingerprint") != record["input"]["fingerprint"]:
-        return f"other input data (from {(state.record.get('input') or {}).get('path')!r})"
+        was = (state.record.get("input") or {}).get("path")
+        return f"other input data ({'other contents of' if was == record['input'].get('path') else 'from'} {was!r})"
     if state.shape != tuple(shape) or state.chunks != tuple(chunks):
         return f"another shape or chunking ({state.shape}, chunks {state.chunks})"
     return ""
@@ -240,9 +236,13 @@ class TransformOutput:
                       for i, j in self.todo]
             digests.update(zip(self.todo, compute(*writes, label="projecting", progress=progress), strict=True))
         state = output_state(self.path)
-        missing = state.missing() if state is not None else [(0, 0)]
-        if missing:  # a write that vanished without an error: never mark a hole complete
-            raise CorruptChunkError(self.path, "", missing[0], "missing after the transform wrote it; rerun")
+        if state is None or (why := _differs(state, self.record, state.shape, self.array.chunks)):  # --overwrite
+            raise FileExistsError(f"output {self.path!r} was replaced while this transform wrote it: it holds the "
+                                  f"projections of {why or 'nothing'}; rerun with --overwrite to replace it again, or "
+                                  "write to another path.")
+        if missing := state.missing():  # a write that vanished without an error: never mark a hole complete
+            raise CorruptChunkError(self.path, "projections", missing[0], "missing after the transform wrote it; "
+                                    "rerun")
         grid = np.ndindex(*_grid(state.shape, state.chunks))
         self.array.update_attributes({KEY: {**self.record, "complete": True, "digest": DIGEST,
                                             "digests": encode_digests([digests[c] for c in grid])}})
