@@ -280,6 +280,29 @@ def test_a_cluster_file_s_bad_local_settings_are_one_line_before_anything_starts
     assert re.search(message, err[0]), err
 
 
+@pytest.mark.parametrize("settings, message", [
+    ("cluster: {timeout: abc, local: {n_workers: 1}}", r"c\.yaml: dask config 'dkpca\.cluster\.timeout' .* got 'abc'"),
+    ("cluster: {workers: 0, local: {n_workers: 1}}", r"c\.yaml: dkpca\.cluster\.workers must be a positive integer"),
+    ("lease: abc\n  cluster: {local: {n_workers: 1}}", r"c\.yaml: dask config 'dkpca\.lease' .* got 'abc'"),
+])
+def test_a_cluster_file_s_bad_dkpca_settings_are_one_line_before_its_cluster_starts(tmp_path, capsys, monkeypatch,
+                                                                                     settings, message):
+    """They were found once the LocalCluster had started (11-16 s here), after its lines."""
+    import importlib
+
+    from dkpca.cli import main
+
+    def never(*a, **kw):
+        raise AssertionError("a cluster was started")
+    monkeypatch.setattr(importlib.import_module("dkpca.cluster.connect"), "_start", never)  # (the module)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("dkpca:\n  " + settings + "\n")
+    data = write_data(tmp_path / "d.zarr", make_data(100, d=3))
+    status = main(["fit", data, "-k", "2", "--cluster", str(cfg), "--store", str(tmp_path / "s.zarr")])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(err) == 1 and re.search(message, err[0]), err
+
+
 @pytest.mark.parametrize("args, message", [
     # an unset shell variable: local threads without a word, before
     (["--cluster", ""], r"--cluster is empty \(an unset variable\?\)"),

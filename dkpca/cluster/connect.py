@@ -31,7 +31,7 @@ from distributed import Client, LocalCluster
 from distributed.core import Status
 from distributed.deploy.spec import ProcessInterface
 
-from ..config import setting
+from ..config import check_settings, setting
 from ..version import __version__, installed_version
 from .config import (
     ClusterConfigError,
@@ -280,6 +280,12 @@ def _open(target: Target, scheduler_file: str | os.PathLike | None, timeout: flo
     else:
         spec = cluster_spec(target)
         with spec.applied():
+            try:  # the file's dkpca settings, before anything starts (they were read once it had: 12 s later)
+                check_settings()
+            except ValueError as exc:
+                raise ClusterConfigError(f"{spec.source}: {exc}") from None
+            for key in ("workers", "timeout", "local", "scale", "adapt"):  # each checked as it is read
+                spec.dkpca(key)
             return _start(spec, cleanup, timeout, memory_per_worker)
     _wait_for_workers(client, spec, timeout, what)
     return client
