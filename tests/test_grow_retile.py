@@ -1,10 +1,10 @@
 """An update whose stored tile is too small for the grown rows builds K anew at a fresh fit's tile.
 
 A first fit of few rows has their count as its tile, and an update kept it: 100 rows grown to 8,000 made
-3,240 blocks a pass where a fresh fit has 3, and the update took 24.4 s against the fresh fit's 3.4 s (2-core
-machine, 2026-11-28).  Now the update re-tiles K (:func:`dkpca.storage.growth.retile`); the data copy keeps its
-chunks (the old model reads its rows there until the new one is switched in) and records the tile its
-fingerprint was taken in, so a refit and the next update reuse the new K.  References: eigh of the centred
+3,240 blocks a pass where a fresh fit has 3, and the update took 25.4 s against the fresh fit's 1.75 s (2-core
+machine, 2026-11-28; re-tiled, 2.0 s).  Now the update re-tiles K (:func:`dkpca.storage.growth.retile`); the
+data copy keeps its chunks (the old model reads its rows there until the new one is switched in) and records
+the tile its fingerprint was taken in, so a refit and the next update reuse the new K.  References: eigh of the centred
 kernel (``reference_eigh``), eigenvalues to 1e-8 of the largest, |eigenvectors| to 1e-5.
 """
 
