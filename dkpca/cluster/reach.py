@@ -101,7 +101,7 @@ def reach(address: str | None = None, scheduler_file: str | None = None) -> Clie
     if scheduler_file is not None:
         scheduler_file = os.path.abspath(os.path.expanduser(os.fspath(scheduler_file)))
         written = _check_scheduler_file(scheduler_file, timeout)
-    where = address or f"the address in {scheduler_file}"
+    where, start = address or f"the address in {scheduler_file}", time.monotonic()
     try:
         if address or written:  # a file's too: the scheduler that wrote it may be gone, its port reused
             _handshake(address or written, timeout)
@@ -112,8 +112,10 @@ def reach(address: str | None = None, scheduler_file: str | None = None) -> Clie
     # OSError, TimeoutError: nothing answers; TypeError: tls:// without certificates, or a protocol not installed;
     # ValueError, RuntimeError: an address distributed cannot parse, TLS asked of a plain-TCP scheduler
     except (OSError, TimeoutError, TypeError, ValueError, RuntimeError) as exc:
+        waited = time.monotonic() - start >= 0.9 * timeout  # else it failed at once: no wait to name
         raise ClusterError(
-            f"could not reach the Dask scheduler at {where} within {timeout:g}s ({one_line(exc)}); check that it "
-            "runs and the address, and for tls:// that distributed.comm.tls.* names your certificates "
-            f"(ca-file, client.cert, client.key; the wait is the Dask setting {TIMEOUT_KEY})."
+            f"could not reach the Dask scheduler at {where}" + f" within {timeout:g}s" * waited + f" ({one_line(exc)});"
+            " check that it runs and the address, and for tls:// that distributed.comm.tls.* names your "
+            "certificates (ca-file, client.cert, client.key" + f"; the wait is the Dask setting {TIMEOUT_KEY}" * waited
+            + ")."
         ) from None
