@@ -35,7 +35,7 @@ from .jsonsafe import printable
 from .kernels import Kernel, from_dict
 from .linalg import Centering, ProjectionWeights
 from .plot import plot_embedding, plot_spectrum
-from .projection import project_stored
+from .projection import check_temporary, project_stored
 from .request import TemporaryStore
 from .solvers import Solver, spec_of
 from .storage import EDITED, DamagedModelError, FitStore, GramStore, edited
@@ -135,9 +135,7 @@ class KPCAModel:
 
     # -- lifetime of a temporary store --------------------------------------
     def _open_store(self) -> FitStore:
-        if self.temporary is not None and self.temporary.removed:
-            raise ValueError("this model's temporary store was removed by close(); refit it, or fit with "
-                             "store='path.dkpca.zarr' to keep a model.")
+        check_temporary(self.temporary)
         return FitStore.at(self.store)
 
     def close(self) -> None:

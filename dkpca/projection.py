@@ -24,7 +24,7 @@ from .kernels import Kernel
 from .linalg import Centering, ProjectionWeights, block_bounds, kernel_product, rows_per_block
 from .storage import FitStore
 
-__all__ = ["kernel_diag", "project_blocks", "project_rows", "project", "project_stored"]
+__all__ = ["check_temporary", "kernel_diag", "project_blocks", "project_rows", "project", "project_stored"]
 
 #: ``products(rows) -> (K(rows, X_fit) @ W, row means of K(rows, X_fit))`` for a block of new rows
 Products = Callable[[Any], tuple[np.ndarray, np.ndarray]]
@@ -82,6 +82,14 @@ def project(X: Any, X_fit: Any, weights: ProjectionWeights, centering: Centering
                         meta=np.empty((0, 0)))
 
 
+def check_temporary(temporary: Any) -> None:
+    """Refuse a model whose temporary store ``close()`` removed (a lazy result computed after it, too: it said
+    the store did not exist, "fit a model first").  On a worker ``temporary`` is the path: nothing to check."""
+    if getattr(temporary, "removed", False):
+        raise ValueError("this model's temporary store was removed by close(); refit it, or fit with "
+                         "store='path.dkpca.zarr' to keep a model.")
+
+
 def project_stored(Xb: np.ndarray, store: FitStore, block: int, n: int, bound: str | None, kernel: Kernel,
                    weights: ProjectionWeights, centering: Centering, temporary: Any = None,
                    block_info: dict | None = None) -> np.ndarray:
@@ -92,9 +100,10 @@ def project_stored(Xb: np.ndarray, store: FitStore, block: int, n: int, bound: s
     :func:`~dkpca.linalg.rows_per_block` sizes per task), against the model's own rows of the data copy
     (``n`` rows, bound to the model by ``bound``: its ``data_digest``).  A non-finite row is an error
     naming it: a kernel block with one NaN row would make every score of the block NaN.  ``temporary`` is
-    unused here: being in the graph, it keeps a temporary store alive as long as the lazy result that
-    reads it.
+    checked here (removed by ``close()``: refused), and being in the graph, it keeps a temporary store alive as
+    long as the lazy result that reads it.
     """
+    check_temporary(temporary)
     Xb = np.ascontiguousarray(Xb, dtype=np.float64)
     bad = ~np.isfinite(Xb).all(axis=1)
     if bad.any():

@@ -57,6 +57,17 @@ def test_close_removes_the_temporary_store(tmp):
         model.transform(X[:5])
 
 
+def test_a_lazy_transform_computed_after_close_says_close_removed_the_store(tmp):
+    """It said the store did not exist and to 'fit a model first'."""
+    import dask.array as da
+
+    model = dkpca.fit(X, n_components=2)
+    Z = model.transform(da.from_array(X[:50], chunks=25))
+    model.close()
+    with pytest.raises(ValueError, match=r"removed by close\(\).*store="):
+        Z.compute()
+
+
 def test_leaving_with_removes_the_temporary_store(tmp):
     with dkpca.fit(X, n_components=2) as model:
         assert len(left(tmp)) == 1 and os.path.isdir(model.store)
