@@ -581,3 +581,12 @@ def test_a_memory_url_output_is_refused_as_a_memory_store_is(tmp_path, capsys, f
     assert "memory://" in err and "gone when dkpca exits" in err, err
     err = cli_error(capsys, ["fit", data, "--store", "memory://s.zarr"])  # the store's lock refuses it
     assert "cannot lock the store 'memory://" in err, err
+
+
+def test_an_output_named_as_a_files_member_is_refused(tmp_path, capsys, fitted):
+    """``dkpca transform STORE new.h5:/g/X new.h5:/out`` made a Zarr directory named ``new.h5:`` beside the file."""
+    X, data, store = fitted
+    np.save(tmp_path / "new.npy", X[:10])
+    err = cli_error(capsys, ["transform", store, data, f"{tmp_path / 'new.npy'}:/out"])
+    assert "names a member of the file" in err and "'out.zarr'" in err, err
+    assert sorted(os.listdir(tmp_path)) == sorted(["d.zarr", "s.dkpca.zarr", "new.npy"])

@@ -150,6 +150,10 @@ def check_output(output: str | os.PathLike, others: dict[str, str | os.PathLike 
     output -- nothing, or a transform output dkpca wrote, to resume or, on
     request, to replace -- is :mod:`dkpca.storage.outputs`' decision.
     """
+    head, colon, member = os.fspath(output).rpartition(":")
+    if colon and member and not is_url(os.fspath(output)) and os.path.isfile(head):  # an input's 'file.h5:/x' form
+        raise ValueError(f"output {os.fspath(output)!r} names a member of the file {head!r}; dkpca transform writes a "
+                         "Zarr array (a directory or URL): name one such as 'out.zarr'.")
     out = check_segments(absolute(output), "output")
     check_apart("output", out, others)
     return out
