@@ -111,14 +111,19 @@ def unknown_settings(config: dict | None = None) -> list[str]:
     return out
 
 
+#: the unknown keys warned of in this process (:func:`check_settings`)
+_WARNED: set[str] = set()
+
+
 def check_settings() -> None:
     """Read each of dkpca's settings once through its reader: a bad value (a YAML file's, a ``DASK_DKPCA__``
     variable's) is refused naming it before any work, not when the fit first reads it -- part-way through, or
     in a watchdog thread whose failure would leave it quietly off.  A key that is no setting (a typo) is
     warned of by name (a user's Dask configuration may serve other versions of dkpca: not refused)."""
-    for key in unknown_settings():
+    for key in set(unknown_settings()) - _WARNED:  # once a process, however many times a fit checks them
+        _WARNED.add(key)
         warnings.warn(f"{_where(key)} is not a dkpca setting and has no effect (dkpca's: `dask config get "
-                      "dkpca`); correct its spelling or remove it.", UserWarning, stacklevel=2)
+                      "dkpca`); correct its spelling or remove it.", UserWarning)
     seconds_setting("dkpca.lease")
     seconds_setting("dkpca.checkpoint-interval", zero=True)
     for key in ("dkpca.direct-io", "dkpca.compiled-exp"):

@@ -248,6 +248,8 @@ def test_interrupted_transform_is_marked_and_resumed(tmp_path, capsys, monkeypat
     assert "incomplete" in capsys.readouterr().out
     err = cli_error(capsys, ["fit", str(out), "--store", str(tmp_path / "s2.zarr"), "-q", "--no-progress"])
     assert "incomplete" in err
+    with pytest.raises(ValueError, match="incomplete"):  # passed as an array object, as by its path (read NaN before)
+        dkpca.fit(zarr.open_array(str(out), mode="r"), 2, store=str(tmp_path / "s3.zarr"))
 
     # the same command resumes: the chunks written are kept (same mtime), the rest written; complete
     time.sleep(0.01)

@@ -269,6 +269,8 @@ def test_a_scheduler_that_cannot_be_reached_as_configured_is_one_line(tmp_path, 
     ("n_workers: 1}\n    scale: {n: many", r"dkpca.cluster.scale.n must be a whole number >= 0; got 'many'"),
     # a typo of a dkpca.cluster key, ignored before
     ("n_workers: 1}\n    wokers: {4", r"dkpca.cluster.wokers is not a dkpca setting \(known: adapt, backend"),
+    # a typo of a dkpca key in the file, ignored before
+    ("n_workers: 1}\n  leese: {4", r"dkpca.leese is not a dkpca setting \(known: checkpoint-interval, cluster"),
 ])
 def test_a_cluster_file_s_bad_local_settings_are_one_line_before_anything_starts(tmp_path, capsys, local, message):
     from dkpca.cli import main
@@ -359,11 +361,17 @@ def test_a_bad_dkpca_setting_is_one_line_before_any_work(tmp_path, capsys, key, 
 
 
 @pytest.mark.parametrize("key", ["dkpca.leese", "dkpca.cluster.timout"])
-def test_a_misspelt_dkpca_setting_is_warned_of_by_name(key):
-    """It had no effect without a word (the same key in a --cluster file was refused by name)."""
+def test_a_misspelt_dkpca_setting_is_warned_of_by_name_once(key, monkeypatch):
+    """It had no effect without a word (the same key in a --cluster file was refused by name).  A fit checks the
+    settings more than once (the command, the cluster, the request): said once."""
+    from dkpca import config
     from dkpca.config import check_settings
 
+    monkeypatch.setattr(config, "_WARNED", set())
     with dask.config.set({key: 5}), pytest.warns(UserWarning, match=rf"'{re.escape(key)}' .*is not a dkpca setting"):
+        check_settings()
+    with dask.config.set({key: 5}), warnings.catch_warnings():
+        warnings.simplefilter("error")
         check_settings()
     with warnings.catch_warnings():  # the settings dkpca.yaml names: nothing to say
         warnings.simplefilter("error")

@@ -250,11 +250,13 @@ def cluster_spec(target: str | os.PathLike | Mapping | ClusterSpec) -> ClusterSp
 
 
 def _refuse_unknown(cfg: Mapping, source: str) -> None:
-    """A ``dkpca.cluster`` key that dkpca does not know (a typo, ``wokers: 4``) would be ignored: refused by name."""
-    if unknown := [key for key in unknown_settings(dict(cfg)) if key.startswith("dkpca.cluster.")]:
-        known = sorted(defaults()["dkpca"]["cluster"])
+    """A ``dkpca`` or ``dkpca.cluster`` key that dkpca does not know (a typo, ``wokers: 4``) would be ignored:
+    refused by name (in the user's own configuration it is warned of, :func:`dkpca.config.check_settings`)."""
+    if unknown := unknown_settings(dict(cfg)):
+        section = defaults()["dkpca"]
+        known = section["cluster"] if unknown[0].startswith("dkpca.cluster.") else section
         raise ClusterConfigError(f"{source}: {unknown[0]} is not a dkpca setting (known: "
-                                 f"{', '.join(known)}); correct its spelling or remove it.")
+                                 f"{', '.join(sorted(known))}); correct its spelling or remove it.")
 
 
 def is_loopback(address: Any) -> bool:

@@ -113,9 +113,10 @@ def reach(address: str | None = None, scheduler_file: str | None = None) -> Clie
     # ValueError, RuntimeError: an address distributed cannot parse, TLS asked of a plain-TCP scheduler
     except (OSError, TimeoutError, TypeError, ValueError, RuntimeError) as exc:
         waited = time.monotonic() - start >= 0.9 * timeout  # else it failed at once: no wait to name
+        within, setting = ((f" within {timeout:g}s", f"; the wait is the Dask setting {TIMEOUT_KEY}") if waited
+                           else ("", ""))
         raise ClusterError(
-            f"could not reach the Dask scheduler at {where}" + f" within {timeout:g}s" * waited + f" ({one_line(exc)});"
-            " check that it runs and the address, and for tls:// that distributed.comm.tls.* names your "
-            "certificates (ca-file, client.cert, client.key" + f"; the wait is the Dask setting {TIMEOUT_KEY}" * waited
-            + ")."
+            f"could not reach the Dask scheduler at {where}{within} ({one_line(exc)}); check that it runs and the "
+            "address, and for tls:// that distributed.comm.tls.* names your certificates (ca-file, client.cert, "
+            f"client.key{setting})."
         ) from None

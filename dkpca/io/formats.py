@@ -33,8 +33,8 @@ from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
 from ..storage.paths import unreachable
 
-__all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "warn_absent_chunks", "open_path", "split_member",
-           "input_path", "table_columns"]
+__all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "open_path", "split_member", "input_path",
+           "table_columns", "zarr_input"]
 
 #: what dkpca reads, for messages about inputs it cannot read
 READABLE = ("Zarr (a directory or URL), NumPy .npy, HDF5 'file.h5:/dataset', netCDF and other xarray-readable "
@@ -161,7 +161,13 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
                 f"or pass its path, e.g. '{source}/{arrays[0] if arrays else 'X'}'."
             )
         node = node["X" if "X" in arrays else arrays[0]]
-    node = readable(node, source)  # an interrupted transform's output refused, a complete one read verified
+    return zarr_input(node, source)
+
+
+def zarr_input(node: zarr.Array, source: str) -> Any:
+    """A Zarr array to read, named by path or passed alike: a transform output as ``storage.outputs.readable``
+    reads it, a user's array through its checksums (:class:`ZarrInput`), its absent chunks warned of."""
+    node = readable(node, source)
     if isinstance(node, zarr.Array):
         warn_absent_chunks(node, source)
         return ZarrInput(node)
@@ -173,13 +179,10 @@ class AbsentChunksWarning(UserWarning):
 
 
 def warn_absent_chunks(arr: zarr.Array, source: str) -> None:
-    """Warn (:class:`AbsentChunksWarning`) where chunks of ``arr`` are not in its store.
-
-    zarr reads an absent chunk as the fill value, and by default writes no chunk that equals it: an absent
-    chunk may be a block of fill values -- or the part a writer killed part way never wrote, which would be
-    fitted as rows of fill values without a word.  Not refused (the data may be what it says); said before
-    any work, with the count (zarr lists the stored keys, one listing of the array's prefix).
-    """
+    """Warn (:class:`AbsentChunksWarning`) where chunks of ``arr`` are not in its store: zarr reads an absent
+    chunk as the fill value and writes no chunk equal to it, so it may be data -- or the part a writer killed
+    part way never wrote, fitted as fill values without a word.  Not refused; said before any work, with the
+    count (one listing of the array's prefix)."""
     try:
         absent = arr.nchunks - arr.nchunks_initialized
     except Exception:  # a store that cannot list (an HTTP server without listings): nothing to say

@@ -21,7 +21,7 @@ import zarr
 
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
-from .formats import open_path, table_columns, warn_absent_chunks
+from .formats import open_path, table_columns, zarr_input
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
            "read_feature_names"]
@@ -41,8 +41,8 @@ def open_input(source: Any) -> Any:
         source = os.fspath(source)
     if isinstance(source, str):
         return open_path(source)
-    if isinstance(source, zarr.Array):
-        warn_absent_chunks(source, str(source.store_path))
+    if isinstance(source, zarr.Array):  # as a path to it is read (opened once: as_dask's own call finds it opened)
+        return zarr_input(source, str(source.store_path))
     if hasattr(source, "dims") and hasattr(source, "data") and not isinstance(source, np.ndarray):
         return source.data  # xarray.DataArray: its backing numpy or dask array
     return source

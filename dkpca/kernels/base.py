@@ -71,7 +71,7 @@ CENTRE_ROWS = 128
 
 def centre(Y: np.ndarray) -> np.ndarray:
     """The point a stationary kernel shifts a block's operands by: the coordinate-wise median of (at most
-    :data:`CENTRE_ROWS` evenly spaced rows of) ``Y``, the block's second operand (its first where there is one).
+    :data:`CENTRE_ROWS` evenly spaced rows of) ``Y``, the block's second operand (``X`` itself in a symmetric block).
 
     Robust: the mean moved with one extreme row -- a new row of 1e6 among others of size 1 put them ~1e6 / n
     from the shift, and |x|^2 + |y|^2 - 2 x.y then cancelled to 0.37 off in float32 projections (0.64 in

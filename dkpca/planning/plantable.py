@@ -19,6 +19,7 @@ from .measure import rates_line
 
 __all__ = ["Plan", "fmt_bytes", "fmt_seconds"]
 
+
 def fmt_bytes(b: float | None) -> str:
     if b is None:
         return "unknown"
