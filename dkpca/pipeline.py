@@ -31,7 +31,7 @@ from .eigensolve import (
     solve,
     solve_kernel_matrix,
 )
-from .execution import compute, serial_blas
+from .execution import check_scheduler, compute, serial_blas
 from .fitlog import log_done, log_gram, log_plan, log_solved, log_stage
 from .gram import build_gram, refuse_other_gram
 from .growth import Update, find_update, grow_store, ritz_count, save_ritz, update_report
@@ -177,6 +177,7 @@ def fit(
 def fit_with(source: Any, options: FitOptions, *, t_start: float | None = None) -> KPCAModel:
     """:func:`fit` with its parameters as one checked :class:`~dkpca.request.FitOptions` (the estimator's call)."""
     t_start = time.perf_counter() if t_start is None else t_start
+    check_scheduler()  # before a store (or a temporary one) is made: a fit that could not compute anything
     req = make_request(source, options)
     try:
         # grown data into a store holding the fit of its first rows: an update (dkpca.growth)

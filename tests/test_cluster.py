@@ -22,6 +22,7 @@ import time
 import dask
 import dask_jobqueue  # noqa: F401 - registers jobqueue's config defaults before tests set jobqueue keys
 import numpy as np
+import psutil
 import pytest
 import yaml
 from distributed import Client, LocalCluster
@@ -38,8 +39,11 @@ from .conftest import ROOT, dkpca_cmd, gram_writers, make_data, reference_eigh, 
 CONFIGS = os.path.join(ROOT, "cluster_configs")
 
 FAKE_SUBMIT = r'''#!{python}
-import json, os, re, stat, subprocess, sys
+import json, os, re, stat, subprocess, sys, time
 log, mode = os.environ["FAKE_BATCH_LOG"], os.environ.get("FAKE_BATCH_MODE", "run")
+if mode == "hang":  # the batch system does not answer (slurmctld down: sbatch retries)
+    open(os.path.join(log, "submit.pid"), "w").write(str(os.getpid()))
+    time.sleep(3600)
 if mode == "reject":
     print("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
           file=sys.stderr)
@@ -289,6 +293,23 @@ def test_rejected_job_is_one_error_line(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", slurm_test_config(tmp_path))
     line = one_error_line(run_cli("fit", data, "--cluster", cfg, env=env))
     assert "rejected" in line and "Invalid account" in line
+
+
+def test_a_batch_system_that_does_not_answer_is_one_error_line(tmp_path):
+    """Before: a submission that never returned (slurmctld down) held the fit for ever (still waiting after 60 s
+    with a 5 s cluster timeout).  Now the cluster timeout bounds it, the submission is killed (no job submitted
+    after the fit gave up) and nothing is left: no store, no process."""
+    data = write_data(tmp_path / "d.zarr", make_data(60))
+    env = fake_batch(tmp_path, mode="hang")
+    cfg = write_config(tmp_path / "c.yaml", slurm_test_config(tmp_path))
+    store = tmp_path / "s.dkpca.zarr"
+    t = time.monotonic()
+    proc = run_cli("fit", data, "--store", str(store), "--cluster", cfg, "--cluster-timeout", "3s", env=env)
+    line = one_error_line(proc)
+    assert "did not answer the slurm job submission (sbatch) within 3s" in line, line
+    assert time.monotonic() - t < 60 and not store.exists()
+    submit = int((tmp_path / "batchlog" / "submit.pid").read_text())
+    assert not psutil.pid_exists(submit) and cancelled(env) == []
 
 
 def test_workers_not_arriving_is_one_error_line_and_cancels_the_job(tmp_path):

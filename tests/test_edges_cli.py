@@ -193,7 +193,8 @@ def test_a_transform_whose_output_another_replaced_meanwhile_does_not_mark_it_co
     with pytest.raises(FileExistsError, match="was replaced while this transform wrote it: it holds the projections "
                                               "of another model"):
         first.write(da.zeros((300, 3), chunks=(100, 3)))
-    # its chunks landed in the other's output (no lock): found by verify, rewritten by the other's command again
+    # written unlocked (prepare_output without open_output's lock), its chunks landed in the other's output:
+    # found by verify, rewritten by the other's command again
     assert main(["verify", out]) == 1
     assert main(["transform", store, data, out, "-q"]) == 0 and main(["verify", out]) == 0
     np.testing.assert_allclose(zarr.open_array(out)[:], dkpca.load(store).transform(X), rtol=0, atol=1e-12)
@@ -471,17 +472,26 @@ def test_a_binary_cluster_file_is_one_line_naming_it(tmp_path, capsys):
     assert f"{data}: not valid YAML" in err
 
 
-def test_the_distributed_scheduler_setting_without_a_client_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("DASK_SCHEDULER", "distributed")
+@pytest.mark.parametrize("value, says", [("distributed", "asks for a cluster, but no client of one is running"),
+                                         ("bogus", "names no Dask scheduler: use one of multiprocessing")])
+def test_a_scheduler_setting_no_computation_can_run_on_is_one_line_before_any_work(tmp_path, capsys, monkeypatch,
+                                                                                   value, says):
+    """Before: 'distributed' was refused after the data were copied into a new store (left behind), 'bogus' as
+    dask's 'Expected one of [...]' without the setting's name.  Now both name DASK_SCHEDULER before any work."""
     import dask
 
+    monkeypatch.setenv("DASK_SCHEDULER", value)
     dask.config.refresh()
+    store = tmp_path / "s.zarr"
     try:
-        err = cli_error(capsys, ["fit", _data_npy(tmp_path), "-k", "2", "-q", "--store", str(tmp_path / "s.zarr")])
+        err = cli_error(capsys, ["fit", _data_npy(tmp_path), "-k", "2", "-q", "--store", str(store)])
     finally:
         monkeypatch.delenv("DASK_SCHEDULER")
         dask.config.refresh()
-    assert "scheduler='distributed'" in err and "no client" in err
+    assert f"the Dask setting scheduler={value!r} (DASK_SCHEDULER) {says}" in err, err
+    assert not store.exists()
+    with dask.config.set(scheduler=value), pytest.raises(ValueError, match=says):
+        dkpca.fit(np.random.default_rng(0).normal(size=(50, 3)), 2)  # the Python API alike
 
 
 def test_a_csv_of_only_a_header_says_it_has_no_rows(tmp_path, capsys):

@@ -30,10 +30,12 @@ __all__ = ["COMMANDS", "cmd_fit", "cmd_plan", "cmd_info", "cmd_verify", "cmd_tra
 @contextlib.contextmanager
 def _client(a: argparse.Namespace, memory_per_worker: int | None = None):
     from ..cluster import connected
+    from ..execution import check_scheduler
 
     target = getattr(a, "cluster", None) or getattr(a, "scheduler", None)
     with connected(target, scheduler_file=getattr(a, "scheduler_file", None),
                    timeout=getattr(a, "cluster_timeout", None), memory_per_worker=memory_per_worker) as client:
+        check_scheduler()  # Dask's scheduler setting refused by name before any work
         yield client
 
 
@@ -77,8 +79,7 @@ def cmd_fit(a: argparse.Namespace) -> int:
     g = model.report.get("gram", {})
     if model.gram_mode is GramMode.STORE:
         print(f"Gram blocks: {g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused from the store")
-    for line in update_lines(model.report):
-        print(line)
+    print("".join(f"{line}\n" for line in update_lines(model.report)), end="")
     resumed = (model.report.get("solver_info") or {}).get("resumed_at_pass")
     if resumed:
         print(f"Solver: resumed at pass {resumed} from the checkpoint in the store "
@@ -223,11 +224,10 @@ def cmd_transform(a: argparse.Namespace) -> int:
     from ..io import as_dask, check_feature_names, input_path, scan
     from ..model import load
     from ..storage import absolute, check_output
-    from ..storage.outputs import model_digest, output_state, prepare_output
+    from ..storage.outputs import model_digest, open_output, output_state
 
-    # Refused before anything is read or written: an output that is, contains
-    # or lies inside the input (its file, for 'file.h5:/X') or the store, and
-    # one holding anything but a transform output dkpca wrote (--overwrite or not).
+    # Refused before anything is read or written: an output that is, contains or lies inside the input (its file,
+    # for 'file.h5:/X') or the store, and one holding anything but a transform output dkpca wrote (--overwrite or not).
     check_settings()
     _lasting(a.output, "output")
     source = input_path(a.input)
@@ -247,8 +247,8 @@ def cmd_transform(a: argparse.Namespace) -> int:
                   "input": {"path": absolute(source), "fingerprint": scan(X, "transform").to_dict()}}
         # the model's rows of the store's data, every chunk read verified once: damage found before any output
         compute(model.X_fit.sum(), label="checking the training data")
-        out = prepare_output(output, a.output, origin, Z.shape, (X.chunks[0][0], Z.shape[1]), a.overwrite)
-        out.write(Z, progress=_progress(a))  # nothing left to write: only marked complete, if it was not yet
+        with open_output(output, a.output, origin, Z.shape, (X.chunks[0][0], Z.shape[1]), a.overwrite) as out:
+            out.write(Z, progress=_progress(a))  # nothing left to write: only marked complete, if it was not yet
     if not out.todo:
         print(f"{a.output} is already complete: {Z.shape[0]} x {Z.shape[1]} projections by the same model of the "
               "same input; nothing to do")

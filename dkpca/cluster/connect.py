@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -28,11 +27,10 @@ from typing import Any
 import dask.config
 from dask.utils import format_bytes
 from distributed import Client, LocalCluster
-from distributed.core import Status
-from distributed.deploy.spec import ProcessInterface
 
 from ..config import check_settings, setting
 from ..version import __version__, installed_version
+from .batch import need_command, start_batch, submit_jobs, warn_open_dashboard
 from .config import (
     ClusterConfigError,
     ClusterError,
@@ -40,14 +38,12 @@ from .config import (
     backend_class,
     cluster_spec,
     duration_seconds,
-    is_loopback,
     is_scheduler_address,
     jobs_for,
-    worker_lifetime_args,
 )
 from .reach import one_line, reach
 from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
-from .security import TLSOnlyNanny, batch_security, run_security, tls_only_worker_args
+from .security import TLSOnlyNanny, run_security
 from .spawning import add_log_filter, holding_interrupts, quiet_interrupts, starting_workers
 
 __all__ = ["connect", "close", "connected", "is_scheduler_address"]
@@ -66,11 +62,17 @@ def _wait_for_workers(client: Client, spec: ClusterSpec | None, timeout: float |
         raise
 
 
+def _deadline(spec: ClusterSpec | None, timeout: float | None) -> float:
+    """Seconds to wait for a batch system's answer and for workers: ``timeout``, else ``dkpca.cluster.timeout``."""
+    if timeout is not None:
+        return timeout
+    return spec.dkpca("timeout") if spec is not None else duration_seconds(
+        setting("dkpca.cluster.timeout"), "Dask setting dkpca.cluster.timeout")
+
+
 def _await_workers(client: Client, spec: ClusterSpec | None, timeout: float | None, what: str) -> None:
     n = spec.dkpca("workers") if spec is not None else 1  # a running scheduler: one worker to start with
-    if timeout is None:
-        timeout = spec.dkpca("timeout") if spec is not None else duration_seconds(
-            setting("dkpca.cluster.timeout"), "Dask setting dkpca.cluster.timeout")
+    timeout = _deadline(spec, timeout)
     try:
         client.wait_for_workers(n, timeout=timeout)
     except TimeoutError:
@@ -111,13 +113,6 @@ def _check_worker_dkpca(client: Client, what: str) -> None:
 
 
 # -- starting a cluster -----------------------------------------------------------
-def _need_command(command: str, backend: str) -> None:
-    exe = command.split()[0]
-    if shutil.which(exe) is None:
-        raise ClusterError(f"{exe} is not on PATH: the {backend} back end submits and cancels workers with it; run "
-                           "dkpca on a node of that batch system (a login node), or choose another --cluster.")
-
-
 def _check_memory(spec: ClusterSpec, memory_per_worker: int | None) -> None:
     if not memory_per_worker:
         return
@@ -136,7 +131,7 @@ def _start_local(spec: ClusterSpec) -> Any:
         if isinstance(given, dict) and given.get("protocol") not in (None, "tls", "tls://"):
             raise ClusterConfigError(f"{spec.source}: dkpca.cluster.local.{key}protocol {given['protocol']!r}: the "
                                      "schedulers and workers dkpca starts use TLS; remove the protocol.")
-    _warn_open_dashboard(kw["dashboard_address"], spec.source)
+    warn_open_dashboard(kw["dashboard_address"], spec.source)
     kw["security"] = run_security()
     if kw["processes"]:  # (threads in this process: no worker ports at all)
         kw.setdefault("worker_class", TLSOnlyNanny)  # workers listen on their TLS port only
@@ -148,51 +143,11 @@ def _start_local(spec: ClusterSpec) -> Any:
     return cluster
 
 
-def _start_jobqueue(spec: ClusterSpec, cleanup: contextlib.ExitStack) -> Any:
-    name = spec.backend
-    cls = backend_class(name)
-    for command in (cls.job_cls.submit_command, cls.job_cls.cancel_command):
-        _need_command(command, name)
-    where = f"{spec.source}: jobqueue.{name}"
-    args = worker_lifetime_args(dask.config.get(f"jobqueue.{name}.worker-extra-args", None) or [],
-                                dask.config.get(f"jobqueue.{name}.walltime", None), where,
-                                plain=60.0 if name == "slurm" else 1.0)
-    args = tls_only_worker_args(args)  # no plain HTTP port on the compute nodes
-    options = dict(dask.config.get(f"jobqueue.{name}.scheduler-options", None) or {})
-    if options.get("protocol") not in (None, "tls", "tls://"):
-        raise ClusterConfigError(f"{where}.scheduler-options.protocol {options['protocol']!r}: a scheduler that "
-                                 "batch workers reach listens on the network, so dkpca starts it with TLS only; "
-                                 "remove the protocol.")
-    options.setdefault("dashboard_address", "127.0.0.1:8787")  # no authentication: loopback unless named
-    _warn_open_dashboard(options["dashboard_address"], where)
-    shared = dask.config.get(f"jobqueue.{name}.shared-temp-directory", None) or os.getcwd()
-    security, private = batch_security(shared)
-    if private is not None:
-        cleanup.callback(shutil.rmtree, private, True)
-    return cls(config_name=name, worker_extra_args=args, scheduler_options=options, security=security,
-               protocol="tls://")
-
-
-async def _submit(cluster: Any, jobs: int) -> None:
-    """Submit ``jobs`` jobs and wait for the batch system's answer (a rejection raises here)."""
-    while len(cluster.worker_spec) < jobs:
-        cluster.worker_spec.update(cluster.new_worker_spec())
-    await cluster  # SpecCluster: starts what worker_spec asks for and raises what a submission raised
-
-
-def _rejected(exc: BaseException, backend: str) -> ClusterError:
-    text = str(exc)
-    said = text.split("stderr:", 1)[-1] if "stderr:" in text else text
-    return ClusterError(f"the batch system rejected the {backend} worker job: {' '.join(said.split())}; fix the "
-                        f"jobqueue.{backend} settings (queue, account, walltime, memory) in the cluster file or the "
-                        "site's Dask configuration.")
-
-
 def _start_cloud(spec: ClusterSpec) -> Any:
     if spec.backend == "kubernetes":
         # Outside a pod the Kubernetes API is reached with the user's kubectl configuration.
         if not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            _need_command("kubectl", "kubernetes")
+            need_command("kubectl", "kubernetes")
         cls = backend_class("kubernetes")
         start = lambda: cls(quiet=True)  # noqa: E731 - everything else from the kubernetes.* config
     else:
@@ -223,18 +178,13 @@ def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | No
     if spec.backend == "local":
         cluster = _start_local(spec)
     elif spec.backend in ("slurm", "pbs"):
-        cluster = _start_jobqueue(spec, cleanup)
+        cluster = start_batch(spec, cleanup)
     else:
         cluster = _start_cloud(spec)
     try:
         if spec.backend in ("slurm", "pbs"):
-            try:
-                cluster.sync(_submit, cluster, jobs_for(scale, adapt, sizing_job(spec).worker_processes))
-            except RuntimeError as exc:
-                for job in list(cluster.workers.values()):
-                    if job.status == Status.created:  # never submitted: nothing to cancel, mark it closed
-                        cluster.sync(ProcessInterface.close, job)
-                raise _rejected(exc, spec.backend) from None
+            submit_jobs(cluster, spec.backend, jobs_for(scale, adapt, sizing_job(spec).worker_processes),
+                        _deadline(spec, timeout))
         elif scale:
             cluster.scale(**scale)
         if adapt:
@@ -256,12 +206,6 @@ def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | No
         cluster.close()
         raise
     return client
-
-
-def _warn_open_dashboard(address: Any, where: str) -> None:
-    if address and not is_loopback(address):
-        logger.warning("%s: the Dask dashboard at %s has no authentication; anyone who can reach it sees the "
-                       "cluster (bind it to 127.0.0.1 and use an SSH tunnel)", where, address)
 
 
 def _open(target: Target, scheduler_file: str | os.PathLike | None, timeout: float | None,

@@ -52,6 +52,7 @@ from concurrent.futures import wait as wait_all
 from typing import Any
 
 import dask
+from dask.base import named_schedulers
 from dask.callbacks import Callback
 from distributed import as_completed
 from distributed import wait as wait_futures
@@ -66,7 +67,7 @@ from .watch import LostComputationError, SchedulerLostError, StalledComputationE
 __all__ = ["LostComputationError", "SchedulerLostError", "StalledComputationError", "active_client",
            "config_switch", "gathers_direct", "local_thread_count", "n_workers_threads", "serial_blas", "row_blocks",
            "local_threads", "balance", "placement", "shares", "placed", "compute", "Progress", "ProgressCallback",
-           "LOCAL_BYTES", "for_the_client"]
+           "LOCAL_BYTES", "for_the_client", "local_scheduler", "check_scheduler"]
 
 #: input arrays up to this size are read (the scan, the plan's samples) and copied into the store by the
 #: client's own threads, even with a cluster.  Measured on a 16-core machine (issue 40), n = 40,000, d = 50
@@ -120,6 +121,42 @@ def _on_cluster(client: Any, tasks: Sequence, label: str | None, progress: bool 
             raise
 
 
+_CLUSTER = ("dask.distributed", "distributed")
+
+
+def local_scheduler(local: bool = False) -> Any:
+    """The scheduler a computation without a client runs on: Dask's ``scheduler`` setting (threads if unset).
+
+    Raises
+    ------
+    ValueError
+        The setting names no scheduler, or asks for a cluster (``distributed``) and no client of one is running:
+        refused naming the setting (dask's own errors are a traceback's last line, without its name).
+    """
+    scheduler = dask.config.get("scheduler", None) or "threads"
+    if local and (not isinstance(scheduler, str) or scheduler.lower() in _CLUSTER):
+        # a Client makes itself Dask's scheduler setting: local means this process's threads all the same
+        # (measured on a 16-worker cluster, a 40,000 x 50 scan went to the workers anyway: 2.3 s, not 0.07)
+        return "threads"
+    if not isinstance(scheduler, str):
+        return scheduler  # a callable or an executor, which dask takes as it is
+    if scheduler.lower() in _CLUSTER:
+        raise ValueError(f"the Dask setting scheduler={scheduler!r} (DASK_SCHEDULER) asks for a cluster, but no "
+                         "client of one is running; pass --scheduler ADDRESS or --cluster (Python: start a "
+                         "distributed.Client first), or unset it to run on this machine's threads.")
+    if scheduler.lower() not in named_schedulers:
+        raise ValueError(f"the Dask setting scheduler={scheduler!r} (DASK_SCHEDULER) names no Dask scheduler: use "
+                         f"one of {', '.join(sorted(named_schedulers))} or distributed (with a cluster), or unset "
+                         "it to run on this machine's threads.")
+    return scheduler.lower()
+
+
+def check_scheduler() -> None:
+    """Refuse, before any work, a Dask ``scheduler`` setting no computation of this process could run on."""
+    if active_client() is None:
+        local_scheduler()
+
+
 def compute(*tasks: Any, label: str = "", threads: int | None = None,
             progress: bool | ProgressCallback = False, local: bool = False) -> tuple:
     """``dask.compute(*tasks)`` under dkpca's execution policy.
@@ -151,15 +188,7 @@ def compute(*tasks: Any, label: str = "", threads: int | None = None,
             # the workers there are now; a second loss ends it.
             logging.getLogger("dkpca").warning("%s: submitting it once more", str(exc).split(";")[0])
             return _on_cluster(client, tasks, label if show else None, progress)
-    scheduler = dask.config.get("scheduler", None) or "threads"
-    if local and (not isinstance(scheduler, str) or scheduler in ("dask.distributed", "distributed")):
-        # a Client makes itself Dask's scheduler setting: local means this process's threads all the same
-        # (measured on a 16-worker cluster, a 40,000 x 50 scan went to the workers anyway: 2.3 s, not 0.07)
-        scheduler = "threads"
-    elif scheduler in ("dask.distributed", "distributed"):  # dask's own error would be a traceback's last line
-        raise ValueError("the Dask setting scheduler='distributed' (DASK_SCHEDULER) asks for a cluster, but no "
-                         "client of one is running; pass --scheduler ADDRESS or --cluster (Python: start a "
-                         "distributed.Client first), or unset it to run on this machine's threads.")
+    scheduler = local_scheduler(local)
     kw: dict[str, Any] = {}
     if scheduler in ("threads", "threading"):
         if not threads or dask.config.get("num_workers", None) is not None:

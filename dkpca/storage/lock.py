@@ -210,10 +210,12 @@ class Fenced:
 
 
 @contextlib.contextmanager
-def exclusive(path: str) -> Iterator[Lease]:
+def exclusive(path: str, what: str = "store", by: str = "fit") -> Iterator[Lease]:
     """Hold ``<path>/.dkpca.lock`` for the duration of the block (``path``: a local directory or a URL).
 
     Yields the :class:`Lease` the fit's writers check before they write.
+    ``what`` and ``by`` name the directory and its writer in a refusal (a
+    transform's output is locked alike: ``what="output", by="transform"``).
 
     Raises
     ------
@@ -230,7 +232,7 @@ def exclusive(path: str) -> Iterator[Lease]:
     # first (idempotent) so that the lock decides between them.
     files.prepare()
     me = _Holding(files, uuid.uuid4().hex, lease)
-    _acquire(path, me)
+    _acquire(f"{what} {path!r}", me, by)
     beat = threading.Thread(target=_heartbeat, args=(me,), name="dkpca-lease", daemon=True)
     beat.start()
     try:
@@ -241,7 +243,7 @@ def exclusive(path: str) -> Iterator[Lease]:
         _release(me)
 
 
-def _acquire(path: str, me: _Holding) -> None:
+def _acquire(named: str, me: _Holding, by: str) -> None:
     for attempt in range(_ATTEMPTS):
         doc = me.document()
         if me.files.create(LOCK_NAME, doc):
@@ -260,7 +262,7 @@ def _acquire(path: str, me: _Holding) -> None:
             assert holder is not None
             age = max(0.0, time.time() - holder["heartbeat"])  # a holder's clock a little ahead: just now
             raise StoreLockedError(
-                f"store {path!r} is in use by another fit (process {holder['pid']} on {holder['host']}, heartbeat "
+                f"{named} is in use by another {by} (process {holder['pid']} on {holder['host']}, heartbeat "
                 f"{age:.0f} s ago, lease {holder['lease']:g} s); wait for it to finish, or for its lease to run "
                 f"out if it was killed."
             )
@@ -270,7 +272,7 @@ def _acquire(path: str, me: _Holding) -> None:
         # Another process is changing this lock (taking it over too): look again shortly.
         time.sleep(min(0.01 * (attempt + 1), 0.2))
     raise StoreLockedError(
-        f"store {path!r}: could not take {me.lock} (other fits keep changing it); retry."
+        f"{named}: could not take {me.lock} (other processes keep changing it); retry."
     )
 
 

@@ -15,8 +15,13 @@ projections) whose attribute ``dkpca_transform`` records what made it::
   place, or one object), so a chunk that is there was written completely; each is read back through its
   CRC-32C and only the missing or damaged ones are computed -- if the output was made by the same model (its
   content, :func:`model_digest`, not its path) from the same input (the fingerprint :func:`dkpca.io.scan`
-  computes), with the same shape and chunks.  Any other output is refused unless ``overwrite``; one replaced
-  by another transform while this one wrote it is not marked complete (its projections are not this one's).
+  computes), with the same shape and chunks.  Any other output is refused unless ``overwrite``.
+* One transform writes an output at a time: :func:`open_output` holds the output's writer lock (the store's
+  lease, :mod:`dkpca.storage.lock`, as ``<output>/.dkpca.lock``, removed when it ends) and every chunk write
+  checks it, so a second transform -- resuming, or replacing with ``overwrite`` -- is refused while the first
+  runs, and a straggler of one killed writes nothing into its successor's output.  Where the lock cannot be
+  made race-free (an fsspec protocol other than S3's) an output replaced while a transform wrote it is still
+  not marked complete by that transform.
 * Each chunk's digest, returned by the task writing it, is recorded with ``complete``: verify, a rerun and
   a reader refuse an intact chunk that is not the one written there (an incomplete output: CRC only).
 * ``overwrite`` replaces only an output this module wrote, and removes only the files it wrote there
@@ -30,8 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,26 +61,17 @@ from .integrity import (
     writable,
     write_config,
 )
+from .lock import Lease, exclusive
+from .lockfiles import UnlockableStoreError, lock_files
+from .outputstate import KEY, OUTPUT_FORMAT_VERSION, NotAnOutputError, OutputState, chunk_grid, output_state
 from .paths import exists, is_url, url_fs
 from .verify import Finding
 
 __all__ = ["KEY", "OUTPUT_FORMAT_VERSION", "NotAnOutputError", "OutputState", "TransformOutput", "model_digest",
-           "output_state", "prepare_output", "is_output", "check_readable", "readable", "output_facts", "describe",
-           "verify_output"]
+           "output_state", "prepare_output", "open_output", "is_output", "check_readable", "readable", "output_facts",
+           "describe", "verify_output"]
 
-#: the attribute that marks a Zarr array as a dkpca transform output
-KEY = "dkpca_transform"
-OUTPUT_FORMAT_VERSION = 1
-
-_CHUNK = re.compile(r"c/(\d+)/(\d+)")
-#: zarr's temporary of a key being written (``zarr/storage/_local.py``: the key's suffix replaced by
-#: ``.<uuid hex>.partial``, so ``zarr.json`` -> ``zarr.<hex>.partial``): debris of a write that was killed
-_PARTIAL = re.compile(r"(?P<key>zarr|c/\d+/\d+)\.[0-9a-f]{32}\.partial")
 _RERUN = "rerun the same 'dkpca transform' command to finish it (the chunks already written are kept)"
-
-
-class NotAnOutputError(ValueError):
-    """The output path holds something that dkpca did not write as a transform output."""
 
 
 def model_digest(arrays: Sequence[np.ndarray], facts: dict[str, Any]) -> str:
@@ -86,96 +81,6 @@ def model_digest(arrays: Sequence[np.ndarray], facts: dict[str, Any]) -> str:
     changes it; the same model read from a moved store does not.
     """
     return content_digest(arrays, json.dumps(facts, sort_keys=True, default=str).encode())
-
-
-def _grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(-(-s // c) for s, c in zip(shape, chunks, strict=True))
-
-
-@dataclass(frozen=True)
-class OutputState:
-    """A transform output as found: its record, shape, chunks, which chunk files are there, and other files."""
-
-    path: str
-    record: dict[str, Any]
-    shape: tuple[int, ...]
-    chunks: tuple[int, ...]
-    present: frozenset[tuple[int, ...]]
-    foreign: tuple[str, ...]  # files this module did not write
-    debris: tuple[str, ...]  # zarr's temporaries of our keys
-
-    @property
-    def total(self) -> int:
-        return int(np.prod(_grid(self.shape, self.chunks)))
-
-    @property
-    def complete(self) -> bool:
-        """Marked complete, and every chunk file there."""
-        return bool(self.record.get("complete")) and len(self.present) == self.total
-
-    def missing(self) -> list[tuple[int, ...]]:
-        return [c for c in np.ndindex(*_grid(self.shape, self.chunks)) if c not in self.present]
-
-
-def _files(path: str) -> list[str]:
-    """Every file under ``path``, relative to it (``[""]``: ``path`` is itself a file)."""
-    fs, where = url_fs(path)
-    where = where.rstrip("/")
-    if is_url(path):
-        fs.invalidate_cache(where)  # what other processes wrote since this instance last listed
-    if fs.isfile(where):
-        return [""]
-    return sorted(p[len(where) + 1:] for p in fs.find(where) if p.startswith(where + "/"))
-
-
-def _not_ours(shown: str, what: str) -> NotAnOutputError:
-    return NotAnOutputError(
-        f"output {shown!r} exists and is not a dkpca transform output (it is {what}); dkpca writes a new output "
-        "or replaces one it wrote, and never removes files it did not write: choose another output path, or "
-        "remove it yourself.")
-
-
-def output_state(path: str, shown: str | None = None) -> OutputState | None:
-    """The transform output at ``path`` (``shown``: the path as the user wrote it); None if nothing is there.
-
-    An empty directory counts as nothing (there is nothing in it to lose).
-    Only an output is listed file by file: a store or a user's directory is
-    refused from its metadata, however many files it holds.
-
-    Raises
-    ------
-    NotAnOutputError
-        Something is there that is not a transform output dkpca wrote.
-    """
-    shown = path if shown is None else shown
-    if not exists(path):
-        return None
-    try:
-        node = zarr.open(path, mode="r")
-    except Exception:  # no Zarr metadata: a file, a directory of files, or an empty directory
-        files = _files(path)
-        if all(_PARTIAL.fullmatch(f) for f in files):  # nothing, or only zarr's temporary of a killed creation
-            return None
-        raise _not_ours(shown, "a file" if files == [""] else "a directory of other files") from None
-    if isinstance(node, zarr.Group):
-        raise _not_ours(shown, "a dkpca store" if node.attrs.get("format") == "dkpca-store" else "a Zarr group")
-    record = node.attrs.get(KEY)
-    if not isinstance(record, dict) or record.get("format_version") != OUTPUT_FORMAT_VERSION or node.ndim != 2:
-        raise _not_ours(shown, "a Zarr array that 'dkpca transform' did not write")
-    shape, chunks = tuple(node.shape), tuple(node.chunks)
-    grid = _grid(shape, chunks)
-    present, foreign, debris = set(), [], []
-    for f in _files(path):
-        m = _CHUNK.fullmatch(f)
-        if f == "zarr.json":
-            continue
-        if m and all(int(i) < g for i, g in zip(m.groups(), grid, strict=True)):
-            present.add(tuple(int(i) for i in m.groups()))
-        elif _PARTIAL.fullmatch(f):
-            debris.append(f)
-        else:
-            foreign.append(f)
-    return OutputState(path, record, shape, chunks, frozenset(present), tuple(foreign), tuple(debris))
 
 
 def _differs(state: OutputState, record: dict[str, Any], shape: tuple[int, ...], chunks: tuple[int, ...]) -> str:
@@ -204,8 +109,11 @@ def _unsealed(record: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in record.items() if k not in ("digest", "digests")}, "complete": False}
 
 
-def _write_chunk(block: np.ndarray, array: zarr.Array, row: int) -> int:
-    """Write one output chunk's rows from ``row`` on; its digest as stored (recorded with ``complete``)."""
+def _write_chunk(block: np.ndarray, array: zarr.Array, row: int, lease: Lease | None) -> int:
+    """Write one output chunk's rows from ``row`` on, if ``lease`` still holds the output; its digest as stored
+    (recorded with ``complete``)."""
+    if lease is not None:
+        lease.check()  # a straggler of a transform that lost the output writes nothing into another's
     array[row:row + block.shape[0], :] = block
     return padded_digest(np.ascontiguousarray(block), array.chunks)
 
@@ -220,6 +128,7 @@ class TransformOutput:
     todo: list[tuple[int, ...]]
     total: int
     kept_digests: dict[tuple[int, ...], int]
+    lease: Lease | None = None
 
     @property
     def kept(self) -> int:
@@ -232,7 +141,7 @@ class TransformOutput:
         if self.todo:
             edge = self.array.chunks[0]
             Z = Z.rechunk((edge, Z.shape[1]))  # a no-op where the rows are already the output's chunks
-            writes = [dask.delayed(_write_chunk, pure=False)(Z.blocks[i, j], self.array, i * edge)
+            writes = [dask.delayed(_write_chunk, pure=False)(Z.blocks[i, j], self.array, i * edge, self.lease)
                       for i, j in self.todo]
             digests.update(zip(self.todo, compute(*writes, label="projecting", progress=progress), strict=True))
         state = output_state(self.path)
@@ -243,7 +152,7 @@ class TransformOutput:
         if missing := state.missing():  # a write that vanished without an error: never mark a hole complete
             raise CorruptChunkError(self.path, "projections", missing[0], "missing after the transform wrote it; "
                                     "rerun")
-        grid = np.ndindex(*_grid(state.shape, state.chunks))
+        grid = np.ndindex(*chunk_grid(state.shape, state.chunks))
         self.array.update_attributes({KEY: {**self.record, "complete": True, "digest": DIGEST,
                                             "digests": encode_digests([digests[c] for c in grid])}})
 
@@ -282,13 +191,54 @@ def _remove(state: OutputState) -> None:
             os.rmdir(os.path.join(where, "c"))
 
 
+@contextlib.contextmanager
+def _writer_lock(path: str) -> Iterator[Lease | None]:
+    """The output's writer lock (:func:`~.lock.exclusive`), held while a transform prepares and writes it.
+
+    Two transforms into one output would each replace or resume what the
+    other writes.  Where no race-free create exists (an fsspec protocol
+    other than S3's) the output is written unlocked, as before locks:
+    :meth:`TransformOutput.write` still refuses to mark an output another
+    transform replaced meanwhile.
+    """
+    try:
+        lock_files(path)
+    except UnlockableStoreError:
+        yield None
+        return
+    with exclusive(path, what="output", by="transform") as lease:
+        yield lease
+
+
+@contextlib.contextmanager
+def open_output(path: str, shown: str, origin: dict[str, Any], shape: tuple[int, ...], chunks: tuple[int, ...],
+                overwrite: bool) -> Iterator[TransformOutput]:
+    """:func:`prepare_output` under the output's writer lock, held until the block ends (write inside it).
+
+    Raises
+    ------
+    StoreLockedError
+        Another transform is writing this output.
+    """
+    new = not exists(path)
+    try:
+        with _writer_lock(path) as lease:
+            yield prepare_output(path, shown, origin, shape, chunks, overwrite, lease)
+    finally:
+        if new and not is_url(path):  # the lock made the directory: removed if refused before any write
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+
 def prepare_output(path: str, shown: str, origin: dict[str, Any], shape: tuple[int, ...], chunks: tuple[int, ...],
-                   overwrite: bool) -> TransformOutput:
+                   overwrite: bool, lease: Lease | None = None) -> TransformOutput:
     """The output at ``path`` ready for projections of ``shape``: new, resumed, or replaced.
 
     ``origin``: ``{"store", "model", "input": {"path", "fingerprint"}}``.  The same
     origin, shape and chunks resume (``overwrite`` then rewrites a complete
     output whole); another output of dkpca is replaced only with ``overwrite``.
+    ``lease``: the output's writer lock as :func:`open_output` holds it, which
+    every chunk write checks (None: written unlocked).
 
     Raises
     ------
@@ -305,7 +255,7 @@ def prepare_output(path: str, shown: str, origin: dict[str, Any], shape: tuple[i
             arr = writable(zarr.open_array(path, mode="r+"))
             kept: dict[tuple[int, ...], int] = {}
             if overwrite and state.complete:  # asked to replace a complete output: every chunk again
-                todo = list(np.ndindex(*_grid(state.shape, state.chunks)))
+                todo = list(np.ndindex(*chunk_grid(state.shape, state.chunks)))
             else:  # resume: the missing chunks, and any that fails its checksum or recorded digest
                 recorded = _recorded(state.record, state.total)
                 found = {c: _chunk_digest(arr, c, recorded) for c in state.present}
@@ -313,7 +263,7 @@ def prepare_output(path: str, shown: str, origin: dict[str, Any], shape: tuple[i
                 todo = sorted(state.missing() + [c for c, v in found.items() if v is None])
             if todo and state.record.get("complete"):  # marked incomplete before any chunk is rewritten
                 arr.update_attributes({KEY: _unsealed(state.record)})
-            return TransformOutput(path, arr, _unsealed(state.record), todo, state.total, kept)
+            return TransformOutput(path, arr, _unsealed(state.record), todo, state.total, kept, lease)
         if not overwrite:
             raise FileExistsError(f"output {shown!r} holds the projections of {why}; choose another path, or pass "
                                   "--overwrite (overwrite=True) to replace it.")
@@ -325,8 +275,8 @@ def prepare_output(path: str, shown: str, origin: dict[str, Any], shape: tuple[i
         _remove(state)
     arr = zarr.create_array(store=path, shape=shape, chunks=chunks, dtype="float64", fill_value=np.nan,
                             compressors=checksum_codecs(), attributes={KEY: record}, config=write_config())
-    todo = list(np.ndindex(*_grid(shape, chunks)))
-    return TransformOutput(path, arr, record, todo, len(todo), {})
+    todo = list(np.ndindex(*chunk_grid(shape, chunks)))
+    return TransformOutput(path, arr, record, todo, len(todo), {}, lease)
 
 
 def is_output(node: Any) -> bool:
@@ -370,7 +320,7 @@ def output_facts(path: str) -> dict[str, Any] | None:
 def describe(facts: dict[str, Any]) -> str:
     """:func:`output_facts` as ``dkpca info`` prints them."""
     inp = facts.get("input") or {}
-    total = int(np.prod(_grid(tuple(facts["shape"]), tuple(facts["chunks"]))))
+    total = int(np.prod(chunk_grid(tuple(facts["shape"]), tuple(facts["chunks"]))))
     state = "complete" if facts["complete"] else (
         f"incomplete: {facts['chunks_written']} of {total} chunks written (the transform was interrupted); {_RERUN}")
     return "\n".join([
