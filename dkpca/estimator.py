@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import pickle
 import warnings
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -37,20 +38,16 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .incremental import PartialFit
+from .incremental import STORE_GIVEN, PartialFit
 from .inverse import InverseTransform
 from .io import as_dask, open_input
 from .linalg import center_precomputed
 from .pipeline import fit_with
 from .planning import memory_precision
 from .projection import kernel_diag, project
-from .request import (
-    check_kernel_pca_params,
-    check_out_of_core_params,
-)
+from .request import check_kernel_pca_params, check_out_of_core_params, refused_as_sklearn
 from .sklearnparams import SklearnParams
 from .solvers import Solver
 
@@ -61,15 +58,6 @@ EIGEN_SOLVERS = ("auto", "dense", "arpack", "randomized", "lanczos")
 
 def _is_out_of_core(X: Any) -> bool:
     return isinstance(X, (str, os.PathLike, da.Array, zarr.Array))
-
-
-def _refused_as_sklearn(check: Any, *args: Any) -> None:
-    """``check(*args)``; a parameter it refuses is raised as scikit-learn's estimators raise one, an
-    ``InvalidParameterError`` (a ``ValueError`` and a ``TypeError``: code written for either catches it)."""
-    try:
-        check(*args)
-    except ValueError as exc:
-        raise InvalidParameterError(str(exc)) from None
 
 
 class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
@@ -160,9 +148,14 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         Out of core: store root of the Gram matrix and model, always kept
         (default: beside a path input; for a dask array a temporary directory
         that lives as long as the fitted model: removed with the estimator, by
-        a refit, or at interpreter exit).  An estimator fitted out of core
-        pickles only with a store given here (the pickle refers to it); with a
-        temporary store pickling raises ``pickle.PicklingError``.
+        a refit, or at interpreter exit; one a killed process left is removed
+        by the next temporary fit).  A store holds one fit: the clones a grid
+        search or cross-validation makes would share it (each fold's data
+        refused, or replaced with ``overwrite``, or refused while another
+        clone writes it), so leave ``store`` unset there.  An estimator fitted
+        out of core pickles with a store given here (the pickle refers to it
+        by its absolute path) or beside a path input; with a temporary store
+        pickling raises ``pickle.PicklingError``.
     overwrite : bool, default=False
         Out of core: a store that holds another fit (another kernel, dtype,
         chunk size or data) is rebuilt from scratch instead of refused, as
@@ -291,7 +284,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         -------
         self : KernelPCA
         """
-        _refused_as_sklearn(check_kernel_pca_params, self.get_params(deep=False), EIGEN_SOLVERS)
+        refused_as_sklearn(check_kernel_pca_params, self.get_params(deep=False), EIGEN_SOLVERS)
         self._reset()
         if _is_out_of_core(X):
             self._fit_out_of_core(X)
@@ -302,6 +295,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
                               "dask.array.from_array(X) to fit it out of core into the store.", UserWarning,
                               stacklevel=2)
             self._fit_in_memory(X)
+        self.n_samples_seen_ = int(self.eigenvectors_.shape[0])  # IncrementalPCA's: the rows fitted
         return self
 
     def _fit_in_memory(self, X: Any) -> None:
@@ -336,15 +330,18 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         if self.fit_inverse_transform:
             self._fit_ridge(X)
 
-    def _fit_out_of_core(self, X: Any, update: bool = False) -> None:
-        """``update``: a later ``partial_fit`` call, which updates the store's fit (never overwrites it)."""
-        _refused_as_sklearn(check_out_of_core_params, self.get_params(deep=False))
+    def _fit_out_of_core(self, X: Any, update: bool = False, store: str | None = None) -> None:
+        """``update``: a later ``partial_fit`` call, which updates the store's fit (never overwrites it), in
+        ``store`` (the fitted store's absolute path; None: the ``store`` parameter)."""
+        refused_as_sklearn(check_out_of_core_params, self.get_params(deep=False))
         shape = open_input(X).shape
         if len(shape) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(shape)}.")
         n, d = (int(s) for s in shape)
-        model = fit_with(X, self._fit_options(n, d, overwrite=self.overwrite and not update))
+        options = self._fit_options(n, d, overwrite=self.overwrite and not update)
+        model = fit_with(X, options if store is None else replace(options, store=store))
         self.model_ = model
+        self.__dict__[STORE_GIVEN] = None if self.store is None else os.fspath(self.store)
         facts = model.fit_report  # typed: the fit's own report, never a dict read back
         self.precision_ = facts.precision
         self.kernel_ = model.kernel
@@ -356,6 +353,8 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         self.explained_variance_ratio_ = model.explained_variance_ratio_
         self.eigen_solver_ = facts.solver
         self.n_features_in_ = d
+        if model.feature_names is not None:  # a data frame's, a CSV's or Parquet file's: transform checks them
+            self.feature_names_in_ = np.asarray(model.feature_names, dtype=object)
         self.X_fit_ = model.X_fit
         self._centering = model.centering
         diag = self.X_fit_.map_blocks(partial(kernel_diag, kernel=model.kernel), dtype=np.float64, drop_axis=1,
@@ -432,7 +431,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         memory; a new estimator's first call on a store that holds a fit
         continues that fit.  A batch refused leaves the estimator as it was.
         """
-        _refused_as_sklearn(check_kernel_pca_params, self.get_params(deep=False), EIGEN_SOLVERS)
+        refused_as_sklearn(check_kernel_pca_params, self.get_params(deep=False), EIGEN_SOLVERS)
         return self._grow(X, out_of_core=_is_out_of_core(X))
 
     # -- transform ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ store update path turns into an update of the store.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +37,12 @@ from sklearn.utils.validation import validate_data
 
 from .execution import local_threads
 from .growth import nystroem_rows
-from .io import as_dask, scan
+from .io import as_dask, check_feature_names, feature_names, scan
 from .kernels import Kernel
 from .linalg import Centering, balanced_block, block_bounds, rows_per_block
 from .linalg.products import MEMORY_BLOCK
 from .model import load
+from .projection import gone_store
 from .solvers import Solver, subspace_width
 from .storage import FitStore
 
@@ -50,6 +52,8 @@ logger = logging.getLogger("dkpca")
 
 #: the kept kernel matrix of the rows seen so far (a fitted attribute: ``fit`` drops it, pickles leave it out)
 KEPT = "_kernel_seen_"
+#: the ``store`` parameter an out-of-core fit was made with (a later partial_fit grows that fit's store)
+STORE_GIVEN = "_store_given"
 
 
 def cross_kernel(kernel: Kernel, X_new: Any, X_old: Any, dtype: Any) -> np.ndarray:
@@ -225,7 +229,10 @@ class PartialFit:
             raise ValueError(
                 "partial_fit out of core (a dask array, Zarr or file batch, or a fit made out of core) grows a "
                 "store: pass store='path.dkpca.zarr' to KernelPCA, or pass numpy batches to grow the fit in memory.")
-        seen = self._rows_seen(fitted)
+        store = self._fitted_store()
+        seen, names = self._rows_seen(fitted, store)
+        # a data frame's columns must be the fitted ones in their order: the batch is appended by position
+        check_feature_names(X, names)
         batch = as_dask(X, min_samples=1 if seen is not None else 2, purpose="partial_fit")
         if seen is not None and batch.shape[1] != seen.shape[1]:
             raise ValueError(f"X has {batch.shape[1]} features, but {type(self).__name__} is expecting "
@@ -233,24 +240,41 @@ class PartialFit:
         scan(batch)  # a non-finite value named by its row in the batch, not in the rows seen and the batch
         grown = None if seen is None else da.concatenate([seen, batch.astype(seen.dtype)])
         if grown is not None:
-            self._refuse_another_batch_over_a_killed_one(grown)
+            self._refuse_another_batch_over_a_killed_one(grown, store)
         state = dict(self.__dict__)
         try:
             # the rows seen (lazily) followed by the batch: dkpca.fit sees a store whose data is the first
-            # rows of its input, and updates it
+            # rows of its input, and updates it (keeping the fit's feature names); a first data frame as it is,
+            # so that its column names are the fit's
             self._reset()  # as fit does; a later call updates the store's fit, only the first may overwrite it
-            self._fit_out_of_core(batch if grown is None else grown, update=fitted)
+            first = X if feature_names(X) is not None else batch
+            self._fit_out_of_core(first if grown is None else grown, update=fitted, store=store)
         except BaseException:
             # fit drops the fitted attributes first: a batch refused leaves the estimator as it was, as in memory
             self.__dict__.clear()
             self.__dict__.update(state)
             raise
 
-    def _refuse_another_batch_over_a_killed_one(self, grown: da.Array) -> None:
+    def _fitted_store(self) -> str:
+        """The store a call grows: the one this estimator was fitted into, by the absolute path its model records
+        (an estimator unpickled in another directory grew a new store there from a relative ``store=``)."""
+        model = getattr(self, "model_", None)
+        given = self.__dict__.get(STORE_GIVEN)
+        if model is None or model.temporary is not None or given is None:
+            return os.fspath(self.store)
+        if FitStore.at(model.store).is_new():  # the rows fitted are read from it: not "damaged", gone
+            raise FileNotFoundError(gone_store(model.store))
+        if os.fspath(self.store) != given:
+            raise ValueError(f"store={os.fspath(self.store)!r} was set after this {type(self).__name__} was fitted "
+                             f"into {model.store!r}; partial_fit grows the fitted store: set store back, or call fit "
+                             "to start afresh in the new one.")
+        return model.store
+
+    def _refuse_another_batch_over_a_killed_one(self, grown: da.Array, path: str) -> None:
         """A batch killed while it was being added leaves the store's data ahead of its model; ``dkpca.fit``'s
         refusal of ``grown`` (the rows seen and another batch) then advised ``overwrite=True``, which here would
         refit this batch alone.  Another batch: of other rows, or as many whose digests differ from the copy's."""
-        store = FitStore.at(self.store)
+        store = FitStore.at(path)
         try:
             ext, fitted = store.data_extent(), store.model_rows()
         except (OSError, ValueError, KeyError):  # the fit judges a store it cannot read, naming why
@@ -260,29 +284,31 @@ class PartialFit:
             return
         if pending != grown.shape[0] or (ext.growing is None and store.changed_chunk(grown, pending) is not None):
             raise ValueError(
-                f"store {self.store!r} holds the fit of {fitted} rows and a batch being added to it (rows {fitted} "
+                f"store {path!r} holds the fit of {fitted} rows and a batch being added to it (rows {fitted} "
                 f"to {pending - 1}) that was killed before it finished: call partial_fit again with that batch to "
                 f"finish it, then with this one (overwrite=True would start afresh on this batch alone, dropping "
                 f"the {fitted} rows fitted).")
 
-    def _rows_seen(self, fitted: bool) -> da.Array | None:
-        """The rows fitted so far, lazily; None before the first fit.  A fresh estimator whose store holds a
-        fit continues it (a job run again each night on its new rows), reading the model's own rows; with
-        ``overwrite=True`` it starts afresh on the batch."""
+    def _rows_seen(self, fitted: bool, path: str) -> tuple[da.Array | None, tuple[str, ...] | None]:
+        """The rows fitted so far, lazily (None before the first fit), and their feature names (None: none).  A
+        fresh estimator whose store holds a fit continues it (a job run again each night on its new rows),
+        reading the model's own rows; with ``overwrite=True`` it starts afresh on the batch."""
         if fitted:
-            return self.X_fit_ if isinstance(self.X_fit_, da.Array) else da.from_array(np.asarray(self.X_fit_))
-        store = FitStore.at(self.store)
+            names = getattr(self, "feature_names_in_", None)
+            seen = self.X_fit_ if isinstance(self.X_fit_, da.Array) else da.from_array(np.asarray(self.X_fit_))
+            return seen, None if names is None else tuple(names)
+        store = FitStore.at(path)
         if self.overwrite or store.is_new():
-            return None
+            return None, None
         try:
             held = store.model_group() is not None
         except (OSError, ValueError):  # not a store dkpca reads: the fit refuses it, naming why
-            return None
+            return None, None
         if not held:
-            return None
-        seen = load(self.store).X_fit  # damage raises here, naming it
-        logger.info("partial_fit: continuing the fit of %d rows in store %s", seen.shape[0], store.path)
-        return seen
+            return None, None
+        model = load(path)  # damage raises here, naming it
+        logger.info("partial_fit: continuing the fit of %d rows in store %s", model.n_samples, store.path)
+        return model.X_fit, model.feature_names
 
     def _check_kernel_unchanged(self) -> None:
         """Refuse kernel parameters changed since the fit (``set_params``): its kept K is of the old kernel."""

@@ -205,6 +205,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
     with req.store.lock() as lease:
         t = time.perf_counter()
         path, names = input_path(source), feature_names(source)
+        if names is None and update is not None and update.model is not None:  # grown rows of the fitted columns
+            names = update.model.feature_names
         source = absolute(path) if path is not None else None
         Xs = (grow_store(req, update, fp, lease, plan.gram is GramMode.STORE, source) if update is not None else
               req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,

@@ -24,7 +24,8 @@ from .kernels import Kernel
 from .linalg import Centering, ProjectionWeights, block_bounds, kernel_product, rows_per_block
 from .storage import FitStore
 
-__all__ = ["check_temporary", "kernel_diag", "project_blocks", "project_rows", "project", "project_stored"]
+__all__ = ["check_temporary", "gone_store", "kernel_diag", "project_blocks", "project_rows", "project",
+           "project_stored"]
 
 #: ``products(rows) -> (K(rows, X_fit) @ W, row means of K(rows, X_fit))`` for a block of new rows
 Products = Callable[[Any], tuple[np.ndarray, np.ndarray]]
@@ -90,6 +91,12 @@ def check_temporary(temporary: Any) -> None:
                          "store='path.dkpca.zarr' to keep a model.")
 
 
+def gone_store(path: str) -> str:
+    """What a fitted model (or estimator) says of its store when nothing is there any more."""
+    return (f"store {path!r}, where this model's training rows are, no longer exists (moved or deleted since the "
+            "model was fitted or loaded): load the model from where the store is now (dkpca.load(path)), or refit.")
+
+
 def project_stored(Xb: np.ndarray, store: FitStore, block: int, n: int, bound: str | None, kernel: Kernel,
                    weights: ProjectionWeights, centering: Centering, temporary: Any = None,
                    block_info: dict | None = None) -> np.ndarray:
@@ -114,7 +121,12 @@ def project_stored(Xb: np.ndarray, store: FitStore, block: int, n: int, bound: s
                  f"in row {row}, the first of rows {start} to {stop - 1}")
         raise ValueError(f"X contains NaN or infinity ({where}); remove or impute non-finite values before "
                          "transform.")
-    training = store.training_array(n, bound)  # the model's own rows (an update may have grown the copy since)
+    try:
+        training = store.training_array(n, bound)  # the model's own rows (an update may have grown the copy since)
+    except FileNotFoundError:
+        if not store.is_new():
+            raise
+        raise FileNotFoundError(gone_store(store.path)) from None
 
     def products(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         KW, ksum = kernel_product(kernel, rows, training, weights.W, rows=block)

@@ -8,6 +8,7 @@ sign, to 1e-6 (residual / gap); the dense solver to rounding.
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import dask.array as da
@@ -260,7 +261,7 @@ def test_a_fit_then_partial_fit_and_a_pickle_round_trip():
     est = pickle.loads(blob).partial_fit(X[260:])
     assert_matches_eigh(est, X)
     est.fit(X[:100])  # a fit starts afresh: nothing of the grown fit is kept
-    assert not hasattr(est, "n_samples_seen_") and dkpca.incremental.KEPT not in vars(est)
+    assert est.n_samples_seen_ == 100 and dkpca.incremental.KEPT not in vars(est)
 
 
 # -- kernel="precomputed" --------------------------------------------------------------------------------------
@@ -417,3 +418,80 @@ def test_with_a_store_a_refused_batch_leaves_the_estimator_as_it_was(tmp_path, r
     est.partial_fit(X[100:150])
     assert est.n_samples_seen_ == 150
     assert_matches_eigh(est, X[:150], k=4)
+
+
+def frame(X: np.ndarray, columns: str = "abcdefghij"):
+    pd = pytest.importorskip("pandas")
+    return pd.DataFrame(X, columns=list(columns[:X.shape[1]]))
+
+
+def test_with_a_store_a_batch_of_reordered_columns_is_refused_as_in_memory(tmp_path):
+    """Before: the store path read data frames by position and kept no names: a batch with its columns in another
+    order was appended (eigenvalues 0.225 off the correct fit's) and transform took reordered frames.  Now the
+    fit's names are the first frame's, kept by every update, and checked as in memory (scikit-learn's refusal)."""
+    X = data(600, d=4)
+    est = KernelPCA(3, kernel="rbf", gamma=GAMMA, store=str(tmp_path / "s.dkpca.zarr"), dtype="float64", tol=1e-10)
+    est.partial_fit(frame(X[:400]))
+    with pytest.raises(ValueError, match="The feature names should match those that were passed during fit"):
+        est.partial_fit(frame(X[400:])[list("dcba")])
+    assert est.n_samples_seen_ == 400  # refused before any work: the estimator as it was
+    est.partial_fit(frame(X[400:]))
+    assert list(est.feature_names_in_) == list("abcd") and est.model_.feature_names == tuple("abcd")
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=GAMMA), 3)
+    np.testing.assert_allclose(est.eigenvalues_, lam, rtol=1e-8)
+    with pytest.raises(ValueError, match="The feature names should match"):
+        est.transform(frame(X[:5])[list("dcba")])
+    assert dkpca.load(est.model_.store).feature_names == tuple("abcd")  # and a fresh estimator on it checks them
+    fresh = KernelPCA(3, kernel="rbf", gamma=GAMMA, store=est.model_.store, dtype="float64")
+    with pytest.raises(ValueError, match="The feature names should match"):
+        fresh.partial_fit(frame(X[:10])[list("badc")])
+
+
+def test_a_fit_of_a_csv_file_checks_a_data_frames_columns_at_transform(tmp_path):
+    """Before: feature_names_in_ was not set from a CSV's header, so a reordered frame was projected by position
+    (0.48 off) with scikit-learn's false warning 'fitted without feature names'.  Reference: the same frame in
+    the fitted order."""
+    X = data(200, d=4)
+    frame(X).to_csv(tmp_path / "x.csv", index=False)
+    est = KernelPCA(2, kernel="rbf", gamma=GAMMA, dtype="float64").fit(str(tmp_path / "x.csv"))
+    assert list(est.feature_names_in_) == list("abcd") and est.n_samples_seen_ == 200
+    with pytest.raises(ValueError, match="The feature names should match"):
+        est.transform(frame(X)[list("dcba")])
+    np.testing.assert_allclose(est.transform(frame(X)), est.fit_transform(str(tmp_path / "x.csv")), atol=1e-8)
+
+
+def test_an_estimator_unpickled_in_another_directory_grows_its_own_store(tmp_path, monkeypatch):
+    """Before: a relative store= was resolved again in the new working directory, where partial_fit made a second
+    store and left the fitted one at its old rows.  Now the model's absolute path is the store a call grows; a
+    store= set after the fit is refused, naming both."""
+    X = data(600)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    est = KernelPCA(5, kernel="rbf", gamma=GAMMA, store="s.dkpca.zarr", dtype="float64", tol=1e-10, random_state=0)
+    blob = pickle.dumps(est.partial_fit(X[:400]))
+    monkeypatch.chdir(tmp_path / "b")
+    again = pickle.loads(blob).partial_fit(X[400:])
+    assert again.model_.store == str(tmp_path / "a" / "s.dkpca.zarr") and not (tmp_path / "b" / "s.dkpca.zarr").exists()
+    assert dkpca.load(str(tmp_path / "a" / "s.dkpca.zarr")).n_samples == 600
+    assert_matches_eigh(again, X)
+    with pytest.raises(ValueError, match=r"store='t.dkpca.zarr' was set after this KernelPCA was fitted into"):
+        again.set_params(store="t.dkpca.zarr").partial_fit(X[:10])
+
+
+def test_fit_sets_n_samples_seen_as_incremental_pca_does(tmp_path):
+    X = data(120)
+    assert KernelPCA(2).fit(X).n_samples_seen_ == 120
+    assert KernelPCA(2, store=str(tmp_path / "s.dkpca.zarr")).fit(da.from_array(X, chunks=60)).n_samples_seen_ == 120
+
+
+def test_an_estimator_whose_store_was_moved_says_so(tmp_path):
+    """Before: transform said 'fit a model first (dkpca fit ...)' and partial_fit that the store's copy of the data
+    was damaged; the store was moved."""
+    X, store = data(300), str(tmp_path / "s.dkpca.zarr")
+    blob = pickle.dumps(KernelPCA(3, kernel="rbf", gamma=GAMMA, store=store).fit(da.from_array(X, chunks=150)))
+    os.rename(store, str(tmp_path / "moved.dkpca.zarr"))
+    est = pickle.loads(blob)
+    for call in (lambda: est.transform(X[:5]), lambda: est.partial_fit(X[:10])):
+        with pytest.raises(FileNotFoundError, match=r"no longer exists \(moved or deleted since the model was fitted"):
+            call()

@@ -405,6 +405,16 @@ def test_bad_parameters(params, match):
         SparseKernelPCA(**{**base, **params}).fit(X)
 
 
+@pytest.mark.parametrize("params", [{"noise_variance": "x"}, {"max_iter": 0}, {"update": "newton"}])
+def test_a_bad_parameter_is_scikit_learns_invalid_parameter_error(params):
+    """As KernelPCA's (and scikit-learn's): a ValueError and a TypeError (a plain ValueError before)."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError) as exc:
+        SparseKernelPCA(**{"gamma": GAMMA, "noise_variance": SIGMA2, **params}).fit(toy(0)[0])
+    assert isinstance(exc.value, TypeError) and isinstance(exc.value, ValueError)
+
+
 @pytest.mark.parametrize("center", [False, True])
 def test_a_noise_variance_above_the_largest_eigenvalue_is_refused_naming_the_matrix(center):
     """Above the largest eigenvalue of K/n (of K~/n, K centred, with center=True) no weight survives, and the

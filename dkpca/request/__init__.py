@@ -10,12 +10,15 @@ written:
 * :mod:`.checks` -- the checks of single values, and the estimators' parameter
   sets (light too: :class:`FitOptions` checks with them);
 * :mod:`.bandwidth` -- ``fs_bandwidth``'s check (Dask's size parser);
+* :mod:`.sklearnerrors` -- a refused parameter as scikit-learn's ``InvalidParameterError``;
+* :mod:`.tempstore` -- the temporary store of in-memory input without
+  ``store=`` (and the sweep of those whose process was killed);
 * :mod:`.fitrequest` -- :func:`make_request`: a source and its
   :class:`FitOptions` as a :class:`FitRequest` (validated parameters, the
   resolved kernel, the row-chunked input and the store) that the pipeline and
   the planner consume.
 
-The members of :mod:`.checks`, :mod:`.bandwidth` and :mod:`.fitrequest` load
+The members of :mod:`.checks`, :mod:`.bandwidth`, :mod:`.tempstore` and :mod:`.fitrequest` load
 here on first access (module ``__getattr__``, PEP 562), so that ``dkpca --help``
 reads :mod:`.options` (and :mod:`.checks`) without importing Dask or Zarr.
 """
@@ -43,7 +46,9 @@ if TYPE_CHECKING:  # what static analysers see; at run time ``__getattr__`` load
         check_real,
         is_bool,
     )
-    from .fitrequest import FitRequest, TemporaryStore, default_store_path, make_request
+    from .fitrequest import FitRequest, default_store_path, make_request
+    from .sklearnerrors import refused_as_sklearn
+    from .tempstore import TemporaryStore
 
 #: submodule -> the names it provides here
 _LAZY = {
@@ -51,14 +56,16 @@ _LAZY = {
     ".checks": ("as_generator", "check_bool", "check_choice", "check_dtype", "check_int",
                 "check_kernel_pca_params", "check_n_components", "check_n_components_spec",
                 "check_out_of_core_params", "check_random_state", "check_real", "is_bool"),
-    ".fitrequest": ("FitRequest", "TemporaryStore", "default_store_path", "make_request"),
+    ".fitrequest": ("FitRequest", "default_store_path", "make_request"),
+    ".tempstore": ("TemporaryStore",),
+    ".sklearnerrors": ("refused_as_sklearn",),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES", "as_generator", "check_bandwidth",
            "check_bool", "check_choice", "check_dtype", "check_int", "check_kernel_pca_params", "check_n_components",
            "check_n_components_spec", "check_out_of_core_params", "check_random_state", "check_real", "is_bool",
-           "FitRequest", "TemporaryStore", "default_store_path", "make_request"]
+           "FitRequest", "TemporaryStore", "default_store_path", "make_request", "refused_as_sklearn"]
 
 
 def __getattr__(name: str) -> Any:

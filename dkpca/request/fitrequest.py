@@ -8,10 +8,7 @@ and the temporary store of in-memory input.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import warnings
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +25,7 @@ from ..solvers.fraction import working_k
 from ..storage import FitStore, is_url, relation, without_local_scheme
 from .checks import check_n_components
 from .options import FitOptions
+from .tempstore import TemporaryStore
 
 __all__ = ["FitOptions", "FitRequest", "make_request", "default_store_path", "TemporaryStore", "MANY_TILES"]
 
@@ -62,39 +60,6 @@ def default_store_path(source: Any) -> str | None:
     if member:
         base += "." + member.strip("/").replace("/", ".")
     return base + ".dkpca.zarr"
-
-
-class TemporaryStore:
-    """A store in a new temporary directory, for in-memory input fitted without ``store=``.
-
-    The directory lives exactly as long as this object: it is removed by
-    :meth:`remove`, when the object is garbage-collected, or at interpreter
-    exit (``weakref.finalize`` does the last two), whichever comes first.
-    The model fitted into it holds it, and so do the lazy results of that
-    model's ``transform``, so the store outlives neither nor is removed under them.
-    """
-
-    def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="dkpca-")
-        self.store = FitStore.at(os.path.join(self.directory, "store.dkpca.zarr"))
-        self._remove = weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
-
-    def remove(self) -> None:
-        """Remove the directory now (at most once)."""
-        self._remove()
-
-    @property
-    def removed(self) -> bool:
-        return not self._remove.alive
-
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        # In a dask graph sent to distributed workers it travels as its path:
-        # a worker's copy must never own (and so remove) the directory; the
-        # client's object keeps it alive.  Models refuse to be pickled with one.
-        return str, (self.directory,)
-
-    def __dask_tokenize__(self) -> str:
-        return self.directory
 
 
 @dataclass

@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..io import as_dask
 from ..kernels import Kernel, make_kernel
 from ..planning.precision import sample_rows, warn_scale
-from ..request import check_bool, check_choice, check_int, check_real
+from ..request import check_bool, check_choice, check_int, check_real, refused_as_sklearn
 from ..solvers import EigResult, postprocess
 from ..storage import DamagedModelError
 from .blocks import center, kernel_block, mean_kernel
@@ -219,7 +219,7 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         -------
         self
         """
-        self._check_params()
+        refused_as_sklearn(self._check_params)
         X = validate_data(self, read_whole(X), dtype=np.float64, ensure_min_samples=2)
         t_start = time.perf_counter()
         kernel = resolve_kernel(self, X.shape[1])
