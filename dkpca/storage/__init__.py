@@ -6,6 +6,7 @@
 * :mod:`.integrity` -- a CRC-32C on every chunk, checked on every read; :class:`CorruptChunkError`;
 * :mod:`.chunks` -- whole-chunk reads and writes, the raw fast path and O_DIRECT;
 * :mod:`.gramstore` -- K's blocks, sums and done markers;
+* :mod:`.diskspace` -- what a stored fit needs on disk, refused before anything is written;
 * :mod:`.checkpoint` -- solver state for resuming a killed fit;
 * :mod:`.modelrecord` -- what a model group records of its arrays (digests), checked by every read;
 * :mod:`.verify` -- check a whole store, say what a rerun would recompute.
@@ -13,17 +14,9 @@
 
 from .checkpoint import CheckpointState, SolverCheckpoint
 from .chunks import ChunkReader, ChunkWriter, chunk_file, use_direct_io, write_direct
+from .diskspace import InsufficientDiskSpace, check_disk_space, fit_footprint, gram_bytes
 from .fitstore import FORMAT, FORMAT_VERSION, FitStore, json_safe, remove_member
-from .gramstore import (
-    GramInfo,
-    GramStore,
-    GramWriters,
-    InsufficientDiskSpace,
-    check_disk_space,
-    fit_footprint,
-    gram_bytes,
-    probe_array,
-)
+from .gramstore import GramInfo, GramStore, GramWriters, probe_array
 from .integrity import CorruptChunkError, checksum_codecs, create_array, has_checksum
 from .lock import LOCK_NAME, Lease, LeaseLostError, StoreLockedError
 from .modelrecord import EDITED, DamagedModelError, edited

@@ -25,6 +25,7 @@ is saved.  Arrays are Zarr, metadata JSON: nothing is pickled.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 import time
@@ -46,6 +47,19 @@ logger = logging.getLogger("dkpca")
 
 GROUP = "solver"
 SLOTS = ("s0", "s1")
+
+
+#: what the seal covers: everything a resumed solver takes from the attributes
+_SEALED = ("key", "slot", "passes", "history", "checksums")
+
+
+class _Unreadable(Exception):
+    """The checkpoint group's metadata cannot be read."""
+
+
+def _seal(attrs: dict[str, Any]) -> str:
+    """A digest of the attributes a resumed solver uses: the arrays' checksums do not cover the pass count."""
+    return content_digest([], json.dumps({k: attrs.get(k) for k in _SEALED}, sort_keys=True).encode())
 
 
 @dataclass
@@ -106,8 +120,13 @@ class SolverCheckpoint:
 
     def _group(self, create: bool) -> zarr.Group | None:
         root = self.store.open(mode="r+" if create else "r")
-        if GROUP in root:
-            return root[GROUP]
+        try:
+            if GROUP in root:
+                return root[GROUP]
+        except ValueError as exc:  # its zarr.json unreadable (cut short, garbled): a checkpoint of nothing
+            if not create:
+                raise _Unreadable(f"{GROUP}/zarr.json: {exc}") from None
+            remove_member(root, GROUP)
         if not create:
             return None
         return root.create_group(GROUP)
@@ -117,11 +136,14 @@ class SolverCheckpoint:
         self._last = time.monotonic()
         try:
             g = self._group(create=False)
+            a = dict(g.attrs) if g is not None else {}
+        except _Unreadable as exc:
+            logger.warning("solver checkpoint in %s is unreadable (%s); starting afresh", self.path, exc)
+            return None
         except (FileNotFoundError, ValueError):
             return None
         if g is None:
             return None
-        a = dict(g.attrs)
         if a.get("key") != self.key:
             if a.get("key") is not None:
                 logger.info("solver checkpoint in %s belongs to another fit; ignoring it", self.path)
@@ -129,6 +151,10 @@ class SolverCheckpoint:
         slot = a.get("slot")
         sums = a.get("checksums") or {}
         if slot not in SLOTS or slot not in g or not sums:
+            return None
+        if a.get("seal") != _seal(a):  # the pass count and history the solver resumes with, as written
+            logger.warning("solver checkpoint in %s fails its seal (its attributes were edited or damaged, or "
+                           "written by an older dkpca); starting afresh", self.path)
             return None
         arrays = {}
         try:
@@ -184,10 +210,9 @@ class SolverCheckpoint:
                 z[...] = arr
             sums[name] = content_digest([arr])
         # The pointer goes last, in one atomic JSON write.
-        g.attrs.put(json_safe({
-            "key": self.key, "slot": slot, "passes": int(passes), "history": list(history),
-            "checksums": sums, "saved": datetime.datetime.now(datetime.UTC).isoformat(),
-        }))
+        state = json_safe({"key": self.key, "slot": slot, "passes": int(passes), "history": list(history),
+                           "checksums": sums})
+        g.attrs.put({**state, "seal": _seal(state), "saved": datetime.datetime.now(datetime.UTC).isoformat()})
         self.saves += 1
         self._last = time.monotonic()
         return True
@@ -198,5 +223,4 @@ class SolverCheckpoint:
             root = self.store.open(mode="r+")
         except (FileNotFoundError, ValueError):
             return
-        if GROUP in root:
-            remove_member(root, GROUP)
+        remove_member(root, GROUP)  # whatever is there, also a group whose zarr.json is unreadable

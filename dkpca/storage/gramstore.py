@@ -31,7 +31,7 @@ Finding damage and clearing its blocks' markers (repair) is the mix-in
 
 from __future__ import annotations
 
-import errno
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -41,8 +41,9 @@ import zarr
 
 from ..jsonsafe import json_safe
 from ..kernels import Kernel, from_dict
-from ..linalg.grid import block_bounds, n_blocks
+from ..linalg.grid import n_blocks
 from .chunks import ChunkReader, ChunkWriter, remove_partials
+from .diskspace import InsufficientDiskSpace, check_disk_space, fit_footprint, gram_bytes
 from .fitstore import FitStore, remove_member
 from .gramcheck import (
     GROUP,
@@ -71,61 +72,7 @@ from .integrity import (
 from .lock import Lease
 
 __all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "fit_footprint", "InsufficientDiskSpace",
-           "check_disk_space",
-           "probe_array", "read_done_markers", "recorded_digests"]
-
-
-class InsufficientDiskSpace(OSError):
-    """The Gram store would not fit in the free space of its filesystem."""
-
-
-def gram_bytes(n: int, block: int, dtype: Any) -> int:
-    """Bytes on disk of the upper-triangular blocks of K (uncompressed)."""
-    bounds = block_bounds(n, block)
-    itemsize = np.dtype(dtype).itemsize
-    return sum((i1 - i0) * (j1 - j0) * itemsize for a, (i0, i1) in enumerate(bounds) for (j0, j1) in bounds[a:])
-
-
-#: what one file costs beyond its bytes: filesystems allocate whole 4 KiB blocks
-FILE_OVERHEAD = 4096
-
-
-def fit_footprint(n: int, d: int, block: int, dtype: Any, ell: int, data_itemsize: int = 8,
-                  concurrent: int | None = None) -> int:
-    """Bytes a stored fit needs on disk: K, its sums and markers, the data copy, model, checkpoints, temporaries.
-
-    ``ell`` is the solver's subspace width (checkpoints hold two slots of a
-    few n x ell arrays); ``concurrent`` writers each hold one temporary chunk
-    file at a time (default: this machine's cores, twice for O_DIRECT).
-    """
-    itemsize = np.dtype(dtype).itemsize
-    nb = n_blocks(n, block)
-    k_files = nb * (nb + 1) // 2
-    parts = {
-        "K": gram_bytes(n, block, dtype) + k_files * FILE_OVERHEAD,
-        "partial_sums": nb * n * 8 + nb * nb * FILE_OVERHEAD,
-        "done_markers": 2 * nb * nb * FILE_OVERHEAD,  # K's and the sums
-        "diag_and_row_sums": n * (itemsize + 8) + 2 * nb * FILE_OVERHEAD,
-        "data_copy": n * d * data_itemsize + nb * FILE_OVERHEAD,
-        "model": n * (ell + 1) * 8 + 2 * nb * FILE_OVERHEAD,
-        "checkpoints": 2 * 3 * n * ell * 8 + 6 * nb * FILE_OVERHEAD,
-        "temporaries": 2 * (concurrent or os.cpu_count() or 1) * block * block * itemsize,
-        "metadata": 64 * FILE_OVERHEAD,
-    }
-    return int(sum(parts.values()))
-
-
-def check_disk_space(store: FitStore, needed: int) -> None:
-    """Raise :class:`InsufficientDiskSpace` if ``needed`` bytes will not fit at the store."""
-    free = store.free_bytes()
-    if free is not None and needed > free:
-        raise InsufficientDiskSpace(
-            errno.ENOSPC,
-            f"the fit's store needs {needed / 1e9:.2f} GB (K, its sums and markers, the data copy, model, checkpoints "
-            f"and temporaries) but {store.path!r} has {free / 1e9:.2f} GB free; "
-            "choose a store on a larger filesystem (store=...), use dtype='float32', "
-            "or gram='recompute', which stores no Gram matrix",
-        )
+           "check_disk_space", "probe_array", "read_done_markers", "recorded_digests", "unreadable_gram"]
 
 
 def _create_K(group: zarr.Group, shape: tuple[int, int], block: int, dtype: Any) -> zarr.Array:
@@ -257,6 +204,16 @@ class GramWriters:
             self.done.write((I, J), np.full((1, 1), digest ^ mask, np.uint64))
 
 
+def unreadable_gram(root: zarr.Group) -> str | None:
+    """Why K's metadata cannot be read (a ``zarr.json`` cut short or garbled), or None: readable, or no K."""
+    try:
+        if GROUP in root:
+            list(root[GROUP].members())
+    except ValueError as exc:  # json's and UTF-8's decoding errors
+        return f"the Gram matrix's metadata ({GROUP}/zarr.json or an array's under it) is unreadable ({exc})"
+    return None
+
+
 class GramStore(GramChecks):
     """The ``gram/`` group of a store."""
 
@@ -280,7 +237,7 @@ class GramStore(GramChecks):
         it says anything (a kernel changed on the same data is refused as its first and only line)."""
         if attrs is None:
             root = self.store.open()
-            attrs = dict(root[GROUP].attrs) if GROUP in root else None
+            attrs = dict(root[GROUP].attrs) if not unreadable_gram(root) and GROUP in root else None  # else rebuilt
         mismatch = self.describe_mismatch(attrs, want) if attrs is not None else ""
         if mismatch:
             raise ValueError(
@@ -299,6 +256,10 @@ class GramStore(GramChecks):
         root = self.store.open_for_write()
         n, block, dtype = want["n"], want["block"], np.dtype(want["dtype"])
         nb = n_blocks(n, block)
+        if (why := unreadable_gram(root)) is not None:  # K's record lost: K is built anew, as with no metadata
+            logging.getLogger("dkpca").warning("store %s: %s; K is built anew", self.store.path, why)
+            self.store.remove_model()  # derived from K: withdrawn first, as overwrite does
+            remove_member(root, GROUP)
         if GROUP in root:
             attrs = dict(root[GROUP].attrs)
             if not overwrite:
@@ -374,9 +335,9 @@ class GramStore(GramChecks):
         return dtype if dtype in ("float32", "float64") else None
 
     def recorded_kernel(self) -> dict | None:
-        """The kernel spec K was built with, or None when the store holds no Gram matrix."""
+        """The kernel spec K was built with, or None when the store holds no Gram matrix (or none readable)."""
         root = self.store.open()
-        return dict(root[GROUP].attrs).get("kernel") if GROUP in root else None
+        return None if unreadable_gram(root) else dict(root[GROUP].attrs).get("kernel") if GROUP in root else None
 
     def open(self) -> GramInfo:
         """A complete Gram store (``ValueError`` if it is incomplete)."""

@@ -21,7 +21,7 @@ from .chunks import partials
 from .fitstore import DATA, MODEL, RITZ, SPARSE_MODEL, FitStore
 from .gramcheck import SUMS, gram_layout
 from .gramstore import GROUP as GRAM
-from .gramstore import GramStore, read_done_markers
+from .gramstore import GramStore, read_done_markers, unreadable_gram
 from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified
 from .modelrecord import EDITED, DamagedModelError, edited
 
@@ -81,6 +81,8 @@ def _data(store: FitStore, root: zarr.Group) -> Finding:
 
 
 def _gram(store: FitStore, root: zarr.Group) -> Finding:
+    if (why := unreadable_gram(root)) is not None:
+        return Finding("gram", False, f"gram: {why}; a rerun of the fit builds K anew")
     if GRAM not in root:
         return Finding("gram", True, "gram: no Gram matrix yet; a rerun of the fit builds it")
     g = root[GRAM]
@@ -175,9 +177,13 @@ def _ritz(store: FitStore) -> Finding | None:
 
 
 def _checkpoint(root: zarr.Group) -> Finding | None:
-    if CHECKPOINT not in root:
-        return None
-    g = root[CHECKPOINT]
+    try:
+        if CHECKPOINT not in root:
+            return None
+        g = root[CHECKPOINT]
+    except ValueError as exc:  # its zarr.json cut short or garbled
+        return Finding("checkpoint", True, f"solver checkpoint: {CHECKPOINT}/zarr.json unreadable ({exc}); harmless: "
+                                           "a rerun starts the solver afresh and replaces it")
     slot = g.attrs.get("slot")
     if slot not in SLOTS or slot not in g:  # none yet (killed before the first pass saved), or an edited pointer
         return Finding("checkpoint", True, "solver checkpoint: none complete; a rerun starts the solver afresh")

@@ -1,0 +1,84 @@
+"""Metadata a fit reads back that cannot be parsed (a ``zarr.json`` cut short or garbled) ends in the right answer.
+
+Before: a truncated ``solver/zarr.json`` or ``gram/zarr.json`` made every command -- the fit with or without
+``--overwrite``, ``verify``, ``info``, ``transform`` -- end in a bare JSON parser error naming no file, for ever.
+Now the checkpoint's is ignored (a warning) and replaced, K's is K's record lost (K built anew, as where it is
+missing), and ``verify`` names each.  Reference: ``scipy.linalg.eigh`` of the dense centred kernel (rbf, gamma
+0.2), eigenvalues to 1e-8 relative (a float64 K and the dense solver).  A checkpoint's pass count is sealed too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import zarr
+from sklearn.metrics.pairwise import rbf_kernel
+
+import dkpca
+from dkpca.cli import main
+from dkpca.storage import SolverCheckpoint, verify_store
+
+from .conftest import reference_eigh
+
+
+def _cut(path) -> None:
+    """Cut a file to half its length (a write torn by a crash or a full disk)."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _assert_reference(X, store) -> None:
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=0.2), 3)
+    np.testing.assert_allclose(dkpca.load(str(store)).eigenvalues_, lam, rtol=1e-8)
+
+
+def test_an_unreadable_checkpoint_is_ignored_and_replaced(stored_fit, caplog):
+    X, store, refit = stored_fit
+    zarr.open_group(str(store), mode="r+").create_group("solver", attributes={"slot": "s0", "passes": 2})
+    _cut(store / "solver" / "zarr.json")
+    found = {f.part: f for f in verify_store(str(store))}
+    assert found["checkpoint"].ok and "solver/zarr.json unreadable" in found["checkpoint"].text
+    with caplog.at_level(logging.WARNING, logger="dkpca"):  # what an iterative solver's start reads
+        assert SolverCheckpoint(str(store), {"fit": 1}).load() is None
+    assert any("solver checkpoint" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
+    refit()
+    assert not (store / "solver").exists()  # removed once the model was saved
+    _assert_reference(X, store)
+
+
+def test_an_unreadable_gram_record_rebuilds_k_and_keeps_the_model_readable(stored_fit, capsys, caplog):
+    X, store, refit = stored_fit
+    _cut(store / "gram" / "zarr.json")
+    assert main(["verify", str(store)]) == 1
+    assert "BAD  gram: the Gram matrix's metadata (gram/zarr.json or an array's under it) is unreadable" in \
+        capsys.readouterr().out
+    Z = dkpca.load(str(store)).transform(X[:5])  # the model does not need K's record
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
+        model = refit()
+    assert any("K is built anew" in r.getMessage() for r in caplog.records)
+    assert model.report["gram"]["computed_blocks"] == 6  # all of K's upper triangle, 3 x 3 blocks
+    _assert_reference(X, store)
+    np.testing.assert_allclose(np.abs(model.transform(X[:5])), np.abs(Z), atol=1e-10)
+    assert all(f.ok for f in verify_store(str(store)))
+
+
+def test_an_unreadable_k_array_record_rebuilds_k(stored_fit):
+    X, store, refit = stored_fit
+    _cut(store / "gram" / "K" / "zarr.json")
+    assert not {f.part: f for f in verify_store(str(store))}["gram"].ok
+    refit()
+    _assert_reference(X, store)
+
+
+def test_a_checkpoints_edited_pass_count_is_not_resumed_from(tmp_path, stored_fit, caplog):
+    """The arrays' checksums did not cover ``passes``: a resumed solver believed it had done 59 of 60 passes and
+    stopped unconverged with other eigenvalues (3e-4 of the largest off), exit 0."""
+    _, store, _ = stored_fit
+    ck = SolverCheckpoint(str(store), {"fit": 1}, interval=0)
+    ck.save(3, [1e-2, 1e-3, 1e-4], Q=np.eye(4))
+    assert SolverCheckpoint(str(store), {"fit": 1}).load().passes == 3
+    zarr.open_group(str(store / "solver"), mode="r+").attrs.update({"passes": 59})
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
+        assert SolverCheckpoint(str(store), {"fit": 1}).load() is None
+    assert any("fails its seal" in r.getMessage() for r in caplog.records)
