@@ -82,3 +82,23 @@ def test_a_checkpoints_edited_pass_count_is_not_resumed_from(tmp_path, stored_fi
     with caplog.at_level(logging.WARNING, logger="dkpca"):
         assert SolverCheckpoint(str(store), {"fit": 1}).load() is None
     assert any("fails its seal" in r.getMessage() for r in caplog.records)
+
+
+def test_a_store_whose_root_record_is_lost_is_refused_as_that(stored_fit, capsys):
+    """Before: 'exists and is not a dkpca store' (fit) and 'not a Zarr group written by dkpca' (verify, info), of a
+    directory plainly holding a fit.  Still refused -- dkpca writes nothing into what it cannot tell is its own --
+    but said as what it is, with the fix; a foreign directory is refused as before."""
+    X, store, refit = stored_fit
+    (store / "zarr.json").unlink()
+    before = sorted(p.name for p in store.iterdir())
+    np.save(store.parent / "x.npy", X)
+    data = str(store.parent / "x.npy")
+    for argv in (["fit", data, "--store", str(store), "-k", "2", "--overwrite", "-q"], ["verify", str(store)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "holds a dkpca fit's parts (data, gram, model" in err and "root metadata (zarr.json) is missing" in err
+    assert sorted(p.name for p in store.iterdir()) == before
+    (store.parent / "other").mkdir()
+    (store.parent / "other" / "notes.txt").write_text("mine")
+    assert main(["fit", data, "--store", str(store.parent / "other"), "-q"]) == 2
+    assert "exists and is not a dkpca store" in capsys.readouterr().err

@@ -99,6 +99,17 @@ class FitStore(StoredData, ModelSlots):
         # an object at the store's key itself (not a prefix) lists as itself: a foreign file
         return [name.rsplit("/", 1)[-1] if name != where.rstrip("/") else "" for name in names] or None
 
+    def _headless(self) -> str | None:
+        """The refusal of a store whose root metadata is lost (missing or unreadable) but whose parts are dkpca's
+        (``data``, ``gram``, a model): said as that, not as a foreign path; None if it does not look like one."""
+        names = set(self._listing() or ())
+        if not ({DATA, "gram"} & names or any(n.startswith(("model", "ritz")) for n in names)):
+            return None
+        return (f"store {self.path!r} holds a dkpca fit's parts ({', '.join(sorted(names - {''}))}) but its root "
+                "metadata (zarr.json) is missing or unreadable, so dkpca cannot tell that it is its own and writes "
+                "nothing into it: restore that file from a backup, or move the directory away (or remove it) to "
+                "fit afresh.")
+
     def is_new(self) -> bool:
         """Absent, or a directory (key prefix) holding nothing but our lock (and its temporary files)."""
         names = self._listing()
@@ -121,9 +132,8 @@ class FitStore(StoredData, ModelSlots):
             try:
                 root = zarr.open_group(self.path, mode=mode)
             except Exception as exc:
-                raise ValueError(
-                    f"store {self.path!r} exists and is not a dkpca store; choose another store path."
-                ) from exc
+                raise ValueError(self._headless() or f"store {self.path!r} exists and is not a dkpca store; choose "
+                                 "another store path.") from exc
             self._check_format(root)
             return root
         # "a", not "w": the directory may already hold the lock of the fit creating it.
@@ -140,7 +150,8 @@ class FitStore(StoredData, ModelSlots):
         try:
             root = zarr.open_group(self.path, mode=mode)
         except Exception as exc:
-            raise ValueError(f"{self.path!r} is not a Zarr group written by dkpca ({exc}).") from exc
+            why = self._headless() or f"{self.path!r} is not a Zarr group written by dkpca ({exc})."
+            raise ValueError(why) from exc
         self._check_format(root)
         return root
 
