@@ -102,3 +102,11 @@ def test_a_store_whose_root_record_is_lost_is_refused_as_that(stored_fit, capsys
     (store.parent / "other" / "notes.txt").write_text("mine")
     assert main(["fit", data, "--store", str(store.parent / "other"), "-q"]) == 2
     assert "exists and is not a dkpca store" in capsys.readouterr().err
+
+
+def test_an_empty_directory_is_said_to_be_empty_by_verify_and_info(tmp_path, capsys):
+    """Before: 'not a Zarr group written by dkpca', of a directory a fit takes as a new store."""
+    (tmp_path / "s").mkdir()
+    for command in ("verify", "info"):
+        assert main([command, str(tmp_path / "s")]) == 2
+        assert "is empty; fit a model first" in capsys.readouterr().err

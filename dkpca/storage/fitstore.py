@@ -144,9 +144,10 @@ class FitStore(StoredData, ModelSlots):
 
     def open(self, mode: str = "r") -> zarr.Group:
         """Open a store that dkpca wrote (``FileNotFoundError`` / ``ValueError`` otherwise)."""
-        if self._listing() is None:
-            raise FileNotFoundError(
-                f"store {self.path!r} does not exist; fit a model first (dkpca fit ... --store {self.path}).")
+        if self.is_new():  # nothing there, or an empty directory (a fit takes either as a new store)
+            there = "does not exist" if self._listing() is None else "is empty"
+            raise FileNotFoundError(f"store {self.path!r} {there}; fit a model first (dkpca fit ... --store "
+                                    f"{self.path}).")
         try:
             root = zarr.open_group(self.path, mode=mode)
         except Exception as exc:
