@@ -110,3 +110,24 @@ def test_an_empty_directory_is_said_to_be_empty_by_verify_and_info(tmp_path, cap
     for command in ("verify", "info"):
         assert main([command, str(tmp_path / "s")]) == 2
         assert "is empty; fit a model first" in capsys.readouterr().err
+
+
+def test_verify_judges_a_checkpoint_as_the_solvers_start_does(stored_fit):
+    """Before: 'pass 3 verified; a rerun resumes from it' of a checkpoint the fit then ignored (an array's
+    zarr.json missing); now verify says what the start would do with it."""
+    _, store, _ = stored_fit
+
+    def said() -> str:
+        return {f.part: f for f in verify_store(str(store))}["checkpoint"].text
+
+    ck = SolverCheckpoint(str(store), {"fit": 1}, interval=0)
+    ck.save(3, [1e-2, 1e-3, 1e-4], Q=np.eye(4))
+    assert "pass 3 verified; a rerun resumes from it" in said()
+    group = zarr.open_group(str(store / "solver"), mode="r+")
+    group.attrs.update({"passes": 59})
+    assert "its attributes fail their seal; harmless" in said()
+    ck.save(3, [1e-2, 1e-3, 1e-4], Q=np.eye(4))  # sealed again, into the other slot
+    slot = zarr.open_group(str(store / "solver"), mode="r").attrs["slot"]
+    (store / "solver" / slot / "Q" / "zarr.json").unlink()
+    assert "its arrays Q are missing; harmless" in said()
+    assert SolverCheckpoint(str(store), {"fit": 1}).load() is None

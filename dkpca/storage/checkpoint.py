@@ -41,7 +41,7 @@ from .chunks import ChunkWriter
 from .fitstore import FitStore, remove_member
 from .integrity import content_digest, create_array
 
-__all__ = ["SolverCheckpoint", "CheckpointState", "SLOTS", "GROUP"]
+__all__ = ["SolverCheckpoint", "CheckpointState", "SLOTS", "GROUP", "seal"]
 
 logger = logging.getLogger("dkpca")
 
@@ -57,7 +57,7 @@ class _Unreadable(Exception):
     """The checkpoint group's metadata cannot be read."""
 
 
-def _seal(attrs: dict[str, Any]) -> str:
+def seal(attrs: dict[str, Any]) -> str:
     """A digest of the attributes a resumed solver uses: the arrays' checksums do not cover the pass count."""
     return content_digest([], json.dumps({k: attrs.get(k) for k in _SEALED}, sort_keys=True).encode())
 
@@ -152,7 +152,7 @@ class SolverCheckpoint:
         sums = a.get("checksums") or {}
         if slot not in SLOTS or slot not in g or not sums:
             return None
-        if a.get("seal") != _seal(a):  # the pass count and history the solver resumes with, as written
+        if a.get("seal") != seal(a):  # the pass count and history the solver resumes with, as written
             logger.warning("solver checkpoint in %s fails its seal (its attributes were edited or damaged, or "
                            "written by an older dkpca); starting afresh", self.path)
             return None
@@ -212,7 +212,7 @@ class SolverCheckpoint:
         # The pointer goes last, in one atomic JSON write.
         state = json_safe({"key": self.key, "slot": slot, "passes": int(passes), "history": list(history),
                            "checksums": sums})
-        g.attrs.put({**state, "seal": _seal(state), "saved": datetime.datetime.now(datetime.UTC).isoformat()})
+        g.attrs.put({**state, "seal": seal(state), "saved": datetime.datetime.now(datetime.UTC).isoformat()})
         self.saves += 1
         self._last = time.monotonic()
         return True

@@ -16,7 +16,7 @@ import numpy as np
 import zarr
 
 from .checkpoint import GROUP as CHECKPOINT
-from .checkpoint import SLOTS
+from .checkpoint import SLOTS, seal
 from .chunks import partials
 from .fitstore import DATA, MODEL, RITZ, SPARSE_MODEL, FitStore
 from .gramcheck import SUMS, gram_layout
@@ -184,9 +184,13 @@ def _checkpoint(root: zarr.Group) -> Finding | None:
     except ValueError as exc:  # its zarr.json cut short or garbled
         return Finding("checkpoint", True, f"solver checkpoint: {CHECKPOINT}/zarr.json unreadable ({exc}); harmless: "
                                            "a rerun starts the solver afresh and replaces it")
-    slot = g.attrs.get("slot")
+    slot, attrs = g.attrs.get("slot"), g.attrs.asdict()
     if slot not in SLOTS or slot not in g:  # none yet (killed before the first pass saved), or an edited pointer
         return Finding("checkpoint", True, "solver checkpoint: none complete; a rerun starts the solver afresh")
+    missing = [name for name in attrs.get("checksums") or {} if name not in g[slot]]
+    if missing or attrs.get("seal") != seal(attrs):  # as the solver's start judges it (SolverCheckpoint.load)
+        why = f"its arrays {', '.join(missing)} are missing" if missing else "its attributes fail their seal"
+        return Finding("checkpoint", True, f"solver checkpoint: {why}; harmless: a rerun starts the solver afresh")
     try:
         _verify_group(g[slot])
     except CorruptChunkError as exc:
