@@ -76,11 +76,11 @@ def cmd_fit(a: argparse.Namespace) -> int:
     if a.json:  # stdout is the JSON object only (the log and progress are on stderr)
         print(json.dumps(model_facts(model), indent=2, allow_nan=False))
         return 0
-    g = model.report.get("gram", {})
+    g, resumed = model.report.get("gram", {}), (model.report.get("solver_info") or {}).get("resumed_at_pass")
     if model.gram_mode is GramMode.STORE:
         print(f"Gram blocks: {g.get('computed_blocks')} computed, {g.get('reused_blocks')} reused from the store")
-    print("".join(f"{line}\n" for line in update_lines(model.report)), end="")
-    resumed = (model.report.get("solver_info") or {}).get("resumed_at_pass")
+    for line in update_lines(model.report):
+        print(line)
     if resumed:
         print(f"Solver: resumed at pass {resumed} from the checkpoint in the store "
               f"({model.report.get('passes')} passes in all)")

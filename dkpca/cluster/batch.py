@@ -76,9 +76,9 @@ def start_batch(spec: ClusterSpec, cleanup: contextlib.ExitStack) -> Any:
                protocol="tls://")
 
 
-async def _submit(cluster: Any, jobs: int, timeout: float) -> bool:
+async def _submit(cluster: Any, jobs: int, timeout: float, submit: str) -> bool:
     """Submit ``jobs`` jobs and wait for the batch system's answer (a rejection raises here); False if it gave
-    none within ``timeout`` seconds (the submissions are then killed, and their failures awaited)."""
+    none within ``timeout`` seconds (the ``submit`` processes are then killed, and their failures awaited)."""
     while len(cluster.worker_spec) < jobs:
         cluster.worker_spec.update(cluster.new_worker_spec())
     # SpecCluster starts what worker_spec asks for in tasks of its own, which cancelling this await would leave
@@ -87,7 +87,7 @@ async def _submit(cluster: Any, jobs: int, timeout: float) -> bool:
     if (await asyncio.wait([start], timeout=timeout))[0]:
         start.result()
         return True
-    _kill_submissions(cluster.job_cls.submit_command.split()[0])
+    _kill_submissions(submit)
     await asyncio.wait([start], timeout=_AFTER_KILL)
     with contextlib.suppress(Exception):  # killed: the submission's failure is this one's, said by the caller
         start.result()
@@ -102,8 +102,9 @@ def submit_jobs(cluster: Any, backend: str, jobs: int, timeout: float) -> None:
     ClusterError
         The batch system rejected a job, or did not answer within ``timeout``.
     """
+    submit = cluster.job_cls.submit_command.split()[0]  # sbatch, qsub
     try:
-        answered = cluster.sync(_submit, cluster, jobs, timeout)
+        answered = cluster.sync(_submit, cluster, jobs, timeout, submit)
     except RuntimeError as exc:
         _forget_unsubmitted(cluster)
         text = str(exc)
@@ -113,10 +114,9 @@ def submit_jobs(cluster: Any, backend: str, jobs: int, timeout: float) -> None:
                            "the site's Dask configuration.") from None
     if not answered:
         _forget_unsubmitted(cluster)
-        raise ClusterError(f"the batch system did not answer the {backend} job submission "
-                           f"({cluster.job_cls.submit_command.split()[0]}) within {timeout:g}s; check that it is up "
-                           "(sinfo, squeue or qstat answer) and rerun, or wait longer (--cluster-timeout, Dask "
-                           "setting dkpca.cluster.timeout).")
+        raise ClusterError(f"the batch system did not answer the {backend} job submission ({submit}) within "
+                           f"{timeout:g}s; check that it is up (sinfo, squeue or qstat answer) and rerun, or wait "
+                           "longer (--cluster-timeout, Dask setting dkpca.cluster.timeout).")
 
 
 def _kill_submissions(submit: str) -> None:

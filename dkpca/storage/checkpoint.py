@@ -53,10 +53,6 @@ SLOTS = ("s0", "s1")
 _SEALED = ("key", "slot", "passes", "history", "checksums")
 
 
-class _Unreadable(Exception):
-    """The checkpoint group's metadata cannot be read."""
-
-
 def seal(attrs: dict[str, Any]) -> str:
     """A digest of the attributes a resumed solver uses: the arrays' checksums do not cover the pass count."""
     return content_digest([], json.dumps({k: attrs.get(k) for k in _SEALED}, sort_keys=True).encode())
@@ -118,31 +114,31 @@ class SolverCheckpoint:
         self.saves = 0
         self._last: float | None = None
 
-    def _group(self, create: bool) -> zarr.Group | None:
-        root = self.store.open(mode="r+" if create else "r")
+    def _group(self) -> zarr.Group:
+        """The checkpoint group to write, made where there is none (or one whose zarr.json cannot be read)."""
+        root = self.store.open(mode="r+")
         try:
             if GROUP in root:
                 return root[GROUP]
-        except ValueError as exc:  # its zarr.json unreadable (cut short, garbled): a checkpoint of nothing
-            if not create:
-                raise _Unreadable(f"{GROUP}/zarr.json: {exc}") from None
+        except ValueError:  # its zarr.json cut short or garbled: a checkpoint of nothing, replaced
             remove_member(root, GROUP)
-        if not create:
-            return None
         return root.create_group(GROUP)
 
     def load(self) -> CheckpointState | None:
         """The saved state for this key, or None (absent, other key, or damaged)."""
         self._last = time.monotonic()
         try:
-            g = self._group(create=False)
-            a = dict(g.attrs) if g is not None else {}
-        except _Unreadable as exc:
-            logger.warning("solver checkpoint in %s is unreadable (%s); starting afresh", self.path, exc)
-            return None
+            root = self.store.open(mode="r")
         except (FileNotFoundError, ValueError):
             return None
-        if g is None:
+        try:
+            if GROUP not in root:
+                return None
+            g = root[GROUP]
+            a = dict(g.attrs)
+        except ValueError as exc:  # its zarr.json cut short or garbled
+            logger.warning("solver checkpoint in %s is unreadable (%s/zarr.json: %s); starting afresh", self.path,
+                           GROUP, exc)
             return None
         if a.get("key") != self.key:
             if a.get("key") is not None:
@@ -179,7 +175,7 @@ class SolverCheckpoint:
         now = time.monotonic()
         if self._last is not None and now - self._last < self.interval:
             return False
-        g = self._group(create=True)
+        g = self._group()
         current = g.attrs.get("slot") if g.attrs.get("key") == self.key else None
         slot = SLOTS[1] if current == SLOTS[0] else SLOTS[0]
         # The slot being written is the one nobody points to.  Its arrays are

@@ -204,6 +204,15 @@ class GramWriters:
             self.done.write((I, J), np.full((1, 1), digest ^ mask, np.uint64))
 
 
+def _recorded(root: zarr.Group) -> dict | None:
+    """K's record (its group's attributes); None where the store holds no K or the record cannot be read (a
+    ``zarr.json`` cut short or garbled: K's record lost, and a fit builds K anew)."""
+    try:
+        return dict(root[GROUP].attrs) if GROUP in root else None
+    except ValueError:  # json's and UTF-8's decoding errors
+        return None
+
+
 def unreadable_gram(root: zarr.Group) -> str | None:
     """Why K's metadata cannot be read (a ``zarr.json`` cut short or garbled), or None: readable, or no K."""
     try:
@@ -236,8 +245,7 @@ class GramStore(GramChecks):
         read here when not given): what :meth:`prepare` refuses without ``overwrite``, which a fit asks before
         it says anything (a kernel changed on the same data is refused as its first and only line)."""
         if attrs is None:
-            root = self.store.open()
-            attrs = dict(root[GROUP].attrs) if not unreadable_gram(root) and GROUP in root else None  # else rebuilt
+            attrs = _recorded(self.store.open())
         mismatch = self.describe_mismatch(attrs, want) if attrs is not None else ""
         if mismatch:
             raise ValueError(
@@ -328,16 +336,14 @@ class GramStore(GramChecks):
         if self.store.is_new():
             return None
         try:
-            root = self.store.open()
-            dtype = dict(root[GROUP].attrs).get("dtype") if GROUP in root else None
+            dtype = (_recorded(self.store.open()) or {}).get("dtype")
         except (OSError, ValueError, TypeError, KeyError):  # not a store, or metadata zarr cannot read
             return None
         return dtype if dtype in ("float32", "float64") else None
 
     def recorded_kernel(self) -> dict | None:
         """The kernel spec K was built with, or None when the store holds no Gram matrix (or none readable)."""
-        root = self.store.open()
-        return None if unreadable_gram(root) else dict(root[GROUP].attrs).get("kernel") if GROUP in root else None
+        return (_recorded(self.store.open()) or {}).get("kernel")
 
     def open(self) -> GramInfo:
         """A complete Gram store (``ValueError`` if it is incomplete)."""

@@ -61,7 +61,7 @@ from .integrity import (
     writable,
     write_config,
 )
-from .lock import Lease, exclusive
+from .lock import Fenced, Lease, exclusive
 from .lockfiles import UnlockableStoreError, lock_files
 from .outputstate import KEY, OUTPUT_FORMAT_VERSION, NotAnOutputError, OutputState, chunk_grid, output_state
 from .paths import exists, is_url, url_fs
@@ -109,13 +109,11 @@ def _unsealed(record: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in record.items() if k not in ("digest", "digests")}, "complete": False}
 
 
-def _write_chunk(block: np.ndarray, array: zarr.Array, row: int, lease: Lease | None) -> int:
-    """Write one output chunk's rows from ``row`` on, if ``lease`` still holds the output; its digest as stored
-    (recorded with ``complete``)."""
-    if lease is not None:
-        lease.check()  # a straggler of a transform that lost the output writes nothing into another's
-    array[row:row + block.shape[0], :] = block
-    return padded_digest(np.ascontiguousarray(block), array.chunks)
+def _write_chunk(block: np.ndarray, target: Any, row: int, chunks: tuple[int, ...]) -> int:
+    """Write one output chunk's rows from ``row`` on into ``target`` (the array, or it fenced by the writer's
+    lease); its digest as stored in ``chunks`` (recorded with ``complete``)."""
+    target[row:row + block.shape[0], :] = block
+    return padded_digest(np.ascontiguousarray(block), chunks)
 
 
 @dataclass
@@ -141,7 +139,9 @@ class TransformOutput:
         if self.todo:
             edge = self.array.chunks[0]
             Z = Z.rechunk((edge, Z.shape[1]))  # a no-op where the rows are already the output's chunks
-            writes = [dask.delayed(_write_chunk, pure=False)(Z.blocks[i, j], self.array, i * edge, self.lease)
+            # fenced: a straggler of a transform that lost the output writes nothing into another's
+            target = self.array if self.lease is None else Fenced(self.array, self.lease)
+            writes = [dask.delayed(_write_chunk, pure=False)(Z.blocks[i, j], target, i * edge, self.array.chunks)
                       for i, j in self.todo]
             digests.update(zip(self.todo, compute(*writes, label="projecting", progress=progress), strict=True))
         state = output_state(self.path)
