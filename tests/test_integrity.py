@@ -21,6 +21,8 @@ import dkpca
 from dkpca.cli import main
 from dkpca.sparse import SparseKernelPCA
 from dkpca.storage import ChunkReader, ChunkWriter, CorruptChunkError, DamagedModelError, FitStore, create_array
+from dkpca.storage.corrupt import TrailerOnlyError
+from dkpca.storage.gramstore import GramStore
 
 from .conftest import cli_error, make_data, reference_eigh, write_data
 
@@ -329,6 +331,35 @@ def test_verify_says_what_a_rerun_recomputes(stored_fit, capsys):
     assert "block (1, 1): gram/K chunk (1, 1) not what was written there" in out
     assert "a rerun of the same fit recomputes them" in out and "1 temporary chunk files" in out
     assert _K(store, 1, 1).read_bytes() == _K(store, 0, 1).read_bytes()  # verify changes nothing
+
+
+def test_a_K_chunk_whose_crc_trailer_alone_is_damaged_is_read_by_its_digest_and_verify_says_so(stored_fit, capsys):
+    """Its values match the digest recorded when written (what every solver pass checks), so a fit reads it and no
+    rerun rewrites it: verify said 'damaged; a rerun recomputes them' for ever before, now 'intact', naming it."""
+    X, store, refit = stored_fit
+    data = bytearray(_K(store, 0, 1).read_bytes())
+    data[-1] ^= 0xFF  # the last byte of the 4-byte CRC-32C trailer
+    _K(store, 0, 1).write_bytes(bytes(data))
+    assert main(["verify", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "gram/K chunk (0, 1): CRC-32C trailer damaged, values intact" in out and "store " in out
+    _agrees_with_reference(X, refit())
+    ((I, J, exc),) = GramStore(FitStore.at(store)).damaged_blocks()  # still there: no rerun rewrites it
+    assert (I, J) == (0, 1) and isinstance(exc, TrailerOnlyError)
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    (lambda p: _flip_bit(p, offset=8 * 3 + 7), "is corrupt (its CRC-32C checksum does not match)"),
+    (lambda p: p.write_bytes(p.read_bytes()[:100]), "is truncated (100 of 3204 bytes)"),
+], ids=["flipped-bit", "truncated"])
+def test_a_damaged_data_chunk_is_named_in_words_not_the_codecs_bytes(stored_fit, damage, said, capsys):
+    """zarr's codec said 'Stored and computed checksum do not match. Stored: b'...'' for both, a truncated chunk
+    too (it takes the last 4 bytes for the checksum)."""
+    X, store, refit = stored_fit
+    damage(store / "data" / "X" / "c" / "1" / "0")
+    assert main(["verify", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert f"chunk (1, 0) of array 'data/X' in '{store}' {said}" in out and "Stored" not in out
 
 
 def test_verify_of_a_damaged_data_copy_names_the_fix(stored_fit, capsys):

@@ -37,6 +37,7 @@ from zarr.storage import LocalStore
 
 from ..execution import config_switch
 from ..linalg.workspace import ALIGN, scratch, tidy
+from .corrupt import size_problem, unreadable, verify_crc, verify_digest
 from .integrity import (
     CHECKSUM_BYTES,
     CorruptChunkError,
@@ -44,8 +45,6 @@ from .integrity import (
     digest,
     has_checksum,
     padded_digest,
-    verify_crc,
-    verify_digest,
     writable,
 )
 
@@ -263,7 +262,7 @@ class ChunkReader:
             arr.get_basic_selection((slice(r0, r0 + shape[0]), slice(c0, c0 + shape[1])),
                                     out=NDBuffer.from_numpy_array(buf))
         except ValueError as exc:  # the crc32c codec's mismatch, or the bytes codec's wrong size
-            raise CorruptChunkError(self.store, self.path, (I, J), f"unreadable ({exc})") from None
+            raise CorruptChunkError(self.store, self.path, (I, J), unreadable(exc)) from None
         if expect is not None:
             verify_digest(self.store, self.path, (I, J), padded_digest(buf, self.chunks), expect)
         return buf
@@ -278,8 +277,7 @@ class ChunkReader:
             raise CorruptChunkError(self.store, self.path, (I, J), "missing") from None
         try:
             size = os.fstat(fd).st_size
-            if size != want:
-                problem = f"truncated ({size} of {want} bytes)" if size < want else f"{size} bytes, not {want}"
+            if (problem := size_problem(size, want)) is not None:
                 raise CorruptChunkError(self.store, self.path, (I, J), problem)
             if _POPULATE:
                 mapped = mmap.mmap(fd, want, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
@@ -294,8 +292,8 @@ class ChunkReader:
             os.close(fd)
         if expect is not None:
             verify_digest(self.store, self.path, (I, J), digest(full), expect)
-        if self.crc and (expect is None or both):
-            verify_crc(self.store, self.path, (I, J), checksum(full), trailer)
+        if self.crc and (expect is None or both):  # after a digest that matched, only the trailer can be damaged
+            verify_crc(self.store, self.path, (I, J), checksum(full), trailer, values_intact=expect is not None)
         return full.reshape(self.chunks)
 
 

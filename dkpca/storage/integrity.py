@@ -28,41 +28,16 @@ from zarr.codecs import Crc32cCodec
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
+from .corrupt import CorruptChunkError, size_problem, unreadable, verify_digest
+
 __all__ = ["CHECKSUM_BYTES", "CorruptChunkError", "checksum_codecs", "write_config", "writable", "create_array",
            "has_checksum", "chunk_key", "chunk_exists", "store_name", "DIGEST", "digest", "json_digest",
-           "padded_digest", "content_digest", "verify_crc", "verify_digest", "check_layout", "present_chunks",
+           "padded_digest", "content_digest", "check_layout", "present_chunks",
            "check_chunks", "damaged_chunks", "chunk_digests", "chunk_coords", "chunk_region", "read_verified",
            "read_whole", "VerifiedArray", "encode_digests", "decode_digests"]
 
 #: bytes the crc32c codec appends to each chunk (little-endian CRC-32C of the chunk's bytes)
 CHECKSUM_BYTES = 4
-
-
-class CorruptChunkError(ValueError):
-    """A chunk dkpca wrote is missing, of the wrong size, or fails its checksum.
-
-    ``array`` is the array's path in the store (``gram/K``), ``chunk`` the
-    chunk's grid coordinates, or None for a problem of the whole array (its
-    metadata: ``problem`` then names the fix itself).  Picklable with its
-    fields, so it crosses from a distributed worker to the client unchanged.
-    """
-
-    def __init__(self, store: str, array: str, chunk: tuple[int, ...] | None, problem: str) -> None:
-        self.store, self.array, self.problem = store, array, problem
-        self.chunk = None if chunk is None else tuple(chunk)
-        if self.chunk is None:
-            super().__init__(f"array {array!r} in {store!r} {problem}")
-            return
-        where = ", ".join(map(str, self.chunk))
-        top = array.split("/", 1)[0].split(".", 1)[0]
-        fix = {"data": "; the store's copy of the data is damaged, or the store was refit since this model was "
-                       "loaded (then load it again): rerun the fit with overwrite=True (CLI: --overwrite) to copy it",
-               "model": "; the model is damaged: rerun the fit to solve again",
-               "gram": "; a rerun of the fit recomputes that block"}.get(top, "")
-        super().__init__(f"chunk ({where}) of array {array!r} in {store!r} is {problem}{fix}")
-
-    def __reduce__(self) -> tuple:
-        return type(self), (self.store, self.array, self.chunk, self.problem)
 
 
 def checksum_codecs() -> list:
@@ -165,19 +140,6 @@ def content_digest(arrays: Iterable[np.ndarray], extra: bytes = b"") -> str:
         h.update(a.reshape(-1).view(np.uint8))
     h.update(extra)
     return h.hexdigest()
-
-
-def verify_crc(store: str, array: str, coords: tuple[int, ...], crc: int, trailer: Any) -> None:
-    """Raise :class:`CorruptChunkError` unless ``crc`` (the content's) equals the stored ``trailer``."""
-    if crc != int.from_bytes(bytes(trailer), "little"):
-        raise CorruptChunkError(store, array, coords, "corrupt (its CRC-32C checksum does not match)")
-
-
-def verify_digest(store: str, array: str, coords: tuple[int, ...], got: int, expect: int) -> None:
-    """Raise :class:`CorruptChunkError` unless the content's digest ``got`` is the one recorded, ``expect``."""
-    if got != expect:
-        raise CorruptChunkError(store, array, coords, "not what was written there (its digest differs from the one "
-                                                      "recorded when it was written: corrupt, or another chunk's data)")
 
 
 def encode_digests(values: Any) -> list[str]:
@@ -291,8 +253,23 @@ def read_verified(arr: zarr.Array, selection: Any = Ellipsis) -> np.ndarray:
             try:
                 arr[chunk_region(arr, c)]
             except Exception as exc:
-                raise CorruptChunkError(store_name(arr), arr.path, c, f"unreadable ({exc})") from None
+                raise CorruptChunkError(store_name(arr), arr.path, c, _wrong_size(arr, c) or unreadable(exc)) from None
         raise error
+
+
+def _wrong_size(arr: zarr.Array, coords: tuple[int, ...]) -> str | None:
+    """"truncated (m of n bytes)" for a chunk of dkpca's uncompressed layout whose file has the wrong size, else None.
+
+    zarr's crc32c codec takes a truncated chunk's last 4 bytes for its checksum and calls it a mismatch.
+    """
+    if [c.get("name") for c in arr.metadata.to_dict().get("codecs", ())] not in (["bytes"], ["bytes", "crc32c"]):
+        return None
+    want = int(np.prod(arr.chunks)) * arr.dtype.itemsize + (CHECKSUM_BYTES if has_checksum(arr) else 0)
+    try:
+        size = sync(arr.store.getsize(chunk_key(arr, coords)))
+    except Exception:  # noqa: BLE001 -- a store that cannot say: the codec's own words stand
+        return None
+    return size_problem(size, want)
 
 
 def damaged_chunks(arr: zarr.Array) -> dict[tuple[int, ...], CorruptChunkError]:

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .integrity import VerifiedArray, check_chunks, padded_digest, read_verified, store_name, verify_digest
+from .corrupt import verify_digest
+from .integrity import VerifiedArray, check_chunks, padded_digest, read_verified, store_name
 
 __all__ = ["RowPrefix"]
 

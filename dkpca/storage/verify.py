@@ -18,6 +18,7 @@ import zarr
 from .checkpoint import GROUP as CHECKPOINT
 from .checkpoint import SLOTS, seal
 from .chunks import partials
+from .corrupt import TrailerOnlyError
 from .fitstore import DATA, MODEL, RITZ, SPARSE_MODEL, FitStore
 from .gramcheck import SUMS, gram_layout
 from .gramstore import GROUP as GRAM
@@ -104,14 +105,21 @@ def _gram(store: FitStore, root: zarr.Group) -> Finding:
     nb = g["done"].shape[0]
     total = nb * (nb + 1) // 2
     todo = total - int(np.count_nonzero(np.triu(read_done_markers(g["done"]))))
+    found = GramStore(store).damaged_blocks()
     bad = [f"block ({I}, {J}): {exc.array} chunk {exc.chunk} {exc.problem}"
-           for I, J, exc in GramStore(store).damaged_blocks()]
+           for I, J, exc in found if not isinstance(exc, TrailerOnlyError)]
+    # values read by their recorded digest, as every solver pass reads them: no rerun rewrites them, none need to
+    trailers = [f"{exc.chunk}" for _, _, exc in found if isinstance(exc, TrailerOnlyError)]
     if g.attrs.get("complete") and not bad:
         try:
             GramStore(store).read_row_sums(g)
         except CorruptChunkError as exc:
             bad.append(f"row sums: {exc}")
     old = _unchecked([g["K"], g["partial_sums"], g["diag"]])
+    if trailers:
+        old += (f" (gram/K chunk{'s' if len(trailers) > 1 else ''} {', '.join(trailers[:5])}"
+                f"{', ...' if len(trailers) > 5 else ''}: CRC-32C trailer damaged, values intact -- they match the "
+                "digest recorded when written, which is what a fit checks; only zarr alone would refuse them)")
     if bad:
         return Finding("gram", False, f"gram: {len(bad)} of {total} blocks damaged ({'; '.join(bad[:5])}"
                                       f"{'; ...' if len(bad) > 5 else ''}); a rerun of the same fit recomputes "
