@@ -85,6 +85,22 @@ def _other_store(tmp_path):
     return other
 
 
+def test_a_gram_group_copied_whole_from_another_store_is_named_by_verify_as_the_fit_refuses_it(stored_fit, tmp_path,
+                                                                                                 capsys):
+    """Every chunk and marker of the copy is intact (verify said 'intact'); its data fingerprint is the other
+    store's, which the fit refuses: verify now says so, and --overwrite mends it (reference to 1e-8)."""
+    X, store, refit = stored_fit
+    shutil.rmtree(store / "gram")
+    shutil.copytree(_other_store(tmp_path) / "gram", store / "gram")
+    assert main(["verify", str(store)]) == 1
+    assert "gram: K was built from other data" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="does not match this fit: data X differs"):
+        refit()
+    _agrees_with_reference(X, dkpca.fit(X, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64",
+                                        solver="dense", gram="store", overwrite=True))
+    assert main(["verify", str(store)]) == 0
+
+
 @pytest.mark.parametrize("chunk", ["partial_sums/c/1/0", "partial_sums/c/2/2"])
 def test_sums_copied_from_another_store_are_found_and_recomputed(stored_fit, tmp_path, chunk, caplog, capsys):
     """Their CRC holds, so only the block's sums marker can tell: verify names the block, a rerun rebuilds it."""
@@ -406,6 +422,19 @@ def test_a_gram_array_without_its_metadata_is_rebuilt(stored_fit, array, capsys)
     assert main(["verify", str(store)]) == 1
     assert f"BAD  gram: {array} missing (no zarr.json); a rerun of the fit builds every block" in \
         capsys.readouterr().out
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 6
+    assert main(["verify", str(store)]) == 0
+
+
+def test_a_gram_group_without_its_metadata_is_said_unused_and_rebuilt(stored_fit, capsys):
+    """verify said 'no Gram matrix yet' over the chunks left there; now it says they are not used."""
+    X, store, refit = stored_fit
+    (store / "gram" / "zarr.json").unlink()
+    assert main(["verify", str(store)]) == 0
+    assert "ok   gram: gram/zarr.json is missing, so what is left under gram/ is not used; a rerun of the fit " \
+        "builds K anew" in capsys.readouterr().out
     model = refit()
     _agrees_with_reference(X, model)
     assert model.report["gram"]["computed_blocks"] == 6

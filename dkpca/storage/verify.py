@@ -25,6 +25,7 @@ from .gramstore import GROUP as GRAM
 from .gramstore import GramStore, read_done_markers, unreadable_gram
 from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified
 from .modelrecord import EDITED, DamagedModelError, edited
+from .paths import exists
 
 __all__ = ["Finding", "verify_store"]
 
@@ -81,10 +82,25 @@ def _data(store: FitStore, root: zarr.Group) -> Finding:
                                  f"{_unchecked([arr]) or old}")
 
 
+def _foreign(root: zarr.Group, g: zarr.Group) -> str | None:
+    """Why K is not of the store's data copy (its data fingerprint is another's), or None: what a fit refuses."""
+    data = root[DATA].attrs.asdict() if DATA in root else {}
+    have, want = g.attrs.get("fingerprint"), data.get("fingerprint")
+    if not data.get("complete") or isinstance(data.get("growing"), dict) or not isinstance(want, dict) or have == want:
+        return None  # no copy to compare with (it names its own state), or an update under way
+    have = have.get("checksum") if isinstance(have, dict) else have
+    return (f"gram: K was built from other data (checksum {have}) than the store's copy, data/X (checksum "
+            f"{want.get('checksum')}): copied from another store, or edited; a rerun of the fit refuses it -- "
+            "rerun it with --overwrite (overwrite=True) to build K anew")
+
+
 def _gram(store: FitStore, root: zarr.Group) -> Finding:
     if (why := unreadable_gram(root)) is not None:
         return Finding("gram", False, f"gram: {why}; a rerun of the fit builds K anew")
-    if GRAM not in root:
+    if GRAM not in root:  # keys left without the group's zarr.json are no Gram matrix: a rerun builds K anew over them
+        if exists(f"{store.path}/{GRAM}"):
+            return Finding("gram", True, f"gram: {GRAM}/zarr.json is missing, so what is left under {GRAM}/ is not "
+                                         "used; a rerun of the fit builds K anew")
         return Finding("gram", True, "gram: no Gram matrix yet; a rerun of the fit builds it")
     g = root[GRAM]
     missing = [name for name in gram_layout(1, 1) if name != SUMS and name not in g]  # older stores lack SUMS
@@ -97,6 +113,8 @@ def _gram(store: FitStore, root: zarr.Group) -> Finding:
         return Finding("gram", True, f"gram: caught mid-update from {growing.get('from')} to {growing.get('n')} "
                                      "rows while its arrays were being resized; a rerun of the same update "
                                      "finishes it and computes the blocks of the new rows")
+    if (other := _foreign(root, g)) is not None:
+        return Finding("gram", False, other)
     try:
         GramStore(store).check_layout(g)  # before the markers are read: no shape of 10^12 is ever allocated
     except CorruptChunkError as exc:
