@@ -80,8 +80,9 @@ def test_no_module_is_over_the_limit():
 def test_imports_inside_functions_are_only_the_documented_ones():
     found = []
     for path in modules():
-        if os.path.relpath(path, PACKAGE).startswith("cli"):
-            continue  # each command imports the layers it runs: `dkpca --help` loads none of them
+        if os.path.relpath(path, PACKAGE).startswith("cli") or os.path.relpath(path, PACKAGE) == "__main__.py":
+            continue  # each command imports the layers it runs: `dkpca --help` loads none of them; the console
+            # script imports the command line under its Ctrl-C handler
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
         for function in ast.walk(tree):

@@ -119,6 +119,38 @@ print(json.dumps(sorted(heavy)))
     assert json.loads(proc.stdout) == []
 
 
+def test_ctrl_c_while_the_command_line_loads_is_one_line():
+    """The console script imported the command line (0.3-0.6 s) before any handler: Ctrl-C then printed a
+    traceback of 15-65 lines (measured).  An import that is interrupted stands in for the keypress."""
+    code = """
+import sys
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "dkpca.cli":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+from dkpca.__main__ import main
+sys.exit(main())
+"""
+    proc = subprocess.run([sys.executable, "-c", code, "info", "x"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "dkpca: interrupted\n", "")
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "dkpca"]
+    assert script.value == "dkpca.__main__:main"
+
+
+def test_ctrl_c_while_the_arguments_are_parsed_is_one_line(monkeypatch, capsys):
+    import dkpca.cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dkpca.cli, "build_parser", interrupted)
+    assert dkpca.cli.main(["info", "x"]) == 130
+    assert capsys.readouterr().err == "dkpca: interrupted\n"
+
+
 def test_kernel_and_solver_choices_are_the_registries():
     for name in ("fit", "plan"):
         options = {o: a for a in cli_subparsers()[name]._actions for o in a.option_strings}

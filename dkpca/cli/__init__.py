@@ -20,8 +20,9 @@ in a fresh interpreter.
 * :mod:`.commands` -- what each subcommand does;
 * :mod:`.errors` -- the one error line, and which exceptions are the user's to fix.
 
-``dkpca.cli:main`` is the console entry point; ``python -m dkpca`` and
-``python -m dkpca.cli`` run it too.
+``dkpca.cli:main`` is the command; the console script (``dkpca.__main__:main``,
+also ``python -m dkpca``) imports it under a Ctrl-C handler, and ``python -m
+dkpca.cli`` runs it too.
 """
 
 from __future__ import annotations
@@ -167,8 +168,11 @@ def _reader_gone() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
+    try:
+        a = build_parser().parse_args(argv)
+    except KeyboardInterrupt:  # before any command ran: nothing to say of a rerun
+        print("dkpca: interrupted", file=sys.stderr)
+        return 130
     log, dist = logging.getLogger("dkpca"), logging.getLogger("distributed")
     old_level, old_dist = log.level, dist.level
     level = log_level(a)
