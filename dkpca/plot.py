@@ -12,6 +12,7 @@ labelled colour bar.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -52,8 +53,26 @@ def new_figure(figsize: tuple[float, float] = (6.0, 5.0)) -> Any:
     return fig
 
 
-def save_figure(fig_or_ax: Any, path: str, dpi: int = 120) -> str:
-    """Write a figure (or an axes' figure) with a tight bounding box, so no label is cut; return ``path``."""
+def save_figure(fig_or_ax: Any, path: str | os.PathLike, dpi: int = 120) -> str:
+    """Write a figure (or an axes' figure) with a tight bounding box, so no label is cut; return ``path``.
+
+    ``path`` names the format by its extension (``.png``, ``.pdf``, ``.svg``, ...).  Without one matplotlib
+    would write ``path + ".png"`` -- replacing a file of that name the caller never named -- so it is refused.
+
+    Raises
+    ------
+    ValueError
+        ``path`` has no extension.
+    IsADirectoryError
+        ``path`` is a directory.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"figure path {path!r} is a directory; name a file in it, e.g. "
+                                f"{os.path.join(path, 'figure.png')}")
+    if not os.path.splitext(os.path.basename(path))[1]:
+        raise ValueError(f"figure path {path!r} has no extension; name the format, e.g. {path}.png, .pdf or .svg "
+                         "(matplotlib would write a file named otherwise)")
     fig = getattr(fig_or_ax, "figure", fig_or_ax)
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     return path

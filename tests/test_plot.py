@@ -109,6 +109,19 @@ def test_saved_figure_tight_bbox_contains_the_x_label(fitted, tmp_path):
                                pytest.approx((tight.height + 0.2) * 100, abs=1))
 
 
+def test_save_figure_refuses_a_path_without_extension_and_replaces_nothing(fitted, tmp_path):
+    """matplotlib writes ``keep`` as keep.png: a file the caller never named was replaced, and ``keep`` returned."""
+    model, _ = fitted
+    (tmp_path / "keep.png").write_text("precious")
+    with pytest.raises(ValueError, match="has no extension; name the format, e.g. .*keep.png"):
+        save_figure(model.plot_spectrum(), tmp_path / "keep")
+    with pytest.raises(IsADirectoryError, match="is a directory; name a file in it"):
+        save_figure(model.plot_spectrum(), tmp_path)
+    assert (tmp_path / "keep.png").read_text() == "precious"
+    assert save_figure(model.plot_spectrum(), tmp_path / "spectrum.svg") == str(tmp_path / "spectrum.svg")
+    assert (tmp_path / "spectrum.svg").read_text().lstrip().startswith("<?xml")
+
+
 def test_new_figure_opens_no_pyplot_window(fitted, tmp_path):
     model, classes = fitted
     fig = new_figure()
@@ -225,5 +238,17 @@ def test_demo_without_matplotlib_says_so(tmp_path):
     block = ("import sys; sys.modules['matplotlib'] = None; from dkpca.cli import main; "
              "sys.exit(main(sys.argv[1:]))")
     out = _demo(tmp_path, sys.executable, "-c", block).stdout
-    assert "no plot written: matplotlib is not installed (pip install 'dkpca[plot]')" in out
+    assert "no plot will be written: matplotlib is not installed (pip install 'dkpca[plot]')" in out
     assert "nearest-centroid accuracy" in out and not (tmp_path / "shells_embedding.png").exists()
+    assert "(sample data, Gram matrix and model); inspect it" in out  # no plot claimed
+
+
+def test_demo_with_a_broken_matplotlib_setting_is_refused_before_any_work(tmp_path):
+    """``MPLBACKEND=nosuch``: the whole fit ran, then the error; now the figure is made first."""
+    import os
+
+    cmd = [*dkpca_cmd(), "demo", "--dir", str(tmp_path / "d"), "--n-samples", "300", "--workers", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "MPLBACKEND": "nosuch"})
+    assert (out.returncode, out.stdout) == (2, "") and out.stderr.startswith("dkpca: error: ") and \
+        out.stderr.count("\n") == 1 and "nosuch" in out.stderr, out.stderr
+    assert not (tmp_path / "d").exists()

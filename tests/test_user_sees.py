@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import pytest
+import zarr
 
 import dkpca
 from dkpca.cli import main
@@ -62,7 +63,7 @@ def test_demo_refuses_a_dir_holding_its_files_before_any_work_and_replaces_them_
     """Before: ``demo --dir D`` replaced D/shells.zarr (a user's notes in it deleted), a store of the user's own fit
     at D/shells.dkpca.zarr and D/shells_embedding.png without a word.  Now one error line naming them, nothing
     touched; ``--overwrite`` replaces them (and only them: the size said counts the demo's files alone)."""
-    (tmp_path / "shells.zarr").mkdir()
+    zarr.create_array(str(tmp_path / "shells.zarr"), shape=(2,), dtype="f4")  # an earlier demo's data, say
     (tmp_path / "shells.zarr" / "notes.txt").write_text("notes")
     (tmp_path / "mine.bin").write_bytes(b"x" * 3 * 2**20)  # a user's file beside: not the demo's to count
     args = ["demo", "--dir", str(tmp_path), "--n-samples", "300", "--n-components", "2", "--workers", "1", "-q"]
@@ -78,6 +79,20 @@ def test_demo_refuses_a_dir_holding_its_files_before_any_work_and_replaces_them_
                for r, _, fs in os.walk(tmp_path / name) for f in fs) + (png.stat().st_size if png.exists() else 0)
     said = f"{demo / 2**20:.0f} MiB" if demo >= 2**20 else f"{demo / 2**10:.0f} KiB"  # as du -sh counts
     assert f"kept in {tmp_path}: {said} (" in out, out
+
+
+@pytest.mark.parametrize("name", ["shells.zarr", "shells_embedding.png"])
+def test_demo_overwrite_refuses_what_no_demo_wrote_under_its_names_before_any_work(tmp_path, capsys, name):
+    """A plain directory named shells.zarr (its files deleted by --overwrite before) or shells_embedding.png (a
+    traceback after the whole fit before): one line, nothing touched, nothing computed."""
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "notes.txt").write_text("notes")
+    args = ["demo", "--dir", str(tmp_path), "--n-samples", "300", "--n-components", "2", "--workers", "1", "-q",
+            "--overwrite"]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and f"holds {name}, not what an earlier demo wrote there" in err, err
+    assert (tmp_path / name / "notes.txt").read_text() == "notes" and sorted(os.listdir(tmp_path)) == [name]
 
 
 @pytest.mark.parametrize("args, says", [(["--n-samples", "2"], "--n-components 8 is more than --n-samples 2"),

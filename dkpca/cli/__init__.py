@@ -37,7 +37,8 @@ import sys
 import threading
 import warnings
 
-from .commands import COMMANDS, held_out_centroid_accuracy, make_demo_data, model_facts
+from .commands import COMMANDS, model_facts
+from .demo import held_out_centroid_accuracy, make_demo_data
 from .errors import error, explain, hush_abandoned_reads
 from .parser import build_parser
 

@@ -13,6 +13,7 @@ choices are the registries (``KERNEL_NAMES``, ``SOLVERS``, ``GRAM_MODES``,
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable
 from dataclasses import Field, dataclass, fields
 from typing import Any, NoReturn
@@ -22,7 +23,7 @@ from ..version import __version__
 from .errors import error_line
 
 __all__ = ["build_parser", "HelpFormatter", "Parser", "Option", "FIT_OPTIONS", "ARG_TYPES", "INPUT_HELP",
-           "n_components_arg", "positive_int", "config_arg", "log_args", "LOG_LEVELS"]
+           "n_components_arg", "positive_int", "config_arg", "log_args", "LOG_LEVELS", "wants_progress"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -252,3 +253,9 @@ def cluster_args(p: argparse.ArgumentParser, starts: bool = True) -> None:
                        metavar="DURATION",
                        help="how long to wait for workers, e.g. 600s or 1h (default: Dask setting "
                             "dkpca.cluster.timeout, 10 minutes)")
+
+
+def wants_progress(a: argparse.Namespace) -> bool:
+    """Progress is part of the log, at INFO: shown where the command's log level (main sets it) shows INFO,
+    unless ``--no-progress``."""
+    return logging.getLogger("dkpca").getEffectiveLevel() <= logging.INFO and not getattr(a, "no_progress", False)
