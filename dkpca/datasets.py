@@ -27,11 +27,13 @@ import contextlib
 import csv
 import gzip
 import hashlib
+import http.client
 import os
 import shutil
 import sys
-import tempfile
+import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,19 +120,26 @@ def digest(path: str | os.PathLike, gzipped: bool | None = None) -> str:
 
 
 def _mismatch(path: str | os.PathLike, name: str) -> str | None:
-    """None if ``path`` holds ``name``'s published content, else what it holds instead (for a message)."""
+    """None if ``path`` holds ``name``'s published content, else what it holds instead (for a message).
+
+    Raises ``PermissionError`` where the file cannot be read: that says nothing of its content.
+    """
     try:
         got = digest(path, gzipped=name.endswith(".gz"))  # a download's temporary file has its own suffix
+    except PermissionError as exc:
+        raise PermissionError(f"{path}: cannot read it ({exc.strerror}); ask its owner to make it readable "
+                              "(chmod a+r), or use a data directory of your own") from None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:  # a truncated or non-gzip file
         return f"unreadable content ({' '.join(str(exc).split()) or type(exc).__name__})"
     return None if got == SOURCES[name].sha256 else f"content SHA-256 {got}, not the published {SOURCES[name].sha256}"
 
 
-def _check(path: Path, name: str) -> Path:
+def _check(path: Path, name: str, cached: bool = False) -> Path:
     wrong = _mismatch(path, name)
     if wrong:
+        again = " or delete it (the next use downloads it again)" if cached else ""
         raise ChecksumError(f"{path}: {wrong} of {name}: the file is damaged or another one; replace it with a "
-                            f"copy of {SOURCES[name].url}.")
+                            f"copy of {SOURCES[name].url}{again}.")
     return path
 
 
@@ -138,7 +147,10 @@ def _download(name: str, dest: Path) -> None:
     """``name``'s source into ``dest``, renamed into place only once its content digest matches."""
     made = [d for d in (dest.parent, *dest.parent.parents) if not d.exists()]  # deepest first
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    # created as open() creates files (0666 less the umask), so a shared cache is readable by its group and
+    # others as the user's other files are; mkstemp's are private (0600) and stay so when renamed into place
+    tmp = str(dest.parent / f".{dest.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(SOURCES[name].url, timeout=60) as response:
             shutil.copyfileobj(response, out, _BLOCK)
@@ -188,7 +200,7 @@ def _cached(name: str, home: Path) -> Path:
     """``home / name``, downloaded first if it is not there, checked."""
     path = home / name
     if path.is_file():
-        return _check(path, name)
+        return _check(path, name, cached=True)
     if home.exists() and not home.is_dir():
         raise NotADirectoryError(f"the data directory {home} is a file; set ${DATA_ENV}, the Dask config "
                                  "dkpca.data-dir or --data-dir (data_dir=) to a directory.")
@@ -196,10 +208,26 @@ def _cached(name: str, home: Path) -> Path:
         _download(name, path)
     except ChecksumError:
         raise
-    except (OSError, ValueError) as exc:  # no network, a refused connection, a bad URL
-        raise OSError(f"could not download {name} from {SOURCES[name].url} ({' '.join(str(exc).split())}); "
-                      f"without network, pass --data-dir (data_dir=) naming a copy laid out as {name}.") from exc
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        raise OSError(_download_failed(name, home, exc)) from exc
     return path  # checked by _download before it was renamed into place
+
+
+def _download_failed(name: str, home: Path, exc: Exception) -> str:
+    """Why a download of ``name`` into ``home`` failed, and the fix: the server's answer, the network, or the
+    directory it was written into."""
+    said = " ".join(str(exc).split())
+    url = SOURCES[name].url
+    if isinstance(exc, urllib.error.HTTPError):  # the server answered: the network is fine
+        return (f"could not download {name}: {url} answered HTTP {exc.code} {exc.reason}; the source may have "
+                f"moved (please report it), or use an offline copy laid out as {name} (data_dir=)")
+    if isinstance(exc, (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException, ValueError)):
+        return (f"could not download {name} from {url} ({said}); without network, copy the files from a machine "
+                f"that has it ('python -m dkpca.datasets' there) and name that copy, laid out as {name}, with "
+                "data_dir= (the examples' and benchmarks' --data-dir)")
+    # the file system: a read-only or full disk, a path component that is a file, no permission
+    return (f"could not write {name} into the data directory {home} ({said}); choose a writable one: "
+            f"${DATA_ENV}, the Dask config dkpca.data-dir, or --data-dir")
 
 
 def _split(split: Any, choices: tuple[str, ...]) -> str:
@@ -252,7 +280,8 @@ def load_pima(split: str = "tr", data_dir: str | os.PathLike | None = None) -> t
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dkpca.datasets``: download (or check) data sets and print where they are."""
-    ap = argparse.ArgumentParser(prog="python -m dkpca.datasets", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m dkpca.datasets",  # the docstring's markup is not for a terminal
+                                 description="Download (or check) data sets and print where they are.")
     ap.add_argument("names", nargs="*", metavar="NAME", help=f"data sets: {', '.join(DATASETS)} (default: all)")
     ap.add_argument("--data-dir", default=None,
                     help=f"download into this directory (default: ${DATA_ENV}, Dask config dkpca.data-dir, "

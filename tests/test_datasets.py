@@ -67,7 +67,8 @@ def test_a_download_with_other_content_is_refused_and_not_kept(tmp_path, monkeyp
 
 def test_a_failed_download_says_how_to_work_offline(tmp_path, monkeypatch, cache):
     monkeypatch.setitem(datasets.SOURCES, NAME, Source((tmp_path / "absent.gz").as_uri(), "0" * 64))
-    with pytest.raises(OSError, match="could not download usps/zip.train.gz .* pass --data-dir"):
+    with pytest.raises(OSError, match="could not download usps/zip.train.gz .* without network, copy the files .* "
+                                      "with data_dir="):
         datasets.fetch(NAME)
     assert not cache.exists()
 
@@ -78,6 +79,53 @@ def test_a_failed_download_keeps_directories_that_were_there(tmp_path, monkeypat
     with pytest.raises(OSError, match="could not download"):
         datasets.fetch(NAME)
     assert os.listdir(cache / "usps") == []
+
+
+def test_a_download_the_server_refuses_names_its_answer_not_the_network(tmp_path, monkeypatch, cache):
+    """Before: HTTP 404 got the advice for a machine without network."""
+    import urllib.error
+
+    def not_found(url, timeout=None):
+        raise urllib.error.HTTPError(url, 404, "Not Found", {}, None)
+
+    monkeypatch.setattr(datasets.urllib.request, "urlopen", not_found)
+    with pytest.raises(OSError, match="answered HTTP 404 Not Found; the source may have moved") as info:
+        datasets.fetch(NAME)
+    assert "without network" not in str(info.value) and not cache.exists()
+
+
+def test_a_data_directory_that_cannot_be_written_is_named_not_blamed_on_the_network(tmp_path, monkeypatch):
+    """Before: "[Errno 20] Not a directory ...); without network, pass --data-dir" -- with --data-dir given."""
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv(datasets.DATA_ENV, str(tmp_path / "afile" / "sub"))
+    published(tmp_path, monkeypatch)
+    with pytest.raises(OSError, match=r"could not write usps/zip.train.gz into the data directory .*afile/sub "
+                                      r"\(.*Not a directory.*\); choose a writable one") as info:
+        datasets.fetch(NAME)
+    assert "network" not in str(info.value)
+
+
+def test_a_downloaded_file_is_as_readable_as_the_users_other_files(tmp_path, monkeypatch, cache):
+    """mkstemp made it 0600: a colleague sharing the cache was told it was damaged (Permission denied)."""
+    published(tmp_path, monkeypatch)
+    old = os.umask(0o022)
+    try:
+        path = datasets.fetch(NAME)
+    finally:
+        os.umask(old)
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_an_unreadable_data_file_is_said_unreadable_not_damaged(tmp_path, monkeypatch, cache):
+    published(tmp_path, monkeypatch)
+    path = datasets.fetch(NAME)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(datasets.gzip, "open", denied)  # root reads a 0000 file: the refusal stands in for it
+    with pytest.raises(PermissionError, match=f"{path}: cannot read it \\(Permission denied\\); ask its owner"):
+        datasets.fetch(NAME)
 
 
 @pytest.mark.parametrize("load, bad, says", [(datasets.load_usps, "bogus", "choose 'train' or 'test'"),
@@ -104,7 +152,8 @@ def test_a_cached_file_altered_later_is_refused_not_deleted(tmp_path, monkeypatc
     published(tmp_path, monkeypatch)
     path = datasets.fetch(NAME)
     path.write_bytes(gzip.compress(b"1 2 3\n"))
-    with pytest.raises(ChecksumError, match=r"zip.train.gz: content SHA-256 .* replace it with a copy of file://"):
+    with pytest.raises(ChecksumError, match=r"zip.train.gz: content SHA-256 .* replace it with a copy of file://.* "
+                                            r"or delete it \(the next use downloads it again\)"):
         datasets.fetch(NAME)
     assert path.exists()  # the user's file is theirs to replace
 
