@@ -116,10 +116,12 @@ def plot_spectrum(model: Any, ax: Any = None, cumulative: bool = True, log: bool
     """
     _require()
     from matplotlib.ticker import PercentFormatter
+    from matplotlib.transforms import offset_copy
 
+    ratio = np.asarray(model.explained_variance_ratio_, dtype=float)
+    _has_components(model)
     if ax is None:
         ax = _new_axes((6.4, 3.8))
-    ratio = np.asarray(model.explained_variance_ratio_, dtype=float)
     idx = np.arange(1, ratio.size + 1)
     bars = ax.bar(idx, ratio, color="C0", label="per component")
     if log:
@@ -147,7 +149,12 @@ def plot_spectrum(model: Any, ax: Any = None, cumulative: bool = True, log: bool
             handles.append(twin.axhline(target, color="C1", linestyle="--", linewidth=1,
                                         label=f"asked: {target:.0%}"))
         legend_axes = twin  # drawn above the bars' axes
-    legend_axes.legend(handles=handles, loc="center right")
+    # below the x label, in one row: inside the axes every corner is some spectrum's bars or cumulative line (a
+    # fraction fit's curve ends at mid height, where 'center right' put it); 34 points clear the tick labels and
+    # the x label, and constrained layout makes room for it
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-34, units="points")
+    legend_axes.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
+                       ncols=len(handles), frameon=False)
     return ax
 
 
@@ -161,6 +168,14 @@ def is_categorical(c: np.ndarray) -> bool:
     if c.dtype.kind == "f" or c.dtype.kind == "c":
         return False
     return len(np.unique(c)) <= MAX_CLASSES
+
+
+def _has_components(model: Any) -> None:
+    """Refuse a model without components: there is nothing to draw (axes of ticks around 0 said otherwise)."""
+    if model.n_components == 0:
+        raise ValueError("the model has no components: its centred kernel matrix has no positive eigenvalue (all "
+                         "points alike under this kernel), so there is nothing to plot; check the data or the "
+                         "kernel's parameters (e.g. gamma).")
 
 
 def _axis_label(model: Any, j: int) -> str:
@@ -205,6 +220,7 @@ def plot_embedding(model: Any, components: tuple[int, int | None] | None = None,
     """
     _require()
     k = model.n_components
+    _has_components(model)
     if components is None:
         components = (0, 1) if k >= 2 else (0, None)
     if not (isinstance(components, (tuple, list)) and len(components) == 2
@@ -223,6 +239,8 @@ def plot_embedding(model: Any, components: tuple[int, int | None] | None = None,
     n = E.shape[0]
     if c is not None:
         c = np.asarray(c)
+        if c.dtype.kind == "O":  # mixed labels ('a' and None): compared, sorted and shown as their text
+            c = c.astype(str)
         if c.ndim != 1 or c.shape[0] != n:
             raise ValueError(f"c has shape {c.shape}; pass one value per training point (shape ({n},)).")
         if categorical is None and c.dtype.kind not in "fciub" and not is_categorical(c):

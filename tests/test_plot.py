@@ -94,6 +94,19 @@ def test_spectrum_labels_are_inside_the_figure(fitted):
         assert _inside(artist.get_window_extent(renderer), fig.bbox), artist
 
 
+def test_spectrum_legend_is_below_the_axes_clear_of_bars_and_curves(tmp_path):
+    """'center right' sat on a fraction fit's cumulative curve and its 'asked' line (both near mid height)."""
+    model = dkpca.fit(make_data(300, seed=4), n_components=0.5, gamma=0.1, store=tmp_path / "s.zarr")
+    ax = model.plot_spectrum()
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (twin,) = [a for a in ax.get_shared_x_axes().get_siblings(ax) if a is not ax]
+    legend = twin.get_legend().get_window_extent(renderer)
+    assert legend.y1 <= ax.xaxis.label.get_window_extent(renderer).y0 and _inside(legend, fig.bbox)
+    assert [t.get_text() for t in twin.get_legend().get_texts()] == ["per component", "cumulative", "asked: 50%"]
+
+
 def test_saved_figure_tight_bbox_contains_the_x_label(fitted, tmp_path):
     model, _ = fitted
     fig = new_figure((4.0, 3.0))
@@ -252,3 +265,22 @@ def test_demo_with_a_broken_matplotlib_setting_is_refused_before_any_work(tmp_pa
     assert (out.returncode, out.stdout) == (2, "") and out.stderr.startswith("dkpca: error: ") and \
         out.stderr.count("\n") == 1 and "nosuch" in out.stderr, out.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_a_model_without_components_is_refused_by_both_plots(tmp_path):
+    """All points alike: no positive eigenvalue.  Before: empty axes with ticks around 0, and 'components=(0, None)
+    are out of range' for components the user never passed."""
+    with pytest.warns(UserWarning):
+        model = dkpca.fit(np.ones((50, 3)), n_components=2, store=tmp_path / "s.zarr")
+    assert model.n_components == 0
+    for draw in (model.plot_spectrum, model.plot_embedding):
+        with pytest.raises(ValueError, match="the model has no components: its centred kernel matrix has no positive"):
+            draw()
+
+
+def test_labels_of_mixed_types_are_drawn_as_their_text(fitted):
+    """Before: numpy's "'<' not supported between instances of 'str' and 'NoneType'"."""
+    model, classes = fitted
+    c = np.array([None if k == 0 else f"class {k}" for k in classes], dtype=object)
+    ax = model.plot_embedding(c=c)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["None", "class 1", "class 2", "class 3"]
