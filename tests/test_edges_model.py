@@ -84,8 +84,9 @@ def drop_crc(array_dir) -> None:
             chunk.write_bytes(chunk.read_bytes()[:-4])
 
 
-def refused_everywhere(store, new_points, tmp_path, capsys, *words: str) -> None:
-    """load, info, transform: one line naming ``words`` and the fix; verify: a BAD model line, exit 1."""
+def refused_everywhere(store, new_points, tmp_path, capsys, *words: str, also: tuple[str, ...] = ()) -> None:
+    """load, info, transform: one line naming ``words`` and the fix; verify: a BAD model line (and one for each
+    part in ``also``), exit 1."""
     with pytest.raises(ValueError) as err:
         dkpca.load(store)
     for text in (str(err.value), cli_error(capsys, ["info", str(store)]),
@@ -97,8 +98,9 @@ def refused_everywhere(store, new_points, tmp_path, capsys, *words: str) -> None
     assert main(["verify", str(store)]) == 1
     out = capsys.readouterr().out
     bad = [line for line in out.splitlines() if line.startswith("BAD")]
-    assert len(bad) == 1 and bad[0].startswith("BAD  model: ") and all(w in bad[0] for w in words), out
-    assert "damaged (model)" in out
+    (model,) = [line for line in bad if line.startswith("BAD  model: ")]
+    assert all(w in model for w in words) and len(bad) == 1 + len(also), out
+    assert f"damaged ({', '.join([*also, 'model'])})" in out
 
 
 # -- case 8: model arrays rewritten, checksums removed ---------------------------------
@@ -244,7 +246,9 @@ def other_store(tmp_path_factory):
 def test_the_data_of_another_store_of_the_same_shape_is_refused(store, other_store, new_points, tmp_path, capsys):
     shutil.rmtree(store / "data")
     shutil.copytree(other_store / "data", store / "data")
-    refused_everywhere(store, new_points, tmp_path, capsys, "data_digest", "copied from another store")
+    # K is of the store's own data no more either: verify says so too (the fit refuses it)
+    refused_everywhere(store, new_points, tmp_path, capsys, "data_digest", "copied from another store",
+                       also=("gram",))
 
 
 def test_a_model_copied_from_another_store_of_the_same_shape_is_refused(store, other_store, new_points, tmp_path,

@@ -47,6 +47,8 @@ def test_the_plan_of_a_refit_reuses_a_complete_k_whole(fitted):
     p = dkpca.plan(X[:300], store=store, **KW)
     assert p.reused == 1.0
     assert "the store holds this K whole" in p.reuse and "none of it new" in str(p)
+    # its data is not read: the reuse is the fit's to confirm, and said so (a plan claimed it outright before)
+    assert "if this input is the data it was built from (the fit compares their checksums" in p.reuse
     assert dkpca.fit(X[:300], store=store, **{k: v for k, v in KW.items() if k != "measure"}).report[
         "gram"]["computed_blocks"] == 0  # what the plan said
 

@@ -269,7 +269,10 @@ def _reused(req: FitRequest, growth: Growth | None, gram: str, dtype: str, block
     built = built_entries(req.store, req.n, req.kernel.to_dict(), dtype, block)
     if not built:
         return 0.0, ""
-    what = ("the store holds this K whole: a fit of the same data (compared by digest) reuses it and builds none "
-            "of it" if built == total else f"the store holds {built / total:.0%} of this K's entries (a build that "
-            "stopped part way): a fit of the same data (compared by digest) reuses them and builds the rest")
+    # the input's checksum reads all of it, which a plan does not: the reuse is said as the fit's condition
+    same = ("if this input is the data it was built from (the fit compares their checksums, reading the input; "
+            "other data of this shape it refuses)")
+    what = (f"the store holds this K whole: a fit reuses it and builds none of it, {same}" if built == total else
+            f"the store holds {built / total:.0%} of this K's entries (a build that stopped part way): a fit reuses "
+            f"them and builds the rest, {same}")
     return built / total, what
