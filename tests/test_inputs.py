@@ -9,6 +9,7 @@ float64 exactly.
 """
 
 import pickle
+import re
 import subprocess
 import sys
 
@@ -176,6 +177,17 @@ def test_non_numeric_columns_are_refused_by_name(tmp_path, suffix):
         df.to_parquet(source)
     with pytest.raises(ValueError, match=r"column\(s\) \['label'\] are not numeric"):
         dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_a_csv_separated_by_something_else_is_refused_naming_the_separator(tmp_path, sep):
+    """Before: "column(s) ['a;b;c'] are not numeric ... Drop or encode them first": the fix for text, not this."""
+    source = tmp_path / "t.csv"
+    pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.5], "c": [0.5, 0.1, 0.2]}).to_csv(source, sep=sep,
+                                                                                          index=False)
+    with pytest.raises(ValueError, match=re.escape(f"look separated by {sep!r}, not commas: write it with commas")):
+        dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+    assert not (tmp_path / "s.dkpca.zarr").exists()
 
 
 def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):

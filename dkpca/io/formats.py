@@ -337,10 +337,9 @@ def _has_header(path: str) -> bool:
     with fsspec.open(path, "rt") as f:
         first = f.readline().strip()
     try:
-        [float(field) for field in first.split(",")]
+        return not [float(field) for field in first.split(",")]  # numbers: data
     except ValueError:
         return True
-    return False
 
 
 def _open_table(path: str, member: str | None, source: str) -> Any:
@@ -360,9 +359,10 @@ def _open_table(path: str, member: str | None, source: str) -> Any:
     bad = [str(c) for c, t in dtypes.items() if not numeric(t)]
     if bad and len(df.head(1, npartitions=-1)) == 0:  # no row to infer a type from: every column an object
         raise ValueError(f"input {source!r} holds no rows of data, only its columns' names {list(map(str, dtypes))}.")
-    if bad:
-        raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. "
-                         "Drop or encode them first.")
+    if bad:  # one column named 'a;b;c': a file separated by something else than commas, not text
+        fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in ";\t|"
+                    if kind == "CSV" and len(dtypes) == 1 and s in bad[0]), "Drop or encode them first.")
+        raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. {fix}")
     if kind == "CSV":
         # dtypes were inferred from the first rows; a later float in an int column must not fail the read
         numbers = {c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)}
