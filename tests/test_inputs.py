@@ -190,6 +190,15 @@ def test_a_csv_separated_by_something_else_is_refused_naming_the_separator(tmp_p
     assert not (tmp_path / "s.dkpca.zarr").exists()
 
 
+def test_a_csv_row_with_a_field_missing_is_named_by_row_and_column(tmp_path):
+    """It reads as NaN: the message named the row only, and not why a CSV holds a NaN."""
+    source = tmp_path / "t.csv"
+    source.write_text("a,b,c\n1,2,3\n4,5,6\n7,8\n0.5,1,2\n")
+    with pytest.raises(ValueError, match=re.escape("(first in row 2, column 2); remove or impute non-finite values "
+                                                   "before fitting (a CSV's empty or missing field reads as NaN)")):
+        dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
 def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):
     with h5py.File(tmp_path / "two.h5", "w") as f:
         f["a"], f["b"] = data, data

@@ -405,7 +405,7 @@ def test_with_a_store_a_refused_batch_leaves_the_estimator_as_it_was(tmp_path, r
     bad = X[100:110].copy()
     if refusal == "non-finite row":
         bad[2, 1] = np.nan
-        with pytest.raises(ValueError, match=r"first in row 2\)"):  # the batch's own row, not 102
+        with pytest.raises(ValueError, match=r"first in row 2, column"):  # the batch's own row, not 102
             est.partial_fit(bad)
     else:
         est.set_params(gamma=2 * GAMMA)

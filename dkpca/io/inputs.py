@@ -162,11 +162,14 @@ class Fingerprint:
         return cls(tuple(d["shape"]), d["dtype"], d["checksum"])
 
 
-def _scan_block(block: np.ndarray) -> tuple[str, int]:
+def _scan_block(block: np.ndarray) -> tuple[str, int, int]:
+    """The block's digest, and its first non-finite entry's row and column (-1, -1: none)."""
     block = np.ascontiguousarray(block)
-    finite = np.isfinite(block).all(axis=1)
-    bad = -1 if finite.all() else int(np.argmin(finite))
-    return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad
+    finite = np.isfinite(block)
+    rows = finite.all(axis=1)
+    bad = -1 if rows.all() else int(np.argmin(rows))
+    return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad, \
+        -1 if bad < 0 else int(np.argmin(finite[bad]))
 
 
 def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
@@ -184,11 +187,11 @@ def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
     results = compute(*parts, local=for_the_client(X.nbytes))
     offset = 0
     h = hashlib.blake2b(digest_size=16)
-    for (digest, bad), rows in zip(results, X.chunks[0], strict=True):
-        if bad >= 0:
+    for (digest, bad, column), rows in zip(results, X.chunks[0], strict=True):
+        if bad >= 0:  # a CSV's short row or empty field is read as NaN: the column says which field
             raise ValueError(
-                f"X contains NaN or infinity (first in row {offset + bad}); "
-                f"remove or impute non-finite values before {purpose}."
+                f"X contains NaN or infinity (first in row {offset + bad}, column {column}); "
+                f"remove or impute non-finite values before {purpose} (a CSV's empty or missing field reads as NaN)."
             )
         h.update(digest.encode())
         offset += rows
