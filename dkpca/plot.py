@@ -118,8 +118,8 @@ def plot_spectrum(model: Any, ax: Any = None, cumulative: bool = True, log: bool
     from matplotlib.ticker import PercentFormatter
     from matplotlib.transforms import offset_copy
 
-    ratio = np.asarray(model.explained_variance_ratio_, dtype=float)
     _has_components(model)
+    ratio = np.asarray(model.explained_variance_ratio_, dtype=float)
     if ax is None:
         ax = _new_axes((6.4, 3.8))
     idx = np.arange(1, ratio.size + 1)

@@ -101,8 +101,8 @@ def _check_demo(a: argparse.Namespace) -> None:
                               "them (an earlier demo's), or name another directory.")
     # --overwrite replaces an earlier demo's files, nothing else by those names: the sample data a Zarr array (its
     # replacement deletes the directory's contents), the plot a file (matplotlib cannot write over a directory)
-    other = [f for f in there if not (os.path.isfile(os.path.join(a.dir, f, "zarr.json")) if f.endswith(".zarr")
-                                      else os.path.isfile(os.path.join(a.dir, f)))]
+    other = [f for f in there if not os.path.isfile(os.path.join(a.dir, f, "zarr.json") if f.endswith(".zarr")
+                                                    else os.path.join(a.dir, f))]
     if other:
         raise FileExistsError(f"--dir {a.dir} holds {', '.join(other)}, not what an earlier demo wrote there (a Zarr "
                               "store for .zarr, a file for the plot); --overwrite replaces only a demo's own: move "

@@ -315,10 +315,9 @@ class RowIndexWarning(UserWarning):
 def _check_row_index(df: Any, source: str) -> None:
     """Warn (:class:`RowIndexWarning`) when the first column has no name and counts 0, 1, 2, ... (its first block).
 
-    ``DataFrame.to_csv(path)`` writes the index as a first column headed by
-    nothing, which readers name ``Unnamed: 0``; fitted, it becomes a feature
-    that grows with the row number and outweighs the data.  Only the first
-    block of rows is read (an unnamed first column is rare; the values are
+    ``DataFrame.to_csv(path)`` writes the index as a first column headed by nothing, which readers
+    name ``Unnamed: 0``; fitted, it becomes a feature that grows with the row number and outweighs
+    the data.  Only the first block of rows is read (an unnamed first column is rare; the values are
     the evidence).
     """
     name = str(df.columns[0])
@@ -337,9 +336,10 @@ def _has_header(path: str) -> bool:
     with fsspec.open(path, "rt") as f:
         first = f.readline().strip()
     try:
-        return not [float(field) for field in first.split(",")]  # numbers: data
+        [float(field) for field in first.split(",")]
     except ValueError:
         return True
+    return False
 
 
 def _open_table(path: str, member: str | None, source: str) -> Any:

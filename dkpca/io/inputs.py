@@ -168,8 +168,8 @@ def _scan_block(block: np.ndarray) -> tuple[str, int, int]:
     finite = np.isfinite(block)
     rows = finite.all(axis=1)
     bad = -1 if rows.all() else int(np.argmin(rows))
-    return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad, \
-        -1 if bad < 0 else int(np.argmin(finite[bad]))
+    column = -1 if bad < 0 else int(np.argmin(finite[bad]))
+    return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad, column
 
 
 def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:

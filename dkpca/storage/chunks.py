@@ -45,6 +45,7 @@ from .integrity import (
     digest,
     has_checksum,
     padded_digest,
+    plain_layout,
     writable,
 )
 
@@ -68,10 +69,7 @@ def chunk_file(arr: zarr.Array, coords: tuple[int, ...]) -> str | None:
     if not isinstance(arr.store, LocalStore) or sys.byteorder != "little":
         return None
     meta = arr.metadata.to_dict()
-    codecs = meta.get("codecs", ())
-    names = [c.get("name") for c in codecs]
-    if names not in (["bytes"], ["bytes", "crc32c"]) or codecs[0].get("configuration", {}).get("endian",
-                                                                                             "little") != "little":
+    if not plain_layout(arr) or meta["codecs"][0].get("configuration", {}).get("endian", "little") != "little":
         return None
     enc = meta.get("chunk_key_encoding", {})
     if enc.get("name") != "default" or enc.get("configuration", {}).get("separator", "/") != "/":

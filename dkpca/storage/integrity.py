@@ -31,7 +31,7 @@ from zarr.storage import LocalStore
 from .corrupt import CorruptChunkError, size_problem, unreadable, verify_digest
 
 __all__ = ["CHECKSUM_BYTES", "CorruptChunkError", "checksum_codecs", "write_config", "writable", "create_array",
-           "has_checksum", "chunk_key", "chunk_exists", "store_name", "DIGEST", "digest", "json_digest",
+           "plain_layout", "has_checksum", "chunk_key", "chunk_exists", "store_name", "DIGEST", "digest", "json_digest",
            "padded_digest", "content_digest", "check_layout", "present_chunks",
            "check_chunks", "damaged_chunks", "chunk_digests", "chunk_coords", "chunk_region", "read_verified",
            "read_whole", "VerifiedArray", "encode_digests", "decode_digests"]
@@ -75,6 +75,14 @@ def create_array(group: zarr.Group, name: str, *, shape: tuple[int, ...], chunks
     """
     return group.create_array(name, shape=shape, chunks=chunks, dtype=dtype, compressors=checksum_codecs(),
                               fill_value=fill_value, config=write_config())
+
+
+def plain_layout(arr: zarr.Array) -> bool:
+    """Whether ``arr``'s chunks are stored as dkpca writes them: raw bytes, then (or not) a CRC-32C; no compression.
+
+    Only then is a chunk's file of known size, and readable without zarr (:mod:`.chunks`).
+    """
+    return [c.get("name") for c in arr.metadata.to_dict().get("codecs", ())] in (["bytes"], ["bytes", "crc32c"])
 
 
 def has_checksum(arr: zarr.Array) -> bool:
@@ -262,7 +270,7 @@ def _wrong_size(arr: zarr.Array, coords: tuple[int, ...]) -> str | None:
 
     zarr's crc32c codec takes a truncated chunk's last 4 bytes for its checksum and calls it a mismatch.
     """
-    if [c.get("name") for c in arr.metadata.to_dict().get("codecs", ())] not in (["bytes"], ["bytes", "crc32c"]):
+    if not plain_layout(arr):
         return None
     want = int(np.prod(arr.chunks)) * arr.dtype.itemsize + (CHECKSUM_BYTES if has_checksum(arr) else 0)
     try:
