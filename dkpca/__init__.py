@@ -25,7 +25,8 @@ from .version import __version__
 if TYPE_CHECKING:  # what static analysers and IDEs see; at run time ``__getattr__`` loads the same names
     from . import cluster, kernels
     from .estimator import KernelPCA
-    from .io.formats import AbsentChunksWarning, RowIndexWarning
+    from .io.csvfile import RowIndexWarning
+    from .io.formats import AbsentChunksWarning
     from .model import KPCAModel, load
     from .pipeline import fit
     from .planning import plan
@@ -46,7 +47,7 @@ _HOME = MappingProxyType({
     "SparseKernelPCA": ".sparse", "fit_sparse": ".sparse", "cluster": None, "kernels": None,
     # warnings of silent pitfalls: K numerically the identity or constant (gamma far from the data's scale), and
     # a CSV's unnamed row index column, a Zarr array's chunks not stored (read as its fill value)
-    "KernelScaleWarning": ".planning.precision", "RowIndexWarning": ".io.formats", "AbsentChunksWarning": ".io.formats",
+    "KernelScaleWarning": ".planning.precision", "RowIndexWarning": ".io.csvfile", "AbsentChunksWarning": ".io.formats",
 })
 
 

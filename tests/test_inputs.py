@@ -71,8 +71,58 @@ def _zarr(path, X):
     return write_data(path / "x.zarr", X)
 
 
+def _npy_big_endian(path, X):
+    np.save(path / "x.npy", X.astype(">f8"))
+    return str(path / "x.npy")
+
+
+def _parquet_pandas_default(path, X):
+    # integer column names and a named RangeIndex: what dask.dataframe's reader failed on (KeyError)
+    pd.DataFrame(X, index=pd.RangeIndex(len(X), name="row")).to_parquet(path / "x.parquet")
+    return str(path / "x.parquet")
+
+
+def _parquet_index_column(path, X):
+    # an index pandas writes as a column ('id'): restored as the index by pandas, so not fitted
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])], index=pd.Index(np.arange(len(X)) * 7,
+                                                                                          name="id"))
+    frame.to_parquet(path / "x.parquet")
+    return str(path / "x.parquet")
+
+
+def _parquet_directory(path, X):
+    # twelve parts: part.10 and part.11 come after part.9 (dask's order), as their rows do
+    (path / "parts").mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(X)), 12)):
+        pd.DataFrame(X[rows], columns=[f"f{j}" for j in range(X.shape[1])]).to_parquet(path / f"parts/part.{i}.parquet")
+    (path / "parts" / "_SUCCESS").write_text("")
+    return str(path / "parts")
+
+
+def _csv_pandas_default(path, X):
+    # the header DataFrame(X).to_csv writes: 0,1,...,d-1 -- column names, not a row of data
+    pd.DataFrame(X).to_csv(path / "x.csv", index=False, float_format="%.17g")
+    return str(path / "x.csv")
+
+
+def _csv_gzip(path, X):
+    pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).to_csv(path / "x.csv.gz", index=False,
+                                                                         float_format="%.17g")
+    return str(path / "x.csv.gz")
+
+
+def _csv_quoted_commented(path, X):
+    # every field quoted, no header, comment lines before and among the rows
+    rows = [",".join(f'"{v:.17g}"' for v in row) for row in X]
+    (path / "x.csv").write_text("# written by hand\n" + "\n".join(rows[:5] + ["# a comment"] + rows[5:]) + "\n")
+    return str(path / "x.csv")
+
+
 WRITERS = {"npy": _npy, "hdf5": _h5, "netcdf4": _netcdf4, "netcdf3": _netcdf3, "parquet": _parquet, "csv": _csv,
-           "csv-no-header": _csv_no_header, "zarr": _zarr}
+           "csv-no-header": _csv_no_header, "zarr": _zarr, "npy-big-endian": _npy_big_endian,
+           "parquet-pandas-default": _parquet_pandas_default, "parquet-index-column": _parquet_index_column,
+           "parquet-directory": _parquet_directory, "csv-pandas-default": _csv_pandas_default, "csv-gzip": _csv_gzip,
+           "csv-quoted-commented": _csv_quoted_commented}
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +245,39 @@ def test_a_csv_row_with_a_field_missing_is_named_by_row_and_column(tmp_path):
     source = tmp_path / "t.csv"
     source.write_text("a,b,c\n1,2,3\n4,5,6\n7,8\n0.5,1,2\n")
     with pytest.raises(ValueError, match=re.escape("(first in row 2, column 2); remove or impute non-finite values "
-                                                   "before fitting (a CSV's empty or missing field reads as NaN)")):
+                                                   "before fitting (a CSV's empty or missing field, or a "
+                                                   "Parquet null, reads as NaN)")):
         dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_parquet_null_is_named_by_row_and_column(tmp_path):
+    source = tmp_path / "t.parquet"
+    pd.DataFrame({"a": [1.0, 2.0, None, 4.0], "b": [1, 2, 3, None]}, dtype="Float64").to_parquet(source)
+    with pytest.raises(ValueError, match=re.escape("(first in row 2, column 0)")):
+        dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_partitioned_parquet_dataset_is_refused_naming_its_keys(tmp_path, data):
+    frame = pd.DataFrame(data, columns=[f"f{i}" for i in range(D)]).assign(night=np.arange(N) % 3)
+    frame.to_parquet(tmp_path / "survey", partition_cols=["night"])
+    with pytest.raises(ValueError, match=re.escape("is a partitioned Parquet dataset (directories ['night'] = value)")):
+        dkpca.fit(str(tmp_path / "survey"), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_parquet_parts_with_other_columns_are_refused_naming_the_part(tmp_path, data):
+    (tmp_path / "parts").mkdir()
+    pd.DataFrame(data[:100], columns=["a", "b", "c", "d"]).to_parquet(tmp_path / "parts/part.0.parquet")
+    pd.DataFrame(data[100:], columns=["a", "b", "c", "e"]).to_parquet(tmp_path / "parts/part.1.parquet")
+    with pytest.raises(ValueError, match=r"its part '.*part\.1\.parquet' has columns \['a', 'b', 'c', 'e'\]"):
+        dkpca.fit(str(tmp_path / "parts"), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_structured_npy_is_refused_naming_its_fields(tmp_path):
+    """Before: 'X must be 2-D (n_samples, n_features); got shape (300,)' -- a record's fields are its columns."""
+    records = np.zeros(300, dtype=[("a", "f8"), ("b", "f8")])
+    np.save(tmp_path / "r.npy", records)
+    with pytest.raises(ValueError, match=re.escape("structured dtype with fields ['a', 'b']; stack its numeric")):
+        dkpca.fit(str(tmp_path / "r.npy"), store=tmp_path / "s.dkpca.zarr")
 
 
 def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):
@@ -209,7 +290,7 @@ def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):
 
 
 @pytest.mark.parametrize("module, writer, extra", [
-    ("h5py", _h5, "h5"), ("xarray", _netcdf4, "netcdf"), ("dask.dataframe", _parquet, "tables"),
+    ("h5py", _h5, "h5"), ("xarray", _netcdf4, "netcdf"), ("pyarrow", _parquet, "tables"),
     ("dask.dataframe", _csv, "tables"),
 ])
 def test_missing_reader_names_its_extra(tmp_path, data, monkeypatch, module, writer, extra):

@@ -390,3 +390,23 @@ def test_damage_on_s3_is_named_by_its_url(s3_bucket, capsys):
     _fs().rm(f"{store.split('://', 1)[1]}/data/X/c/0/0")
     assert main(["verify", store]) == 1
     assert f"BAD  data/X: chunk (0, 0) of array 'data/X' in '{store}' is missing" in capsys.readouterr().out
+
+
+def test_a_parquet_directory_and_a_gzipped_csv_on_s3_fit_like_the_array(s3_bucket, tmp_path):
+    """Read through fsspec as local files are: the parts in dask's order (part.10 after part.9), the CSV in one task."""
+    import pandas as pd
+
+    X = make_data(240, seed=5)
+    names = [f"f{j}" for j in range(X.shape[1])]
+    for i, rows in enumerate(np.array_split(np.arange(len(X)), 11)):
+        pd.DataFrame(X[rows], columns=names).to_parquet(tmp_path / f"part.{i}.parquet")
+        _fs().put(str(tmp_path / f"part.{i}.parquet"), f"{s3_bucket}/parts/part.{i}.parquet")
+    pd.DataFrame(X, columns=names).to_csv(tmp_path / "x.csv.gz", index=False, float_format="%.17g")
+    _fs().put(str(tmp_path / "x.csv.gz"), f"{s3_bucket}/x.csv.gz")
+    reference = dkpca.fit(X, n_components=2, gamma=GAMMA, dtype="float64")
+    for source in (f"{s3_bucket}/parts", f"{s3_bucket}/x.csv.gz"):
+        model = dkpca.fit(source, n_components=2, gamma=GAMMA, dtype="float64", store=tmp_path / "s.dkpca.zarr",
+                          overwrite=True)
+        np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+        np.testing.assert_allclose(np.abs(model.transform(source)), np.abs(reference.transform(X)), atol=1e-10)
+        assert model.feature_names == tuple(names)

@@ -17,13 +17,11 @@ absolute when opened, for workers in another working directory.
 
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import numpy as np
 import zarr
 
@@ -32,6 +30,10 @@ from ..storage import FORMAT, absolute, is_url
 from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
 from ..storage.paths import unreachable
+from .csvfile import RowIndexWarning, csv_columns, is_csv, open_csv
+from .optional import require
+from .parquet import SUFFIXES as PARQUET_SUFFIXES
+from .parquet import is_parquet_directory, open_parquet, parquet_columns
 
 __all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "open_path", "split_member", "input_path",
            "table_columns", "zarr_input"]
@@ -42,20 +44,10 @@ READABLE = ("Zarr (a directory or URL), NumPy .npy, HDF5 'file.h5:/dataset', net
 
 H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf")
-PARQUET_SUFFIXES = (".parquet", ".pq")
 
 #: first bytes of the file formats recognised without a telling suffix
 MAGIC = {b"\x93NUMPY": "npy", b"\x89HDF\r\n\x1a\n": "h5", b"CDF\x01": "netcdf", b"CDF\x02": "netcdf",
          b"PAR1": "parquet"}
-
-
-def _require(module: str, extra: str, what: str) -> Any:
-    """Import an optional reader, or say which extra installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(f"reading {what} needs {module.split('.')[0]}, which is not installed: "
-                          f"pip install 'dkpca[{extra}]' (or 'dkpca[formats]' for every format).") from exc
 
 
 def split_member(source: str) -> tuple[str, str | None]:
@@ -94,15 +86,15 @@ def _kind(path: str, member: str | None, source: str) -> str:
     suffix = _suffix(path)
     if suffix in PARQUET_SUFFIXES:
         return "parquet"
-    if suffix == ".csv":
+    if is_csv(path):
         return "csv"
     if is_url(path):
         if suffix in (".npy", *H5_SUFFIXES, *NETCDF_SUFFIXES):
             raise ValueError(f"input {source!r}: {suffix} files are read from local paths only; copy it to a local "
                              "file, or convert it to Zarr.")
-        return "zarr"
+        return "parquet" if is_parquet_directory(path) else "zarr"
     if os.path.isdir(path):
-        return "zarr"
+        return "parquet" if is_parquet_directory(path) else "zarr"
     if suffix == ".npy":
         return "npy"
     if suffix in H5_SUFFIXES:
@@ -264,13 +256,13 @@ class H5Dataset:
         return len(self.shape)
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        h5py = _require("h5py", "h5", "HDF5 files")
+        h5py = require("h5py", "h5", "HDF5 files")
         with h5py.File(self.path, "r") as f:
             return f[self.name][key]
 
 
 def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
-    h5py = _require("h5py", "h5", "HDF5 files")
+    h5py = require("h5py", "h5", "HDF5 files")
     try:
         f = h5py.File(path, "r")
     except OSError:
@@ -291,7 +283,7 @@ def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
 
 
 def _open_xarray(path: str, member: str | None, source: str) -> Any:
-    xr = _require("xarray", "netcdf", "netCDF and other xarray-readable files")
+    xr = require("xarray", "netcdf", "netCDF and other xarray-readable files")
     try:
         ds = xr.open_dataset(path, cache=False)  # lazy: nothing is read until a block is computed
     except Exception as exc:  # xarray's message names the backends it tried: what to install
@@ -308,71 +300,12 @@ def _open_xarray(path: str, member: str | None, source: str) -> Any:
     return var.chunk({var.dims[0]: default_block_size(var.shape[0]), var.dims[1]: -1}).data
 
 
-class RowIndexWarning(UserWarning):
-    """A CSV's first column is an unnamed row index (pandas' ``to_csv`` writes one): it would be fitted as a feature."""
+def _open_parquet(path: str, member: str | None, source: str) -> Any:
+    return open_parquet(path, source)
 
 
-def _check_row_index(df: Any, source: str) -> None:
-    """Warn (:class:`RowIndexWarning`) when the first column has no name and counts 0, 1, 2, ... (its first block).
-
-    ``DataFrame.to_csv(path)`` writes the index as a first column headed by nothing, which readers
-    name ``Unnamed: 0``; fitted, it becomes a feature that grows with the row number and outweighs
-    the data.  Only the first block of rows is read (an unnamed first column is rare; the values are
-    the evidence).
-    """
-    name = str(df.columns[0])
-    if name.strip() and name != "Unnamed: 0":
-        return
-    values = np.asarray(df.get_partition(0)[df.columns[0]].compute(scheduler="sync"), dtype=np.float64)
-    if values.size > 1 and np.array_equal(values, np.arange(values.size)):
-        warnings.warn(f"input {source!r}: the first column has no name and counts 0, 1, 2, ...: a row index (as "
-                      "pandas' DataFrame.to_csv writes one), which would be fitted as a feature. Write the file with "
-                      "to_csv(path, index=False), or drop the column: pandas.read_csv(path, index_col=0) and fit "
-                      "its values.", RowIndexWarning, stacklevel=2)
-
-
-def _has_header(path: str) -> bool:
-    """Whether a CSV's first line names its columns (a line of numbers is data)."""
-    with fsspec.open(path, "rt") as f:
-        first = f.readline().strip()
-    try:
-        [float(field) for field in first.split(",")]
-    except ValueError:
-        return True
-    return False
-
-
-def _open_table(path: str, member: str | None, source: str) -> Any:
-    kind = "CSV" if _suffix(path) == ".csv" else "Parquet"
-    dd = _require("dask.dataframe", "tables", f"{kind} files")
-    pd = _require("pandas", "tables", f"{kind} files")
-    try:
-        if kind == "CSV":
-            header = 0 if _has_header(path) else None
-            df = dd.read_csv(path, header=header)
-        else:
-            df = dd.read_parquet(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"input {source!r} is not a readable {kind} file ({exc}).") from None
-    dtypes = df.dtypes.to_dict()
-    numeric = pd.api.types.is_numeric_dtype  # bools included
-    bad = [str(c) for c, t in dtypes.items() if not numeric(t)]
-    if bad and len(df.head(1, npartitions=-1)) == 0:  # no row to infer a type from: every column an object
-        raise ValueError(f"input {source!r} holds no rows of data, only its columns' names {list(map(str, dtypes))}.")
-    if bad:  # one column named 'a;b;c': a file separated by something else than commas, not text
-        fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in ";\t|"
-                    if kind == "CSV" and len(dtypes) == 1 and s in bad[0]), "Drop or encode them first.")
-        raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. {fix}")
-    if kind == "CSV":
-        # dtypes were inferred from the first rows; a later float in an int column must not fail the read
-        numbers = {c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)}
-        df = dd.read_csv(path, header=header, dtype=numbers)
-        if header == 0:
-            _check_row_index(df, source)
-    plain = all(isinstance(t, np.dtype) for t in df.dtypes)
-    common = np.result_type(*df.dtypes) if plain else np.dtype(np.float64)  # nullable types: NA -> NaN
-    # lengths=True counts the rows of each partition (one read): the row chunks must be known
-    return df.astype(common).to_dask_array(lengths=True)
+def _open_csv(path: str, member: str | None, source: str) -> Any:
+    return open_csv(path, source)
 
 
 def table_columns(source: Any) -> tuple[str, ...] | None:
@@ -382,19 +315,16 @@ def table_columns(source: Any) -> tuple[str, ...] | None:
     path = input_path(source)
     if path is None or not (is_url(path) or os.path.exists(path)):
         return None
-    suffix, local_file = _suffix(path), not is_url(path) and os.path.isfile(path)
     try:
-        if suffix == ".csv" and _has_header(path):
-            pd = _require("pandas", "tables", "CSV files")
-            with fsspec.open(path, "rt") as f:
-                return tuple(str(c) for c in pd.read_csv(f, nrows=0).columns)
-        if suffix in PARQUET_SUFFIXES or (suffix != ".csv" and local_file and _sniff(path) == "parquet"):
-            dd = _require("dask.dataframe", "tables", "Parquet files")
-            return tuple(str(c) for c in dd.read_parquet(path).columns)
+        kind = _kind(path, None, path)
+        if kind == "csv":
+            return csv_columns(path)
+        if kind == "parquet":
+            return parquet_columns(path)
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return None
 
 
-READERS = {"zarr": _open_zarr, "npy": _open_npy, "h5": _open_h5, "netcdf": _open_xarray, "parquet": _open_table,
-           "csv": _open_table}
+READERS = {"zarr": _open_zarr, "npy": _open_npy, "h5": _open_h5, "netcdf": _open_xarray, "parquet": _open_parquet,
+           "csv": _open_csv}

@@ -106,7 +106,7 @@ def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, pu
     single chunk.  ``keep_row_chunks=True`` keeps a dask array's own row chunks
     (results of ``transform`` then have the user's chunks).  Integer and
     boolean data are converted to float64; other dtypes keep their precision
-    (float32 stays float32).
+    (float32 stays float32), in this machine's byte order.
 
     Raises
     ------
@@ -122,6 +122,10 @@ def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, pu
     if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
         arr = _frame_values(arr) if hasattr(arr, "dtypes") else np.asarray(arr)
     shape = tuple(arr.shape)
+    fields = np.dtype(arr.dtype).names
+    if fields:  # a record array: its fields are the columns, which numpy does not count as a dimension
+        raise ValueError(f"X has a structured dtype with fields {list(fields)}; stack its numeric fields as columns: "
+                         "numpy.lib.recfunctions.structured_to_unstructured(X).")
     if len(shape) != 2:
         raise ValueError(
             f"X must be 2-D (n_samples, n_features); got shape {shape}. "
@@ -135,7 +139,8 @@ def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, pu
     dtype = np.dtype(arr.dtype)
     if dtype.kind not in "biuf":
         raise ValueError(f"X has dtype {dtype}; it must be real numeric (float, int or bool).")
-    target = dtype if dtype.kind == "f" and dtype.itemsize >= 4 else np.dtype(np.float64)
+    # native byte order: a big-endian file's values, computed and stored, read back in this machine's order
+    target = (dtype if dtype.kind == "f" and dtype.itemsize >= 4 else np.dtype(np.float64)).newbyteorder("=")
     rows = block_rows or default_block_size(n)
     if isinstance(arr, da.Array):
         X = arr.rechunk({1: -1} if keep_row_chunks else (rows, d))
@@ -191,7 +196,8 @@ def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
         if bad >= 0:  # a CSV's short row or empty field is read as NaN: the column says which field
             raise ValueError(
                 f"X contains NaN or infinity (first in row {offset + bad}, column {column}); "
-                f"remove or impute non-finite values before {purpose} (a CSV's empty or missing field reads as NaN)."
+                f"remove or impute non-finite values before {purpose} (a CSV's empty or missing field, or a Parquet "
+                "null, reads as NaN)."
             )
         h.update(digest.encode())
         offset += rows

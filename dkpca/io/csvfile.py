@@ -1,0 +1,125 @@
+"""CSV input through dask.dataframe: whether the first line is a header, a row index warned of, compressed files.
+
+A file is read by blocks of bytes (dask's ``read_csv``), or whole per task where it is compressed (``.csv.gz``,
+``.csv.bz2``, ``.csv.xz``: a compressed stream cannot be split).  Lines starting with ``#`` are comments,
+skipped wherever they are: a CSV of numbers holds no ``#``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import warnings
+from typing import Any
+
+import fsspec
+import numpy as np
+from fsspec.utils import infer_compression
+
+from .optional import require
+
+__all__ = ["RowIndexWarning", "csv_columns", "is_csv", "open_csv"]
+
+COMMENT = "#"
+
+
+def is_csv(path: str) -> bool:
+    """``.csv``, or ``.csv`` then a compression suffix fsspec decompresses (``.gz``, ``.bz2``, ``.xz``)."""
+    base = path.rstrip("/").lower()
+    if infer_compression(base):
+        base = os.path.splitext(base)[0]
+    return base.endswith(".csv")
+
+
+def _first_line(path: str) -> list[str]:
+    """The first line that is neither blank nor a comment, split into fields as ``csv`` does (quotes removed)."""
+    with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig", newline="") as f:
+        for line in f:
+            if line.strip() and not line.lstrip().startswith(COMMENT):
+                return next(csv.reader([line]))
+    return []
+
+
+def has_header(path: str) -> bool:
+    """Whether a CSV's first line names its columns.
+
+    A line of numbers is data, except ``0,1,...,d-1``: the labels ``DataFrame(X).to_csv(path, index=False)``
+    writes for a frame made from an array (a data row of exactly those integers is far rarer than that call).
+    """
+    fields = [f.strip() for f in _first_line(path)]
+    try:
+        [float(field) for field in fields]
+    except ValueError:
+        return True
+    return fields == [str(i) for i in range(len(fields))]
+
+
+class RowIndexWarning(UserWarning):
+    """A CSV's first column is an unnamed row index (pandas' ``to_csv`` writes one): it would be fitted as a feature."""
+
+
+def _check_row_index(df: Any, source: str) -> None:
+    """Warn (:class:`RowIndexWarning`) when the first column has no name and counts 0, 1, 2, ... (its first block).
+
+    ``DataFrame.to_csv(path)`` writes the index as a first column headed by nothing, which readers
+    name ``Unnamed: 0``; fitted, it becomes a feature that grows with the row number and outweighs
+    the data.  Only the first block of rows is read (an unnamed first column is rare; the values are
+    the evidence).
+    """
+    name = str(df.columns[0])
+    if name.strip() and name != "Unnamed: 0":
+        return
+    values = np.asarray(df.get_partition(0)[df.columns[0]].compute(scheduler="sync"), dtype=np.float64)
+    if values.size > 1 and np.array_equal(values, np.arange(values.size)):
+        warnings.warn(f"input {source!r}: the first column has no name and counts 0, 1, 2, ...: a row index (as "
+                      "pandas' DataFrame.to_csv writes one), which would be fitted as a feature. Write the file with "
+                      "to_csv(path, index=False), or drop the column: pandas.read_csv(path, index_col=0) and fit "
+                      "its values.", RowIndexWarning, stacklevel=3)
+
+
+def _read(path: str, header: int | None, **kw: Any) -> Any:
+    dd = require("dask.dataframe", "tables", "CSV files")
+    compressed = infer_compression(path) is not None  # one task per file: a compressed stream has no offsets
+    return dd.read_csv(path, header=header, comment=COMMENT, compression="infer",
+                       **({"blocksize": None} if compressed else {}), **kw)
+
+
+def open_csv(path: str, source: str) -> Any:
+    """A CSV of numeric columns as a dask array (row chunks counted: one read); its columns' common float type.
+
+    Raises
+    ------
+    ValueError
+        Unreadable, no rows, or non-numeric columns (named; a file separated by ``;``, a tab or ``|`` said so).
+    """
+    pd = require("pandas", "tables", "CSV files")
+    try:
+        header = 0 if has_header(path) else None
+        df = _read(path, header)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"input {source!r} is not a readable CSV file ({exc}).") from None
+    dtypes = df.dtypes.to_dict()
+    bad = [str(c) for c, t in dtypes.items() if not pd.api.types.is_numeric_dtype(t)]  # bools are numeric
+    if bad and len(df.head(1, npartitions=-1)) == 0:  # no row to infer a type from: every column an object
+        raise ValueError(f"input {source!r} holds no rows of data, only its columns' names {list(map(str, dtypes))}.")
+    if bad:  # one column named 'a;b;c': a file separated by something else than commas, not text
+        fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in ";\t|"
+                    if len(dtypes) == 1 and s in bad[0]), "Drop or encode them first.")
+        raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. {fix}")
+    # dtypes were inferred from the first rows; a later float in an int column must not fail the read
+    df = _read(path, header, dtype={c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)})
+    if header == 0:
+        _check_row_index(df, source)
+    plain = all(isinstance(t, np.dtype) for t in df.dtypes)
+    common = np.result_type(*df.dtypes) if plain else np.dtype(np.float64)  # nullable types: NA -> NaN
+    # lengths=True counts the rows of each partition (one read): the row chunks must be known
+    return df.astype(common).to_dask_array(lengths=True)
+
+
+def csv_columns(path: str) -> tuple[str, ...] | None:
+    """A CSV's column names from its header; None where its first line is data."""
+    if not has_header(path):
+        return None
+    pd = require("pandas", "tables", "CSV files")
+    with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig") as f:
+        return tuple(str(c) for c in pd.read_csv(f, nrows=0, comment=COMMENT).columns)
