@@ -280,6 +280,16 @@ def test_a_structured_npy_is_refused_naming_its_fields(tmp_path):
         dkpca.fit(str(tmp_path / "r.npy"), store=tmp_path / "s.dkpca.zarr")
 
 
+def test_a_file_without_a_2d_member_says_what_it_holds(tmp_path):
+    """Before: "holds 0 2-D datasets []; name one, e.g. 'r.h5:X'" -- naming one would not have helped."""
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        f["X"] = np.zeros(300, dtype=[("a", "f8"), ("b", "f8")])
+        f["g/t"] = np.ones(3)
+    with pytest.raises(ValueError, match=re.escape("holds no 2-D dataset of numbers (its datasets: /X (300,) of "
+                                                   "records ['a', 'b'], /g/t (3,)); write the data as one 2-D")):
+        dkpca.fit(str(tmp_path / "r.h5"), store=tmp_path / "s.dkpca.zarr")
+
+
 def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):
     with h5py.File(tmp_path / "two.h5", "w") as f:
         f["a"], f["b"] = data, data

@@ -196,14 +196,18 @@ class ZarrInput(VerifiedArray):
         return read_verified(self.array, key)
 
 
-def _pick(source: str, names: list[str], kind: str, example: str) -> str:
-    """The member to read when none is named: ``X``, or the only 2-D one."""
+def _pick(source: str, names: list[str], kind: str, example: str, every: dict[str, str]) -> str:
+    """The member to read when none is named: ``X``, or the only 2-D one (``every``: each member's shape, said)."""
     if "X" in names or "/X" in names:
         return "X"
     if len(names) == 1:
         return names[0]
+    if not names:  # naming one would not help: say what there is
+        shapes = ", ".join(f"{name} {shape}" for name, shape in sorted(every.items())) or "none"
+        raise ValueError(f"{kind} file {source!r} holds no 2-D {example} of numbers (its {example}s: {shapes}); "
+                         f"write the data as one 2-D {example} (n_samples, n_features).")
     raise ValueError(f"{kind} file {source!r} holds {len(names)} 2-D {example}s {sorted(names)}; name one, e.g. "
-                     f"'{source}:{sorted(names)[0] if names else 'X'}'.")
+                     f"'{source}:{sorted(names)[0]}'.")
 
 
 @dataclass(frozen=True)
@@ -269,10 +273,12 @@ def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
         raise ValueError(f"input {source!r} is not a readable HDF5 file; dkpca reads {READABLE}.") from None
     with f:
         if member is None:
-            found: list[str] = []
-            f.visititems(lambda name, obj: found.append("/" + name)
-                         if isinstance(obj, h5py.Dataset) and obj.ndim == 2 else None)
-            member = _pick(source, found, "HDF5", "dataset")
+            found: dict[str, h5py.Dataset] = {}
+            f.visititems(lambda name, obj: found.update({"/" + name: obj}) if isinstance(obj, h5py.Dataset) else None)
+            shapes = {m: f"{d.shape}" + (f" of records {list(d.dtype.names)}" if d.dtype.names else "")
+                      for m, d in found.items()}
+            member = _pick(source, [m for m, d in found.items() if d.ndim == 2 and not d.dtype.names], "HDF5",
+                           "dataset", shapes)
         node = f.get(member)
         if not isinstance(node, h5py.Dataset):
             names: list[str] = []
@@ -289,7 +295,8 @@ def _open_xarray(path: str, member: str | None, source: str) -> Any:
     except Exception as exc:  # xarray's message names the backends it tried: what to install
         raise ValueError(f"input {source!r} cannot be read by xarray ({exc}); dkpca reads {READABLE}.") from None
     if member is None:
-        member = _pick(source, [str(v) for v in ds.data_vars if ds[v].ndim == 2], "netCDF", "variable")
+        shapes = {str(v): f"{ds[v].shape}" for v in ds.data_vars}
+        member = _pick(source, [str(v) for v in ds.data_vars if ds[v].ndim == 2], "netCDF", "variable", shapes)
     if member not in ds.variables:
         raise ValueError(f"input {source!r}: the file has no variable {member!r}; its variables are "
                          f"{sorted(str(v) for v in ds.variables)}.")
