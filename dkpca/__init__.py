@@ -24,6 +24,7 @@ from .version import __version__
 
 if TYPE_CHECKING:  # what static analysers and IDEs see; at run time ``__getattr__`` loads the same names
     from . import cluster, kernels
+    from .batches import RepeatedBatchWarning
     from .estimator import KernelPCA
     from .io.csvfile import RowIndexWarning
     from .io.formats import AbsentChunksWarning
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # what static analysers and IDEs see; at run time ``__getattr
     from .sparse import SparseKernelPCA, fit_sparse
 
 __all__ = ["fit", "load", "plan", "cluster", "KPCAModel", "KernelPCA", "SparseKernelPCA", "fit_sparse", "kernels",
-           "KernelScaleWarning", "RowIndexWarning", "AbsentChunksWarning", "__version__"]
+           "KernelScaleWarning", "RowIndexWarning", "AbsentChunksWarning", "RepeatedBatchWarning", "__version__"]
 
 # A library's logger (the ``dkpca`` logger and its children, e.g. the fit's plan line and stages at INFO): its
 # records go nowhere until the application configures logging -- ``logging.basicConfig(level=logging.INFO)`` --
@@ -46,8 +47,10 @@ _HOME = MappingProxyType({
     "fit": ".pipeline", "load": ".model", "plan": ".planning", "KPCAModel": ".model", "KernelPCA": ".estimator",
     "SparseKernelPCA": ".sparse", "fit_sparse": ".sparse", "cluster": None, "kernels": None,
     # warnings of silent pitfalls: K numerically the identity or constant (gamma far from the data's scale), and
-    # a CSV's unnamed row index column, a Zarr array's chunks not stored (read as its fill value)
+    # a CSV's unnamed row index column, a Zarr array's chunks not stored (read as its fill value), a batch
+    # partial_fit did not add again
     "KernelScaleWarning": ".planning.precision", "RowIndexWarning": ".io.csvfile", "AbsentChunksWarning": ".io.formats",
+    "RepeatedBatchWarning": ".batches",
 })
 
 

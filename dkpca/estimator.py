@@ -429,7 +429,9 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         call is :func:`dkpca.fit` on the store's data copy followed by the
         batch, out of core: the store is updated, nothing n x n is held in
         memory; a new estimator's first call on a store that holds a fit
-        continues that fit.  A batch refused leaves the estimator as it was.
+        continues that fit -- a batch that is already its last rows adds
+        nothing (:class:`dkpca.RepeatedBatchWarning`), one that is its first
+        rows is refused.  A batch refused leaves the estimator as it was.
         """
         refused_as_sklearn(check_kernel_pca_params, self.get_params(deep=False), EIGEN_SOLVERS)
         return self._grow(X, out_of_core=_is_out_of_core(X))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils.validation import validate_data
 
+from .batches import Held, RepeatedBatchWarning, held_rows, refuse_batch_over_a_killed_one
 from .execution import local_threads
 from .growth import nystroem_rows
 from .io import as_dask, check_feature_names, feature_names, scan
@@ -240,7 +242,9 @@ class PartialFit:
         scan(batch)  # a non-finite value named by its row in the batch, not in the rows seen and the batch
         grown = None if seen is None else da.concatenate([seen, batch.astype(seen.dtype)])
         if grown is not None:
-            self._refuse_another_batch_over_a_killed_one(grown, store)
+            refuse_batch_over_a_killed_one(grown, store)
+        if grown is not None and not fitted and self._rerun(seen, batch.astype(seen.dtype), store):
+            grown = seen  # the store's fit is this estimator's: fitted on its own rows, nothing computed
         state = dict(self.__dict__)
         try:
             # the rows seen (lazily) followed by the batch: dkpca.fit sees a store whose data is the first
@@ -270,24 +274,20 @@ class PartialFit:
                              "to start afresh in the new one.")
         return model.store
 
-    def _refuse_another_batch_over_a_killed_one(self, grown: da.Array, path: str) -> None:
-        """A batch killed while it was being added leaves the store's data ahead of its model; ``dkpca.fit``'s
-        refusal of ``grown`` (the rows seen and another batch) then advised ``overwrite=True``, which here would
-        refit this batch alone.  Another batch: of other rows, or as many whose digests differ from the copy's."""
-        store = FitStore.at(path)
-        try:
-            ext, fitted = store.data_extent(), store.model_rows()
-        except (OSError, ValueError, KeyError):  # the fit judges a store it cannot read, naming why
-            return
-        pending = ext.growing["to"] if ext.growing is not None else ext.rows
-        if fitted is None or fitted >= pending:
-            return
-        if pending != grown.shape[0] or (ext.growing is None and store.changed_chunk(grown, pending) is not None):
-            raise ValueError(
-                f"store {path!r} holds the fit of {fitted} rows and a batch being added to it (rows {fitted} "
-                f"to {pending - 1}) that was killed before it finished: call partial_fit again with that batch to "
-                f"finish it, then with this one (overwrite=True would start afresh on this batch alone, dropping "
-                f"the {fitted} rows fitted).")
+    def _rerun(self, seen: da.Array, batch: da.Array, store: str) -> bool:
+        """A new estimator's first batch on a store's fit: True where it is that fit's last rows (a rerun of the
+        call that added them: nothing added, warned); refused where it is its first rows."""
+        held = held_rows(seen, batch)
+        n, m = seen.shape[0], batch.shape[0]
+        if held is Held.FIRST:
+            raise ValueError(f"the batch's {m} rows are the first {m} of the {n} rows store {store!r} holds a fit of "
+                             "(a rerun from the first batch?): a new estimator continues the store's fit, and this "
+                             "would fit them twice. Pass only rows not yet added, or overwrite=True to start afresh.")
+        if held is Held.LAST:
+            warnings.warn(f"the batch's {m} rows are already the last {m} of the {n} rows store {store!r} holds a fit "
+                          "of (a rerun of the call that added them?): nothing added; the estimator holds the "
+                          "store's fit.", RepeatedBatchWarning, stacklevel=5)
+        return held is Held.LAST
 
     def _rows_seen(self, fitted: bool, path: str) -> tuple[da.Array | None, tuple[str, ...] | None]:
         """The rows fitted so far, lazily (None before the first fit), and their feature names (None: none).  A

@@ -341,6 +341,36 @@ def test_a_fresh_estimator_on_a_store_that_holds_a_fit_continues_it(tmp_path):
     np.testing.assert_allclose(np.abs(est.eigenvectors_), np.abs(U), atol=1e-6)
 
 
+@pytest.fixture
+def nightly_store(tmp_path):
+    """``(X, store, kw)``: a store grown by two batches (400 rows, then 200) of X's 600 rows; kw makes estimators."""
+    X, store = data(600), str(tmp_path / "s.dkpca.zarr")
+    kw = dict(kernel="rbf", gamma=GAMMA, store=store, dtype="float64", tol=1e-10, random_state=0)
+    KernelPCA(5, **kw).partial_fit(X[:400]).partial_fit(X[400:])
+    return X, store, kw
+
+
+def test_a_fresh_estimator_rerunning_the_last_batch_adds_nothing_and_warns(nightly_store):
+    """A nightly job requeued after its partial_fit finished: before, its rows were added again (800 rows fitted,
+    200 of them twice) without a word; now nothing is added and the estimator holds eigh's fit of the 600."""
+    X, store, kw = nightly_store
+    est = KernelPCA(5, **kw)
+    with pytest.warns(dkpca.RepeatedBatchWarning, match="already the last 200 of the 600 rows .* nothing added"):
+        est.partial_fit(X[400:])
+    assert est.n_samples_seen_ == 600 and dkpca.load(store).n_samples == 600
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=GAMMA), 5)
+    np.testing.assert_allclose(est.eigenvalues_, lam, rtol=1e-8)
+
+
+def test_a_fresh_estimator_rerunning_from_the_first_batch_is_refused(nightly_store):
+    """A script rerun from its first batch: before, the 400 rows were added again (1,000 rows fitted)."""
+    X, store, kw = nightly_store
+    with pytest.raises(ValueError, match=r"the batch's 400 rows are the first 400 of the 600 rows store .* would fit "
+                                         r"them twice\. Pass only rows not yet added, or overwrite=True"):
+        KernelPCA(5, **kw).partial_fit(X[:400])
+    assert dkpca.load(store).n_samples == 600
+
+
 def test_another_batch_after_one_killed_mid_update_is_refused_naming_the_killed_batch(tmp_path, monkeypatch):
     """The fit's refusal advised overwrite=True, which here refits the new batch alone (the 400 rows fitted lost);
     the killed batch again finishes it, then the other is added: eigh's answer for all 600 rows."""
