@@ -6,6 +6,8 @@ what pandas writes by default (measured with dask 2026.8 and pandas 3.1: integer
 Reading a matrix of numeric columns needs none of that: the schema's columns, less the index columns the
 pandas metadata names (pandas restores them as the index, not as data), one dask chunk per row group (their
 row counts are in the footers: no pass to count rows), each cast to one float type, a null read as NaN.
+A row group is read whole, so it bounds a task's memory (pyarrow writes up to 1,048,576 rows a group):
+write large files with a ``row_group_size`` of a few thousand rows.
 """
 
 from __future__ import annotations
