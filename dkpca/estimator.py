@@ -40,7 +40,7 @@ import zarr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .incremental import STORE_GIVEN, PartialFit
+from .incremental import STORE_GIVEN, PartialFit, nearly_symmetric
 from .inverse import InverseTransform
 from .io import as_dask, open_input
 from .linalg import center_precomputed
@@ -325,6 +325,12 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
              if self._is_precomputed() else self._training_kernel(X))
         # a non-symmetric precomputed K is centred as KernelCenterer centres it (row and column means apart)
         given = center_precomputed(K) if self._is_precomputed() else None
+        if given is not None and not nearly_symmetric(K):  # solvers part ways on it: ARPACK's, eigh's triangle
+            gap = float(np.max(np.abs(K - K.T)))
+            raise ValueError(
+                f"kernel='precomputed': the kernel matrix is not symmetric, even centred (largest |K - K.T| {gap:.3g} "
+                f"against entries up to {float(np.max(np.abs(K))):.3g}), so its eigenvectors depend on the solver "
+                "(scikit-learn's dense solver reads one triangle only); symmetrise it: (K + K.T) / 2.")
         self._solve_in_memory(K, X, k, solver, given=given)
         del K
         if self.fit_inverse_transform:

@@ -102,6 +102,19 @@ def test_non_symmetric_precomputed_kernel_is_centred_as_kernel_centerer():
     np.testing.assert_allclose(est.transform(new), expected, rtol=0, atol=1e-10 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("solver", ["dense", "arpack", "lanczos"])
+def test_a_precomputed_kernel_not_symmetric_even_centred_is_refused(solver):
+    """Before: accepted without a word -- dense, arpack and randomized gave three answers (scikit-learn's dense
+    solver reads the lower triangle only) and lanczos raised numpy's LinAlgError from its orthonormalisation."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 4))
+    K = X @ X.T + 0.5 * rng.standard_normal((80, 80))
+    with pytest.raises(ValueError, match=r"not symmetric, even centred .* symmetrise it: \(K \+ K\.T\) / 2"):
+        KernelPCA(3, kernel="precomputed", eigen_solver=solver).fit(K)
+    fitted = KernelPCA(3, kernel="precomputed", eigen_solver=solver, random_state=0).fit((K + K.T) / 2)
+    assert fitted.eigenvalues_.shape == (3,)
+
+
 def test_sparse_n_components_above_kernels_kept_keeps_them_and_warns():
     """scikit-learn's convention for fewer components than asked: keep what there is (n_components_ says how
     many), warn; reference: the same fit with n_components=None."""
