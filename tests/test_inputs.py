@@ -245,8 +245,9 @@ def test_a_csv_row_with_a_field_missing_is_named_by_row_and_column(tmp_path):
     source = tmp_path / "t.csv"
     source.write_text("a,b,c\n1,2,3\n4,5,6\n7,8\n0.5,1,2\n")
     with pytest.raises(ValueError, match=re.escape("(first in row 2, column 2); remove or impute non-finite values "
-                                                   "before fitting (a CSV's empty or missing field, or a "
-                                                   "Parquet null, reads as NaN)")):
+                                                   "before fitting (a CSV's empty or missing field, a "
+                                                   "Parquet null, a data frame's NA or a netCDF fill value "
+                                                   "reads as NaN)")):
         dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
 
 
@@ -377,3 +378,96 @@ def test_a_data_frame_of_float_and_bool_columns_fits_as_its_float_values(referen
     model = dkpca.fit(frame, n_components=K, gamma=GAMMA, dtype="float64")
     np.testing.assert_allclose(model.eigenvalues_, dkpca.fit(values, n_components=K, gamma=GAMMA,
                                                              dtype="float64").eigenvalues_, rtol=1e-12)
+
+
+# -- found by a probe of the readers' edges (each: what it did before) ------------------------------------------
+
+
+def _csv_lines(tmp_path, text):
+    (tmp_path / "t.csv").write_text(text)
+    return str(tmp_path / "t.csv")
+
+
+def test_a_csv_header_naming_fewer_columns_than_its_rows_have_is_refused(tmp_path):
+    """Before: pandas made the two extra leading fields an index; the last three columns were fitted as a, b, c."""
+    source = _csv_lines(tmp_path, "a,b,c\n" + "".join(f"{i},{i + 1},0.{i},0.{i + 2},0.{i + 4}\n" for i in range(9)))
+    with pytest.raises(ValueError, match=re.escape("its header names 3 column(s) but its first row has 5 fields")):
+        dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_csv_with_decimal_commas_is_refused_naming_the_separator(tmp_path):
+    """Before: fitted as one column of the digits after the last decimal comma, read as integers."""
+    source = _csv_lines(tmp_path, "c0;c1;c2\n" + "0,125;-0,132;0,640\n" * 5)
+    with pytest.raises(ValueError, match=re.escape("Its header looks separated by ';' (decimal commas?)")):
+        dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_csv_with_row_names_reads_them_as_its_index(tmp_path, data, reference):
+    """R's write.table(sep=','): a header one field short over rows that start with their name."""
+    rows = "".join(f'"{i + 1}",' + ",".join(f"{v:.17g}" for v in row) + "\n" for i, row in enumerate(data))
+    source = _csv_lines(tmp_path, ",".join(f'"f{j}"' for j in range(D)) + "\n" + rows)
+    model = dkpca.fit(source, n_components=K, gamma=GAMMA, dtype="float64", store=tmp_path / "s.dkpca.zarr")
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+
+
+def test_a_csv_header_of_integers_over_measurements_is_a_header(tmp_path, data, reference):
+    """Wavelengths naming columns: before, '400,450,500,550' was fitted as a first row of data."""
+    text = ",".join(str(400 + 50 * j) for j in range(D)) + "\n" + "".join(
+        ",".join(f"{v:.17g}" for v in row) + "\n" for row in data)
+    model = dkpca.fit(_csv_lines(tmp_path, text), n_components=K, gamma=GAMMA, dtype="float64",
+                      store=tmp_path / "s.dkpca.zarr")
+    assert model.n_samples == N and model.feature_names == ("400", "450", "500", "550")
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+
+
+GOOD_ROWS = "a,b\n" + "1.25,2.5\n" * 40000  # past the sample dask infers the columns' types from
+
+
+@pytest.mark.parametrize("text, said", [
+    (GOOD_ROWS + "3,4,5\n", "is not a readable CSV file of numbers (Error tokenizing data"),
+    (GOOD_ROWS + "3,n/a?\n", "is not a readable CSV file of numbers (could not convert string to float: 'n/a?')"),
+    ("# only a comment\n\n", "is empty: no line but blanks or comments"),
+])
+def test_a_csv_that_cannot_be_read_is_named(tmp_path, text, said):
+    """Before: pandas' words alone ('Error tokenizing data. C error: ...'), naming no file."""
+    with pytest.raises(ValueError, match=re.escape(said)) as err:
+        dkpca.fit(_csv_lines(tmp_path, text), store=tmp_path / "s.dkpca.zarr")
+    assert "t.csv" in str(err.value)
+
+
+def test_spaces_after_a_csv_s_commas_are_not_part_of_its_names(tmp_path):
+    model = dkpca.fit(_csv_lines(tmp_path, "a, b, c\n1, 2, 3.5\n4, 5, 6.5\n7, 8, 0.5\n"), n_components=2)
+    assert model.feature_names == ("a", "b", "c")
+
+
+def test_a_data_frame_of_nullable_and_arrow_numbers_fits_as_its_values(tmp_path, data, reference):
+    """Before: 'X has dtype object; it must be real numeric' for Float64, float64[pyarrow], Int64 and boolean."""
+    for dtype in ("Float64", "float64[pyarrow]"):
+        frame = pd.DataFrame(data, columns=[f"f{j}" for j in range(D)]).astype(dtype)
+        model = dkpca.fit(frame, n_components=K, gamma=GAMMA, dtype="float64", store=tmp_path / f"{dtype}.zarr")
+        np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+    frame = frame.assign(s=pd.array(["x"] * N, dtype="string"))
+    with pytest.raises(ValueError, match=re.escape("column(s) ['s'] of the data frame are not numeric")):
+        dkpca.fit(frame, store=tmp_path / "s.dkpca.zarr")
+
+
+def test_long_double_data_fits_as_float64(tmp_path, data, reference):
+    """Before: zarr's 'No Zarr data type found that matches dtype float128', after the store was created."""
+    model = dkpca.fit(data.astype(np.longdouble), n_components=K, gamma=GAMMA, dtype="float64",
+                      store=tmp_path / "s.dkpca.zarr")
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+
+
+def test_parquet_integers_beyond_float_precision_round_as_numpy_rounds_them(tmp_path):
+    """Before: pyarrow's 'Integer value ... not in range' naming no file (and, twice in 45 runs, an abort)."""
+    big = np.arange(40, dtype=np.int64) + 1_600_000_000_000_000_001
+    pd.DataFrame({"t": big, "x": np.linspace(0, 1, 40)}).to_parquet(tmp_path / "t.parquet")
+    np.testing.assert_array_equal(as_dask(str(tmp_path / "t.parquet")).compute()[:, 0], big.astype(np.float64))
+
+
+def test_an_hdf5_dataset_without_a_dataspace_is_refused_as_empty(tmp_path):
+    """Before: TypeError: 'NoneType' object is not iterable, a traceback."""
+    with h5py.File(tmp_path / "n.h5", "w") as f:
+        f.create_dataset("X", data=h5py.Empty("f8"))
+    with pytest.raises(ValueError, match=re.escape("the HDF5 dataset '/X' is empty (a null dataspace: no values)")):
+        dkpca.fit(str(tmp_path / "n.h5") + ":/X", store=tmp_path / "s.dkpca.zarr")

@@ -31,27 +31,66 @@ def is_csv(path: str) -> bool:
     return base.endswith(".csv")
 
 
-def _first_line(path: str) -> list[str]:
-    """The first line that is neither blank nor a comment, split into fields as ``csv`` does (quotes removed)."""
+def _first_lines(path: str, count: int = 2) -> list[list[str]]:
+    """The first ``count`` lines that are neither blank nor comments, split into fields as ``csv`` does (quotes
+    removed, spaces after a comma too)."""
+    found: list[list[str]] = []
     with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig", newline="") as f:
         for line in f:
             if line.strip() and not line.lstrip().startswith(COMMENT):
-                return next(csv.reader([line]))
-    return []
+                found.append([field.strip() for field in next(csv.reader([line]))])
+                if len(found) == count:
+                    break
+    return found
+
+
+def _integer(field: str) -> bool:
+    return field.lstrip("+-").isdigit()
 
 
 def has_header(path: str) -> bool:
     """Whether a CSV's first line names its columns.
 
-    A line of numbers is data, except ``0,1,...,d-1``: the labels ``DataFrame(X).to_csv(path, index=False)``
-    writes for a frame made from an array (a data row of exactly those integers is far rarer than that call).
+    A line of numbers is data, except the labels ``0,1,...,d-1`` (``DataFrame(X).to_csv(path, index=False)``
+    writes them for a frame made from an array) and a line of integers over a line with fractions
+    (wavelengths, years or channel numbers naming columns of measurements): a data row of exactly those
+    is far rarer than either header.
     """
-    fields = [f.strip() for f in _first_line(path)]
+    lines = _first_lines(path)
+    if not lines:
+        return False
+    first = lines[0]
     try:
-        [float(field) for field in fields]
+        [float(field) for field in first]
     except ValueError:
         return True
-    return fields == [str(i) for i in range(len(fields))]
+    if first == [str(i) for i in range(len(first))]:
+        return True
+    return len(lines) == 2 and all(map(_integer, first)) and not all(map(_integer, lines[1]))
+
+
+def row_names(path: str, header: bool) -> bool:
+    """Whether the first field of each row names it: a header one field short, over rows whose first field is a
+    label or counts (R's ``write.table(sep=",")``); pandas reads it as the index, as here."""
+    lines = _first_lines(path)
+    if not header or len(lines) < 2 or len(lines[1]) != len(lines[0]) + 1:
+        return False
+    first = lines[1][0]
+    return _integer(first) or not first.replace(".", "", 1).lstrip("+-").replace("e", "", 1).isdigit()
+
+
+def check_fields(path: str, source: str, header: bool) -> None:
+    """Refuse a header naming fewer or more columns than the first row has fields (but for :func:`row_names`):
+    pandas would make the extra leading fields an index, fitting the rest under the header's names (a file with
+    decimal commas too)."""
+    lines = _first_lines(path)
+    if not header or len(lines) < 2 or len(lines[0]) == len(lines[1]) or row_names(path, header):
+        return
+    names, fields = lines
+    hint = next((f" Its header looks separated by {s!r} (decimal commas?): write the file with ',' between fields "
+                 "and '.' in numbers." for s in ";\t|" if len(names) == 1 and s in names[0]), "")
+    raise ValueError(f"input {source!r}: its header names {len(names)} column(s) but its first row has {len(fields)} "
+                     f"fields; every row must have one field per column.{hint}")
 
 
 class RowIndexWarning(UserWarning):
@@ -80,8 +119,10 @@ def _check_row_index(df: Any, source: str) -> None:
 def _read(path: str, header: int | None, **kw: Any) -> Any:
     dd = require("dask.dataframe", "tables", "CSV files")
     compressed = infer_compression(path) is not None  # one task per file: a compressed stream has no offsets
-    return dd.read_csv(path, header=header, comment=COMMENT, compression="infer",
-                       **({"blocksize": None} if compressed else {}), **kw)
+    # row names: pandas' own reading takes them as the index; else no field ever becomes one
+    index = {} if row_names(path, header == 0) else {"index_col": False}
+    return dd.read_csv(path, header=header, comment=COMMENT, compression="infer", skipinitialspace=True,
+                       **index, **({"blocksize": None} if compressed else {}), **kw)
 
 
 def open_csv(path: str, source: str) -> Any:
@@ -94,9 +135,12 @@ def open_csv(path: str, source: str) -> Any:
     """
     pd = require("pandas", "tables", "CSV files")
     try:
+        if not _first_lines(path, 1):
+            raise ValueError(f"input {source!r} is empty: no line but blanks or comments.")
         header = 0 if has_header(path) else None
+        check_fields(path, source, header == 0)
         df = _read(path, header)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise ValueError(f"input {source!r} is not a readable CSV file ({exc}).") from None
     dtypes = df.dtypes.to_dict()
     bad = [str(c) for c, t in dtypes.items() if not pd.api.types.is_numeric_dtype(t)]  # bools are numeric
@@ -112,8 +156,10 @@ def open_csv(path: str, source: str) -> Any:
         _check_row_index(df, source)
     plain = all(isinstance(t, np.dtype) for t in df.dtypes)
     common = np.result_type(*df.dtypes) if plain else np.dtype(np.float64)  # nullable types: NA -> NaN
-    # lengths=True counts the rows of each partition (one read): the row chunks must be known
-    return df.astype(common).to_dask_array(lengths=True)
+    try:  # lengths=True counts the rows of each partition (one read): the row chunks must be known
+        return df.astype(common).to_dask_array(lengths=True)
+    except ValueError as exc:  # a bad field or row further on (pandas' ParserError is one): the file named
+        raise ValueError(f"input {source!r} is not a readable CSV file of numbers ({exc}).") from None
 
 
 def csv_columns(path: str) -> tuple[str, ...] | None:
@@ -122,4 +168,4 @@ def csv_columns(path: str) -> tuple[str, ...] | None:
         return None
     pd = require("pandas", "tables", "CSV files")
     with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig") as f:
-        return tuple(str(c) for c in pd.read_csv(f, nrows=0, comment=COMMENT).columns)
+        return tuple(str(c) for c in pd.read_csv(f, nrows=0, comment=COMMENT, skipinitialspace=True).columns)

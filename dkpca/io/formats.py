@@ -275,16 +275,19 @@ def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
         if member is None:
             found: dict[str, h5py.Dataset] = {}
             f.visititems(lambda name, obj: found.update({"/" + name: obj}) if isinstance(obj, h5py.Dataset) else None)
-            shapes = {m: f"{d.shape}" + (f" of records {list(d.dtype.names)}" if d.dtype.names else "")
+            shapes = {m: f"{d.shape or 'empty'}" + (f" of records {list(d.dtype.names)}" if d.dtype.names else "")
                       for m, d in found.items()}
-            member = _pick(source, [m for m, d in found.items() if d.ndim == 2 and not d.dtype.names], "HDF5",
-                           "dataset", shapes)
+            candidates = [m for m, d in found.items() if d.shape and d.ndim == 2 and not d.dtype.names]
+            member = _pick(source, candidates, "HDF5", "dataset", shapes)
         node = f.get(member)
         if not isinstance(node, h5py.Dataset):
             names: list[str] = []
             f.visititems(lambda name, obj: names.append("/" + name) if isinstance(obj, h5py.Dataset) else None)
             raise ValueError(f"input {source!r}: the HDF5 file has no dataset {member!r}; its datasets are "
                              f"{sorted(names)}.")
+        if node.shape is None:  # a null dataspace: h5py's Empty, no values at all
+            raise ValueError(f"input {source!r}: the HDF5 dataset {node.name!r} is empty (a null dataspace: no "
+                             "values).")
         return H5Dataset(path, node.name, tuple(node.shape), node.dtype, _stamp(path))
 
 

@@ -92,8 +92,13 @@ def _frame_values(frame: Any) -> Any:
     """A data frame's values in its columns' common type: ``np.asarray`` makes float and bool columns objects."""
     try:
         dtypes = [np.dtype(t) for t in frame.dtypes]
-    except TypeError:  # an extension type (categorical, nullable): numpy's conversion says what it makes of it
-        return np.asarray(frame)
+    except TypeError:  # an extension type: nullable (Float64, Int64, boolean) and Arrow numbers are numbers
+        types = getattr(frame.dtypes, "tolist", lambda: list(frame.dtypes))()
+        bad = [str(c) for c, t in zip(frame.columns, types, strict=True) if getattr(t, "kind", "O") not in "biuf"]
+        if bad:
+            raise ValueError(f"column(s) {bad} of the data frame are not numeric; dkpca reads numeric columns only. "
+                             "Drop or encode them first.") from None
+        return frame.to_numpy(dtype=np.float64, na_value=np.nan)  # NA as NaN: the finiteness check names it
     numeric = dtypes and all(t.kind in "biuf" for t in dtypes)
     return frame.to_numpy(dtype=np.result_type(*dtypes)) if numeric else np.asarray(frame)
 
@@ -140,7 +145,8 @@ def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, pu
     if dtype.kind not in "biuf":
         raise ValueError(f"X has dtype {dtype}; it must be real numeric (float, int or bool).")
     # native byte order: a big-endian file's values, computed and stored, read back in this machine's order
-    target = (dtype if dtype.kind == "f" and dtype.itemsize >= 4 else np.dtype(np.float64)).newbyteorder("=")
+    # float128 too: no Zarr type stores it, and the kernels compute in float64 at most
+    target = (dtype if dtype.kind == "f" and 4 <= dtype.itemsize <= 8 else np.dtype(np.float64)).newbyteorder("=")
     rows = block_rows or default_block_size(n)
     if isinstance(arr, da.Array):
         X = arr.rechunk({1: -1} if keep_row_chunks else (rows, d))
@@ -196,8 +202,8 @@ def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
         if bad >= 0:  # a CSV's short row or empty field is read as NaN: the column says which field
             raise ValueError(
                 f"X contains NaN or infinity (first in row {offset + bad}, column {column}); "
-                f"remove or impute non-finite values before {purpose} (a CSV's empty or missing field, or a Parquet "
-                "null, reads as NaN)."
+                f"remove or impute non-finite values before {purpose} (a CSV's empty or missing field, a Parquet "
+                "null, a data frame's NA or a netCDF fill value reads as NaN)."
             )
         h.update(digest.encode())
         offset += rows

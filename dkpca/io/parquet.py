@@ -85,7 +85,8 @@ class ParquetRows:
         target = pa.from_numpy_dtype(self.dtype)
         out = np.empty((table.num_rows, len(self.columns)), dtype=self.dtype)
         for j, column in enumerate(table.columns):
-            out[:, j] = column.cast(target).to_numpy(zero_copy_only=False)
+            # unsafe: an int64 beyond 2^53 rounds to the nearest float, as numpy and a CSV's reading round it
+            out[:, j] = column.cast(target, safe=False).to_numpy(zero_copy_only=False)
         return out
 
     def to_dask(self) -> da.Array:
