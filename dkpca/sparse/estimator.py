@@ -364,7 +364,13 @@ class SparseKernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         return -0.5 * (logdet + kxx / sigma2 - quad / sigma2**2)
 
     def score(self, X: Any, y: Any = None) -> float:
-        """Mean of :meth:`score_samples`."""
+        """Mean of :meth:`score_samples`.
+
+        It compares models of one ``noise_variance`` and kernel only: the constant it leaves out holds
+        ``-D/2 log sigma^2`` with D the feature space's dimension (infinite for rbf), so it grows with
+        ``noise_variance`` and a grid search on it picks the largest offered.  Choose ``noise_variance`` by
+        the number of points to keep (:func:`dkpca.sparse.choose_noise_variance`).
+        """
         return float(np.mean(self.score_samples(X)))
 
     # -- persistence -------------------------------------------------------------
