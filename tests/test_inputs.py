@@ -56,10 +56,10 @@ def _parquet(path, X):
     return str(path / "x.parquet")
 
 
-def _csv(path, X):
-    pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).to_csv(path / "x.csv", index=False,
+def _csv(path, X, name="x.csv"):
+    pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).to_csv(path / name, index=False,
                                                                          float_format="%.17g")
-    return str(path / "x.csv")
+    return str(path / name)
 
 
 def _csv_no_header(path, X):
@@ -106,9 +106,7 @@ def _csv_pandas_default(path, X):
 
 
 def _csv_gzip(path, X):
-    pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).to_csv(path / "x.csv.gz", index=False,
-                                                                         float_format="%.17g")
-    return str(path / "x.csv.gz")
+    return _csv(path, X, name="x.csv.gz")  # compressed: pandas infers gzip from the name
 
 
 def _csv_quoted_commented(path, X):
