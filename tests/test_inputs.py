@@ -469,3 +469,25 @@ def test_an_hdf5_dataset_without_a_dataspace_is_refused_as_empty(tmp_path):
         f.create_dataset("X", data=h5py.Empty("f8"))
     with pytest.raises(ValueError, match=re.escape("the HDF5 dataset '/X' is empty (a null dataspace: no values)")):
         dkpca.fit(str(tmp_path / "n.h5") + ":/X", store=tmp_path / "s.dkpca.zarr")
+
+
+@pytest.mark.parametrize("write, name, said", [
+    (lambda p, X: pd.DataFrame(X, columns=list("abcd")).to_parquet(p), "x.csv", "is a Parquet file by its content, "
+     "but its name says a CSV file: rename it (e.g. to end in .parquet)"),
+    (lambda p, X: h5py.File(p, "w").create_dataset("X", data=X).file.close(), "x.npy", "is an HDF5 file by its "
+     "content, but its name says a NumPy file"),
+])
+def test_a_file_named_as_another_format_is_refused_naming_both(tmp_path, data, write, name, said):
+    """Before: "'utf-8' codec can't decode byte 0xc0" and "This file contains pickled (object) data"."""
+    write(tmp_path / name, data)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        dkpca.fit(str(tmp_path / name), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_transform_input_missing_a_fitted_column_names_it(tmp_path, data):
+    """Before: 'write its columns in that order', as if they were only reordered."""
+    model = dkpca.fit(_csv(tmp_path, data), n_components=2, store=tmp_path / "s.dkpca.zarr")
+    pd.DataFrame(data[:, :3], columns=["f0", "f1", "f2"]).to_csv(tmp_path / "three.csv.gz", index=False)
+    with pytest.raises(ValueError, match=re.escape("(missing ['f3']); write those columns in that order (pandas: "
+                                                   "df[list(model.feature_names)].to_csv(path, index=False))")):
+        model.transform(str(tmp_path / "three.csv.gz"))

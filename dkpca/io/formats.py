@@ -81,32 +81,41 @@ def _sniff(path: str) -> str | None:
     return next((kind for magic, kind in MAGIC.items() if head.startswith(magic)), None)
 
 
-def _kind(path: str, member: str | None, source: str) -> str:
-    """The format of a path: by suffix, else by its first bytes."""
+#: each format as a message names it, and the suffix a file of it takes
+SAID = {"npy": ("a NumPy file", ".npy"), "h5": ("an HDF5 file", ".h5"), "netcdf": ("a netCDF file", ".nc"),
+        "parquet": ("a Parquet file", ".parquet"), "csv": ("a CSV file", ".csv")}
+
+
+def _named(path: str) -> str | None:
+    """The format a path's name says (its suffix), if any."""
     suffix = _suffix(path)
     if suffix in PARQUET_SUFFIXES:
         return "parquet"
     if is_csv(path):
         return "csv"
+    return {".npy": "npy", **dict.fromkeys(H5_SUFFIXES, "h5"), **dict.fromkeys(NETCDF_SUFFIXES, "netcdf")}.get(suffix)
+
+
+def _kind(path: str, member: str | None, source: str) -> str:
+    """The format of a path: by suffix, else by its first bytes; a local file whose first bytes are another
+    format's than its name says is refused (each reader's own error would be about something else)."""
+    named = _named(path)
     if is_url(path):
-        if suffix in (".npy", *H5_SUFFIXES, *NETCDF_SUFFIXES):
-            raise ValueError(f"input {source!r}: {suffix} files are read from local paths only; copy it to a local "
-                             "file, or convert it to Zarr.")
-        return "parquet" if is_parquet_directory(path) else "zarr"
+        if named in ("npy", "h5", "netcdf"):
+            raise ValueError(f"input {source!r}: {_suffix(path)} files are read from local paths only; copy it to "
+                             "a local file, or convert it to Zarr.")
+        return named or ("parquet" if is_parquet_directory(path) else "zarr")
     if os.path.isdir(path):
         return "parquet" if is_parquet_directory(path) else "zarr"
-    if suffix == ".npy":
-        return "npy"
-    if suffix in H5_SUFFIXES:
-        return "h5"
-    if suffix in NETCDF_SUFFIXES:
-        return "netcdf"
-    kind = _sniff(path)
-    if kind is None and member is not None:
+    found = _sniff(path)
+    if named and found and found != named and (named, found) != ("netcdf", "h5"):  # netCDF-4 is HDF5 inside
+        raise ValueError(f"input {source!r} is {SAID[found][0]} by its content, but its name says {SAID[named][0]}: "
+                         f"rename it (e.g. to end in {SAID[found][1]}).")
+    if named or found:
+        return named or found
+    if member is not None:
         return "netcdf"  # file:variable of any other format: xarray's backends decide
-    if kind is None:
-        raise ValueError(f"input {source!r} is not in a format dkpca reads; dkpca reads {READABLE}.")
-    return kind
+    raise ValueError(f"input {source!r} is not in a format dkpca reads; dkpca reads {READABLE}.")
 
 
 def open_path(source: str) -> Any:

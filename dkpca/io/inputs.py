@@ -21,6 +21,7 @@ import zarr
 
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
+from .csvfile import is_csv
 from .formats import open_path, table_columns, zarr_input
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
@@ -66,13 +67,16 @@ def check_feature_names(X: Any, fitted: tuple[str, ...] | None) -> None:
     names = feature_names(X)
     if fitted is None or names is None or names == fitted:
         return
+    missing, unknown = [c for c in fitted if c not in names], [c for c in names if c not in fitted]
+    differ = (f" (missing {missing}" + (f", not fitted {unknown}" if unknown else "") + ")" if missing
+              else f" (not fitted {unknown})" if unknown else "")
     if isinstance(X, (str, os.PathLike)):  # a file: the fix is writing it in the fitted order
-        write = "to_csv(path, index=False)" if os.fspath(X).lower().endswith(".csv") else "to_parquet(path)"
+        write = "to_csv(path, index=False)" if is_csv(os.fspath(X)) else "to_parquet(path)"
         raise ValueError(f"input {os.fspath(X)!r} has columns {list(names)}, but the model was fitted on "
-                         f"{list(fitted)}; write its columns in that order (pandas: "
+                         f"{list(fitted)}{differ}; write those columns in that order (pandas: "
                          f"df[list(model.feature_names)].{write}).")
     raise ValueError(f"The feature names should match those that were passed during fit: X has columns "
-                     f"{list(names)}, the model was fitted on {list(fitted)}; select them in that order "
+                     f"{list(names)}, the model was fitted on {list(fitted)}{differ}; select them in that order "
                      "(X[list(model.feature_names)]).")
 
 

@@ -105,13 +105,13 @@ def _numeric(pa: Any, kind: Any) -> bool:
     return t.is_integer(kind) or t.is_floating(kind) or t.is_boolean(kind) or t.is_decimal(kind)
 
 
-def _schema(pq: Any, path: str, source: str) -> Any:
+def _schema(pq: Any, path: str, source: str, part: bool) -> Any:
     try:
         with fsspec.open(path, "rb") as f:
             meta = pq.ParquetFile(f)
             return meta.schema_arrow, [meta.metadata.row_group(i).num_rows for i in range(meta.num_row_groups)]
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        where = "" if path == source else f" (its part {path!r})"
+        where = f" (its part {path!r})" if part else ""
         raise ValueError(f"input {source!r}{where} is not a readable Parquet file ({exc}).") from None
 
 
@@ -141,7 +141,7 @@ def open_parquet(path: str, source: str) -> da.Array:
                          "pass the numeric columns as a data frame.")
     schema, groups = None, []
     for f in files:
-        got, counts = _schema(pq, f, source)
+        got, counts = _schema(pq, f, source, part=len(files) > 1)
         if schema is None:
             schema = got
         elif got.names != schema.names or got.types != schema.types:
