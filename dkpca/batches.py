@@ -16,7 +16,7 @@ import dask.array as da
 
 from .storage import FitStore
 
-__all__ = ["Held", "RepeatedBatchWarning", "held_rows", "refuse_batch_over_a_killed_one"]
+__all__ = ["Held", "RepeatedBatchWarning", "held_rows", "refuse_batch_over_a_killed_one", "refuse_a_store_grown_since"]
 
 
 class RepeatedBatchWarning(UserWarning):
@@ -66,3 +66,14 @@ def refuse_batch_over_a_killed_one(grown: Any, path: str) -> None:
             f"to {pending - 1}) that was killed before it finished: call partial_fit again with that batch to "
             f"finish it, then with this one (overwrite=True would start afresh on this batch alone, dropping "
             f"the {fitted} rows fitted).")
+
+
+def refuse_a_store_grown_since(path: str, seen: int) -> None:
+    """An estimator of ``seen`` rows (an older pickle, another process's) whose store another estimator has grown
+    since: the fit's refusal ("fitted on different data ... Pass overwrite=True") named a fix that a later call
+    does not take (only a first call overwrites)."""
+    held = FitStore.at(path).model_rows()
+    if held is not None and held > seen:
+        raise ValueError(f"store {path!r} holds a fit of {held} rows, grown since this estimator fitted its {seen}: "
+                         "continue it with a new estimator, KernelPCA(store=...).partial_fit(batch), or call fit "
+                         "to start afresh.")

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils.validation import validate_data
 
-from .batches import Held, RepeatedBatchWarning, held_rows, refuse_batch_over_a_killed_one
+from .batches import Held, RepeatedBatchWarning, held_rows, refuse_a_store_grown_since, refuse_batch_over_a_killed_one
 from .execution import local_threads
 from .growth import nystroem_rows
 from .io import as_dask, check_feature_names, feature_names, scan
@@ -243,6 +243,8 @@ class PartialFit:
         grown = None if seen is None else da.concatenate([seen, batch.astype(seen.dtype)])
         if grown is not None:
             refuse_batch_over_a_killed_one(grown, store)
+        if fitted:
+            refuse_a_store_grown_since(store, seen.shape[0])
         if grown is not None and not fitted and self._rerun(seen, batch.astype(seen.dtype), store):
             grown = seen  # the store's fit is this estimator's: fitted on its own rows, nothing computed
         state = dict(self.__dict__)

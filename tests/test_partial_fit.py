@@ -371,6 +371,17 @@ def test_a_fresh_estimator_rerunning_from_the_first_batch_is_refused(nightly_sto
     assert dkpca.load(store).n_samples == 600
 
 
+def test_an_estimator_whose_store_was_grown_since_by_another_is_told_so(nightly_store):
+    """Before: "fitted on different data ... Pass overwrite=True", which a later call does not take."""
+    X, store, kw = nightly_store
+    stale = KernelPCA(5, **kw).partial_fit(X[:0:-1][:50])  # continues the store: 650 rows
+    KernelPCA(5, **kw).partial_fit(X[::7][:30])  # another estimator grows it to 680
+    with pytest.raises(ValueError, match=r"holds a fit of 680 rows, grown since this estimator fitted its 650: "
+                                         r"continue it with a new estimator"):
+        stale.partial_fit(X[:20] + 1)
+    assert stale.n_samples_seen_ == 650 and dkpca.load(store).n_samples == 680
+
+
 def test_another_batch_after_one_killed_mid_update_is_refused_naming_the_killed_batch(tmp_path, monkeypatch):
     """The fit's refusal advised overwrite=True, which here refits the new batch alone (the 400 rows fitted lost);
     the killed batch again finishes it, then the other is added: eigh's answer for all 600 rows."""
