@@ -110,9 +110,9 @@ def _csv_gzip(path, X):
 
 
 def _csv_quoted_commented(path, X):
-    # every field quoted, no header, comment lines before and among the rows
+    # every field quoted, no header, comment lines before the rows
     rows = [",".join(f'"{v:.17g}"' for v in row) for row in X]
-    (path / "x.csv").write_text("# written by hand\n" + "\n".join(rows[:5] + ["# a comment"] + rows[5:]) + "\n")
+    (path / "x.csv").write_text("# written by hand\n\n# units: none\n" + "\n".join(rows) + "\n")
     return str(path / "x.csv")
 
 
@@ -491,3 +491,24 @@ def test_a_transform_input_missing_a_fitted_column_names_it(tmp_path, data):
     with pytest.raises(ValueError, match=re.escape("(missing ['f3']); write those columns in that order (pandas: "
                                                    "df[list(model.feature_names)].to_csv(path, index=False))")):
         model.transform(str(tmp_path / "three.csv.gz"))
+
+
+def test_a_hash_in_a_csv_header_name_is_part_of_it(tmp_path):
+    """Before: pandas' comment='#' cut the header at 'n#': 2 of 4 columns fitted, a pandas warning alone."""
+    model = dkpca.fit(_csv_lines(tmp_path, "temp,n#,pressure,depth\n" + "1.5,2,3.5,4\n2.5,1,0.5,3\n0.5,4,2.5,1\n"),
+                      n_components=2)
+    assert model.feature_names == ("temp", "n#", "pressure", "depth")
+
+
+def test_a_csv_whose_first_row_has_a_missing_value_is_data_not_a_header(tmp_path):
+    """Before: '1.5,NA,2.5' became the column names (a row lost; a transform's rows all shifted by one)."""
+    with pytest.raises(ValueError, match=re.escape("(first in row 0, column 1)")):
+        dkpca.fit(_csv_lines(tmp_path, "1.5,NA,2.5\n1,2,3\n4,5,6\n"), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_an_equals_sign_above_a_parquet_input_is_no_partition(tmp_path, data, reference):
+    """Before: any '=' in the absolute path ('/scratch/user=bob/') refused the file as a partitioned dataset."""
+    (tmp_path / "user=bob").mkdir()
+    source = _parquet(tmp_path / "user=bob", data)
+    model = dkpca.fit(source, n_components=K, gamma=GAMMA, dtype="float64", store=tmp_path / "s.dkpca.zarr")
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)

@@ -1,8 +1,8 @@
 """CSV input through dask.dataframe: whether the first line is a header, a row index warned of, compressed files.
 
 A file is read by blocks of bytes (dask's ``read_csv``), or whole per task where it is compressed (``.csv.gz``,
-``.csv.bz2``, ``.csv.xz``: a compressed stream cannot be split).  Lines starting with ``#`` are comments,
-skipped wherever they are: a CSV of numbers holds no ``#``.
+``.csv.bz2``, ``.csv.xz``: a compressed stream cannot be split).  Lines starting with ``#`` before the
+first line of the table are comments, skipped (a ``#`` further on may be part of a name).
 """
 
 from __future__ import annotations
@@ -44,6 +44,30 @@ def _first_lines(path: str, count: int = 2) -> list[list[str]]:
     return found
 
 
+#: what pandas reads as a missing value: a first line of numbers and these is data, not a header
+MISSING = {"", "NA", "N/A", "NaN", "nan", "NAN", "NULL", "null", "None", "-NaN", "-nan", "<NA>", "#N/A", "n/a"}
+
+
+def _number(field: str) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return field in MISSING
+    return True
+
+
+def _leading_comments(path: str) -> int:
+    """How many lines before the first that is neither blank nor a comment: skipped (pandas' ``comment`` would
+    cut a header name or a field at any later ``#``)."""
+    count = 0
+    with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig", newline="") as f:
+        for line in f:
+            if line.strip() and not line.lstrip().startswith(COMMENT):
+                break
+            count += 1
+    return count
+
+
 def _integer(field: str) -> bool:
     return field.lstrip("+-").isdigit()
 
@@ -60,9 +84,7 @@ def has_header(path: str) -> bool:
     if not lines:
         return False
     first = lines[0]
-    try:
-        [float(field) for field in first]
-    except ValueError:
+    if not all(map(_number, first)):
         return True
     if first == [str(i) for i in range(len(first))]:
         return True
@@ -121,7 +143,8 @@ def _read(path: str, header: int | None, **kw: Any) -> Any:
     compressed = infer_compression(path) is not None  # one task per file: a compressed stream has no offsets
     # row names: pandas' own reading takes them as the index; else no field ever becomes one
     index = {} if row_names(path, header == 0) else {"index_col": False}
-    return dd.read_csv(path, header=header, comment=COMMENT, compression="infer", skipinitialspace=True,
+    return dd.read_csv(path, header=header, skiprows=_leading_comments(path), compression="infer",
+                       skipinitialspace=True,
                        **index, **({"blocksize": None} if compressed else {}), **kw)
 
 
@@ -168,4 +191,5 @@ def csv_columns(path: str) -> tuple[str, ...] | None:
         return None
     pd = require("pandas", "tables", "CSV files")
     with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig") as f:
-        return tuple(str(c) for c in pd.read_csv(f, nrows=0, comment=COMMENT, skipinitialspace=True).columns)
+        return tuple(str(c) for c in pd.read_csv(f, nrows=0, skiprows=_leading_comments(path),
+                                                 skipinitialspace=True).columns)

@@ -134,7 +134,9 @@ def open_parquet(path: str, source: str) -> da.Array:
     files = _files(path)
     if not files:
         raise ValueError(f"input {source!r} is a directory without Parquet files.")
-    partitioned = sorted({p.split("=")[0] for f in files for p in f.split("/")[:-1] if "=" in p})
+    base = path.rstrip("/")  # key=value directories below the input count; an ancestor's name ('user=bob') not
+    below = [f[len(base) + 1:].split("/")[:-1] for f in files if f != path and f.startswith(base + "/")]
+    partitioned = sorted({p.split("=")[0] for parts in below for p in parts if "=" in p})
     if partitioned:
         raise ValueError(f"input {source!r} is a partitioned Parquet dataset (directories {partitioned} = value): "
                          "the partition values are in no file's columns; read it with pandas or dask.dataframe and "
