@@ -44,8 +44,8 @@ def _first_lines(path: str, count: int = 2) -> list[list[str]]:
     return found
 
 
-#: what pandas reads as a missing value: a first line of numbers and these is data, not a header
-MISSING = {"", "NA", "N/A", "NaN", "nan", "NAN", "NULL", "null", "None", "-NaN", "-nan", "<NA>", "#N/A", "n/a"}
+#: what pandas reads as a missing value (but the empty field, which heads pandas' index column): data, not a header
+MISSING = {"NA", "N/A", "NaN", "nan", "NAN", "NULL", "null", "None", "-NaN", "-nan", "<NA>", "#N/A", "n/a"}
 
 
 def _number(field: str) -> bool:
