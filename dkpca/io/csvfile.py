@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -21,6 +22,8 @@ from .optional import require
 __all__ = ["RowIndexWarning", "csv_columns", "is_csv", "open_csv"]
 
 COMMENT = "#"
+#: separators other than commas that a CSV's fields may be found split by: said so, not as text columns
+SEPARATORS = ";\t|"
 
 
 def is_csv(path: str) -> bool:
@@ -29,19 +32,6 @@ def is_csv(path: str) -> bool:
     if infer_compression(base):
         base = os.path.splitext(base)[0]
     return base.endswith(".csv")
-
-
-def _first_lines(path: str, count: int = 2) -> list[list[str]]:
-    """The first ``count`` lines that are neither blank nor comments, split into fields as ``csv`` does (quotes
-    removed, spaces after a comma too)."""
-    found: list[list[str]] = []
-    with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig", newline="") as f:
-        for line in f:
-            if line.strip() and not line.lstrip().startswith(COMMENT):
-                found.append([field.strip() for field in next(csv.reader([line]))])
-                if len(found) == count:
-                    break
-    return found
 
 
 #: what pandas reads as a missing value (but the empty field, which heads pandas' index column): data, not a header
@@ -56,63 +46,72 @@ def _number(field: str) -> bool:
     return True
 
 
-def _leading_comments(path: str) -> int:
-    """How many lines before the first that is neither blank nor a comment: skipped (pandas' ``comment`` would
-    cut a header name or a field at any later ``#``)."""
-    count = 0
-    with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig", newline="") as f:
-        for line in f:
-            if line.strip() and not line.lstrip().startswith(COMMENT):
-                break
-            count += 1
-    return count
-
-
 def _integer(field: str) -> bool:
     return field.lstrip("+-").isdigit()
 
 
-def has_header(path: str) -> bool:
-    """Whether a CSV's first line names its columns.
+@dataclass(frozen=True)
+class Layout:
+    """What a CSV's head says of how to read it, from one read of its first lines.
 
-    A line of numbers is data, except the labels ``0,1,...,d-1`` (``DataFrame(X).to_csv(path, index=False)``
-    writes them for a frame made from an array) and a line of integers over a line with fractions
-    (wavelengths, years or channel numbers naming columns of measurements): a data row of exactly those
-    is far rarer than either header.
+    ``skip``: the blank and comment (``#``) lines before the table, skipped (pandas' ``comment`` would cut a
+    header name or a field at any later ``#``); ``lines``: the table's first two lines (fewer in a short file),
+    split into fields as ``csv`` does (quotes removed, spaces after a comma too).
     """
-    lines = _first_lines(path)
-    if not lines:
-        return False
-    first = lines[0]
-    if not all(map(_number, first)):
-        return True
-    if first == [str(i) for i in range(len(first))]:
-        return True
-    return len(lines) == 2 and all(map(_integer, first)) and not all(map(_integer, lines[1]))
 
+    skip: int
+    lines: tuple[tuple[str, ...], ...]
 
-def row_names(path: str, header: bool) -> bool:
-    """Whether the first field of each row names it: a header one field short, over rows whose first field is a
-    label or counts (R's ``write.table(sep=",")``); pandas reads it as the index, as here."""
-    lines = _first_lines(path)
-    if not header or len(lines) < 2 or len(lines[1]) != len(lines[0]) + 1:
-        return False
-    first = lines[1][0]
-    return _integer(first) or not first.replace(".", "", 1).lstrip("+-").replace("e", "", 1).isdigit()
+    @classmethod
+    def of(cls, path: str) -> Layout:
+        skip, lines = 0, []
+        with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig", newline="") as f:
+            for line in f:
+                if not line.strip() or line.lstrip().startswith(COMMENT):
+                    if not lines:
+                        skip += 1
+                    continue
+                lines.append(tuple(field.strip() for field in next(csv.reader([line]))))
+                if len(lines) == 2:
+                    break
+        return cls(skip, tuple(lines))
 
+    @property
+    def header(self) -> bool:
+        """Whether the first line names the columns.
 
-def check_fields(path: str, source: str, header: bool) -> None:
-    """Refuse a header naming fewer or more columns than the first row has fields (but for :func:`row_names`):
-    pandas would make the extra leading fields an index, fitting the rest under the header's names (a file with
-    decimal commas too)."""
-    lines = _first_lines(path)
-    if not header or len(lines) < 2 or len(lines[0]) == len(lines[1]) or row_names(path, header):
-        return
-    names, fields = lines
-    hint = next((f" Its header looks separated by {s!r} (decimal commas?): write the file with ',' between fields "
-                 "and '.' in numbers." for s in ";\t|" if len(names) == 1 and s in names[0]), "")
-    raise ValueError(f"input {source!r}: its header names {len(names)} column(s) but its first row has {len(fields)} "
-                     f"fields; every row must have one field per column.{hint}")
+        A line of numbers (and missing-value markers) is data, except the labels ``0,1,...,d-1``
+        (``DataFrame(X).to_csv(path, index=False)`` writes them for a frame made from an array) and a line of
+        integers over a line with fractions (wavelengths, years or channel numbers naming columns of
+        measurements): a data row of exactly those is far rarer than either header.
+        """
+        if not self.lines:
+            return False
+        first = self.lines[0]
+        if not all(map(_number, first)) or first == tuple(str(i) for i in range(len(first))):
+            return True
+        return len(self.lines) == 2 and all(map(_integer, first)) and not all(map(_integer, self.lines[1]))
+
+    @property
+    def row_names(self) -> bool:
+        """Whether the first field of each row names it: a header one field short, over rows whose first field
+        is a label or counts (R's ``write.table(sep=",")``); pandas reads it as the index, as here."""
+        if not self.header or len(self.lines) < 2 or len(self.lines[1]) != len(self.lines[0]) + 1:
+            return False
+        first = self.lines[1][0]
+        return _integer(first) or not _number(first)
+
+    def check_fields(self, source: str) -> None:
+        """Refuse a header naming fewer or more columns than the first row has fields (but for
+        :attr:`row_names`): pandas would make the extra leading fields an index, fitting the rest under the
+        header's names (a file with decimal commas too)."""
+        if not self.header or len(self.lines) < 2 or len(self.lines[0]) == len(self.lines[1]) or self.row_names:
+            return
+        names, fields = self.lines
+        hint = next((f" Its header looks separated by {s!r} (decimal commas?): write the file with ',' between "
+                     "fields and '.' in numbers." for s in SEPARATORS if len(names) == 1 and s in names[0]), "")
+        raise ValueError(f"input {source!r}: its header names {len(names)} column(s) but its first row has "
+                         f"{len(fields)} fields; every row must have one field per column.{hint}")
 
 
 class RowIndexWarning(UserWarning):
@@ -138,14 +137,13 @@ def _check_row_index(df: Any, source: str) -> None:
                       "its values.", RowIndexWarning, stacklevel=3)
 
 
-def _read(path: str, header: int | None, **kw: Any) -> Any:
+def _read(path: str, layout: Layout, **kw: Any) -> Any:
     dd = require("dask.dataframe", "tables", "CSV files")
     compressed = infer_compression(path) is not None  # one task per file: a compressed stream has no offsets
     # row names: pandas' own reading takes them as the index; else no field ever becomes one
-    index = {} if row_names(path, header == 0) else {"index_col": False}
-    return dd.read_csv(path, header=header, skiprows=_leading_comments(path), compression="infer",
-                       skipinitialspace=True,
-                       **index, **({"blocksize": None} if compressed else {}), **kw)
+    index = {} if layout.row_names else {"index_col": False}
+    return dd.read_csv(path, header=0 if layout.header else None, skiprows=layout.skip, compression="infer",
+                       skipinitialspace=True, **index, **({"blocksize": None} if compressed else {}), **kw)
 
 
 def open_csv(path: str, source: str) -> Any:
@@ -158,11 +156,11 @@ def open_csv(path: str, source: str) -> Any:
     """
     pd = require("pandas", "tables", "CSV files")
     try:
-        if not _first_lines(path, 1):
+        layout = Layout.of(path)
+        if not layout.lines:
             raise ValueError(f"input {source!r} is empty: no line but blanks or comments.")
-        header = 0 if has_header(path) else None
-        check_fields(path, source, header == 0)
-        df = _read(path, header)
+        layout.check_fields(source)
+        df = _read(path, layout)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise ValueError(f"input {source!r} is not a readable CSV file ({exc}).") from None
     dtypes = df.dtypes.to_dict()
@@ -170,12 +168,12 @@ def open_csv(path: str, source: str) -> Any:
     if bad and len(df.head(1, npartitions=-1)) == 0:  # no row to infer a type from: every column an object
         raise ValueError(f"input {source!r} holds no rows of data, only its columns' names {list(map(str, dtypes))}.")
     if bad:  # one column named 'a;b;c': a file separated by something else than commas, not text
-        fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in ";\t|"
+        fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in SEPARATORS
                     if len(dtypes) == 1 and s in bad[0]), "Drop or encode them first.")
         raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. {fix}")
     # dtypes were inferred from the first rows; a later float in an int column must not fail the read
-    df = _read(path, header, dtype={c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)})
-    if header == 0:
+    df = _read(path, layout, dtype={c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)})
+    if layout.header:
         _check_row_index(df, source)
     plain = all(isinstance(t, np.dtype) for t in df.dtypes)
     common = np.result_type(*df.dtypes) if plain else np.dtype(np.float64)  # nullable types: NA -> NaN
@@ -187,9 +185,9 @@ def open_csv(path: str, source: str) -> Any:
 
 def csv_columns(path: str) -> tuple[str, ...] | None:
     """A CSV's column names from its header; None where its first line is data."""
-    if not has_header(path):
+    layout = Layout.of(path)
+    if not layout.header:
         return None
     pd = require("pandas", "tables", "CSV files")
     with fsspec.open(path, "rt", compression="infer", encoding="utf-8-sig") as f:
-        return tuple(str(c) for c in pd.read_csv(f, nrows=0, skiprows=_leading_comments(path),
-                                                 skipinitialspace=True).columns)
+        return tuple(str(c) for c in pd.read_csv(f, nrows=0, skiprows=layout.skip, skipinitialspace=True).columns)

@@ -97,8 +97,8 @@ def _frame_values(frame: Any) -> Any:
     try:
         dtypes = [np.dtype(t) for t in frame.dtypes]
     except TypeError:  # an extension type: nullable (Float64, Int64, boolean) and Arrow numbers are numbers
-        types = getattr(frame.dtypes, "tolist", lambda: list(frame.dtypes))()
-        bad = [str(c) for c, t in zip(frame.columns, types, strict=True) if getattr(t, "kind", "O") not in "biuf"]
+        kinds = zip(frame.columns, frame.dtypes, strict=True)
+        bad = [str(c) for c, t in kinds if getattr(t, "kind", "O") not in "biuf"]
         if bad:
             raise ValueError(f"column(s) {bad} of the data frame are not numeric; dkpca reads numeric columns only. "
                              "Drop or encode them first.") from None

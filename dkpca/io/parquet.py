@@ -72,10 +72,6 @@ class ParquetRows:
     columns: tuple[str, ...]
     dtype: np.dtype
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        return sum(g[2] for g in self.groups), len(self.columns)
-
     def read_group(self, index: int) -> np.ndarray:
         """One row group as a ``(rows, columns)`` array of :attr:`dtype`, a null as NaN."""
         pa, pq = _pyarrow()
@@ -91,13 +87,10 @@ class ParquetRows:
 
     def to_dask(self) -> da.Array:
         """One chunk per row group (the caller rechunks to its block rows)."""
-        blocks = [da.from_delayed(_read(self, i), (g[2], len(self.columns)), dtype=self.dtype)
+        read = dask.delayed(ParquetRows.read_group, pure=True)
+        blocks = [da.from_delayed(read(self, i), (g[2], len(self.columns)), dtype=self.dtype)
                   for i, g in enumerate(self.groups)]
         return da.concatenate(blocks, axis=0)
-
-
-def _read(rows: ParquetRows, index: int) -> Any:
-    return dask.delayed(ParquetRows.read_group, pure=True)(rows, index)
 
 
 def _numeric(pa: Any, kind: Any) -> bool:
