@@ -282,17 +282,41 @@ def test_a_structured_npy_is_refused_naming_its_fields(tmp_path):
 def test_a_file_without_a_2d_member_says_what_it_holds(tmp_path):
     """Before: "holds 0 2-D datasets []; name one, e.g. 'r.h5:X'" -- naming one would not have helped."""
     with h5py.File(tmp_path / "r.h5", "w") as f:
-        f["X"] = np.zeros(300, dtype=[("a", "f8"), ("b", "f8")])
+        f["R"] = np.zeros(300, dtype=[("a", "f8"), ("b", "f8")])
         f["g/t"] = np.ones(3)
-    with pytest.raises(ValueError, match=re.escape("holds no 2-D dataset of numbers (its datasets: /X (300,) of "
-                                                   "records ['a', 'b'], /g/t (3,)); write the data as one 2-D")):
+    with pytest.raises(ValueError, match=re.escape("holds no 2-D dataset of numbers (its datasets: /R of records "
+                                                   "['a', 'b'], /g/t (3,)); write the data as one 2-D")):
         dkpca.fit(str(tmp_path / "r.h5"), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_2d_member_beside_a_larger_one_is_not_picked(tmp_path):
+    """Before: a cube's 2-D bounds, the only 2-D variable, were fitted quietly (180 samples of 2 features)."""
+    xr.Dataset({"t": (("time", "lat", "lon"), np.zeros((4, 180, 3))),
+                "lat_bnds": (("lat", "nv"), np.zeros((180, 2)))}).to_netcdf(tmp_path / "c.nc", engine="h5netcdf")
+    with pytest.raises(ValueError, match=re.escape("holds one 2-D variable 'lat_bnds' (180, 2) beside the larger "
+                                                   "['t']; name the one to fit")):
+        dkpca.fit(str(tmp_path / "c.nc"), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_the_only_2d_member_beside_1d_ones_is_picked(tmp_path, data):
+    with h5py.File(tmp_path / "l.h5", "w") as f:
+        f["features"], f["labels"] = data, np.arange(len(data))
+    np.testing.assert_array_equal(as_dask(str(tmp_path / "l.h5")).compute(), data)
+
+
+def test_a_member_named_x_is_picked_whatever_its_shape(tmp_path, data):
+    """As in a Zarr group: a 1-D X is refused by its shape, not passed over for another member."""
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f["X"], f["data"] = np.arange(len(data)), data
+    with pytest.raises(ValueError, match=re.escape("x.h5': the dataset '/X' has shape (240,); dkpca fits a 2-D "
+                                                   "dataset")):
+        dkpca.fit(str(tmp_path / "x.h5"), store=tmp_path / "s.dkpca.zarr")
 
 
 def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):
     with h5py.File(tmp_path / "two.h5", "w") as f:
         f["a"], f["b"] = data, data
-    with pytest.raises(ValueError, match=r"holds 2 2-D datasets \['/a', '/b'\]; name one"):
+    with pytest.raises(ValueError, match=r"holds 2 2-D datasets \['/a', '/b'\]; name the one to fit"):
         dkpca.fit(str(tmp_path / "two.h5"), store=tmp_path / "s.dkpca.zarr")
     with pytest.raises(ValueError, match=r"no dataset '/c'; its datasets are \['/a', '/b'\]"):
         dkpca.fit(str(tmp_path / "two.h5") + ":/c", store=tmp_path / "s.dkpca.zarr")
@@ -461,6 +485,29 @@ def test_parquet_integers_beyond_float_precision_round_as_numpy_rounds_them(tmp_
     big = np.arange(40, dtype=np.int64) + 1_600_000_000_000_000_001
     pd.DataFrame({"t": big, "x": np.linspace(0, 1, 40)}).to_parquet(tmp_path / "t.parquet")
     np.testing.assert_array_equal(as_dask(str(tmp_path / "t.parquet")).compute()[:, 0], big.astype(np.float64))
+
+
+def test_an_hdf5_external_link_reads_its_target(tmp_path, data):
+    """Before: the link's target path was read in the linking file -- another dataset of the same shape fitted
+    quietly (or, of another shape, dask's 'Array chunk size or shape is unknown')."""
+    with h5py.File(tmp_path / "target.h5", "w") as f:
+        f["data/X"] = data
+    with h5py.File(tmp_path / "parent.h5", "w") as f:
+        f["data/X"] = data + 5.0  # what the target's own path names in the linking file
+        f["linked"] = h5py.ExternalLink("target.h5", "/data/X")
+    np.testing.assert_array_equal(as_dask(str(tmp_path / "parent.h5") + ":linked").compute(), data)
+
+
+def test_an_hdf5_external_links_target_rewritten_is_new_data(tmp_path, data):
+    """The token covers the target file: a rewritten target is not the cached old data."""
+    with h5py.File(tmp_path / "parent.h5", "w") as f:
+        f["linked"] = h5py.ExternalLink("target.h5", "/X")
+    tokens = []
+    for values in (data, data[::-1]):
+        with h5py.File(tmp_path / "target.h5", "w") as f:
+            f["X"] = values
+        tokens.append(as_dask(str(tmp_path / "parent.h5") + ":linked").name)
+    assert tokens[0] != tokens[1]
 
 
 def test_an_hdf5_dataset_without_a_dataspace_is_refused_as_empty(tmp_path):

@@ -205,18 +205,32 @@ class ZarrInput(VerifiedArray):
         return read_verified(self.array, key)
 
 
-def _pick(source: str, names: list[str], kind: str, example: str, every: dict[str, str]) -> str:
-    """The member to read when none is named: ``X``, or the only 2-D one (``every``: each member's shape, said)."""
-    if "X" in names or "/X" in names:
-        return "X"
-    if len(names) == 1:
+def _pick(source: str, kind: str, example: str, every: dict[str, tuple[int, ...] | str]) -> str:
+    """The member to read when none is named (``every``: each member's shape, or what it holds if not numbers):
+    ``X`` of any shape, as in a Zarr group (a wrong one is refused by its shape, not passed over for another),
+    else the only 2-D one -- unless a member of more dimensions is beside it: a 3-D cube's 2-D bounds or
+    calibration are no data to fit quietly."""
+    x = next((m for m in every if m.lstrip("/") == "X"), None)
+    if x is not None:
+        return x
+    names = sorted(m for m, shape in every.items() if isinstance(shape, tuple) and len(shape) == 2)
+    bigger = sorted(m for m, shape in every.items() if isinstance(shape, tuple) and len(shape) > 2)
+    if len(names) == 1 and not bigger:
         return names[0]
     if not names:  # naming one would not help: say what there is
-        shapes = ", ".join(f"{name} {shape}" for name, shape in sorted(every.items())) or "none"
-        raise ValueError(f"{kind} file {source!r} holds no 2-D {example} of numbers (its {example}s: {shapes}); "
+        said = ", ".join(f"{m} {shape}" for m, shape in sorted(every.items())) or "none"
+        raise ValueError(f"{kind} file {source!r} holds no 2-D {example} of numbers (its {example}s: {said}); "
                          f"write the data as one 2-D {example} (n_samples, n_features).")
-    raise ValueError(f"{kind} file {source!r} holds {len(names)} 2-D {example}s {sorted(names)}; name one, e.g. "
-                     f"'{source}:{sorted(names)[0]}'.")
+    which = f"{len(names)} 2-D {example}s {names}" if len(names) > 1 else \
+        f"one 2-D {example} {names[0]!r} {every[names[0]]} beside the larger {bigger}"
+    raise ValueError(f"{kind} file {source!r} holds {which}; name the one to fit, e.g. '{source}:{names[0]}'.")
+
+
+def _two_dimensional(source: str, example: str, member: str, shape: tuple[int, ...]) -> None:
+    """Refuse a named or picked member that is not 2-D, naming it (as_dask would say only "X")."""
+    if len(shape) != 2:
+        raise ValueError(f"input {source!r}: the {example} {member!r} has shape {shape}; dkpca fits a 2-D {example} "
+                         f"(n_samples, n_features): reshape it, or name another, e.g. '{source}:name'.")
 
 
 @dataclass(frozen=True)
@@ -259,10 +273,10 @@ class H5Dataset:
     """An HDF5 dataset read by rows: each read opens the file (h5py objects do not travel to workers)."""
 
     path: str
-    name: str
+    name: str  # the path the user named in ``path``: a link's own target may lie in another file
     shape: tuple[int, ...]
     dtype: np.dtype
-    stamp: tuple[int, int]
+    stamp: tuple[int, ...]  # the file's and, through an external link, the target file's
 
     @property
     def ndim(self) -> int:
@@ -284,10 +298,10 @@ def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
         if member is None:
             found: dict[str, h5py.Dataset] = {}
             f.visititems(lambda name, obj: found.update({"/" + name: obj}) if isinstance(obj, h5py.Dataset) else None)
-            shapes = {m: f"{d.shape or 'empty'}" + (f" of records {list(d.dtype.names)}" if d.dtype.names else "")
-                      for m, d in found.items()}
-            candidates = [m for m, d in found.items() if d.shape and d.ndim == 2 and not d.dtype.names]
-            member = _pick(source, candidates, "HDF5", "dataset", shapes)
+            every = {m: f"of records {list(d.dtype.names)}" if d.dtype.names else
+                     "empty" if d.shape is None else d.shape
+                     for m, d in found.items()}
+            member = _pick(source, "HDF5", "dataset", every)
         node = f.get(member)
         if not isinstance(node, h5py.Dataset):
             names: list[str] = []
@@ -297,7 +311,11 @@ def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
         if node.shape is None:  # a null dataspace: h5py's Empty, no values at all
             raise ValueError(f"input {source!r}: the HDF5 dataset {node.name!r} is empty (a null dataspace: no "
                              "values).")
-        return H5Dataset(path, node.name, tuple(node.shape), node.dtype, _stamp(path))
+        if not node.dtype.names:  # records: as_dask names their fields as the columns to stack
+            _two_dimensional(source, "dataset", member, node.shape)
+        # an external link's dataset lives in another file under its own name: keep the path named here
+        stamp = _stamp(path) + (_stamp(node.file.filename) if node.file.filename != f.filename else ())
+        return H5Dataset(path, member, tuple(node.shape), node.dtype, stamp)
 
 
 def _open_xarray(path: str, member: str | None, source: str) -> Any:
@@ -307,14 +325,13 @@ def _open_xarray(path: str, member: str | None, source: str) -> Any:
     except Exception as exc:  # xarray's message names the backends it tried: what to install
         raise ValueError(f"input {source!r} cannot be read by xarray ({exc}); dkpca reads {READABLE}.") from None
     if member is None:
-        shapes = {str(v): f"{ds[v].shape}" for v in ds.data_vars}
-        member = _pick(source, [str(v) for v in ds.data_vars if ds[v].ndim == 2], "netCDF", "variable", shapes)
+        member = _pick(source, "netCDF", "variable", {str(v): ds[v].shape if ds[v].dtype.kind in "biuf" else
+                                                      f"of {ds[v].dtype}" for v in ds.data_vars})
     if member not in ds.variables:
         raise ValueError(f"input {source!r}: the file has no variable {member!r}; its variables are "
                          f"{sorted(str(v) for v in ds.variables)}.")
     var = ds[member]
-    if var.ndim != 2:
-        return var.data  # as_dask names the shape it needs
+    _two_dimensional(source, "variable", member, var.shape)
     # xarray reads each dask chunk by itself: row blocks of the Gram block's edge
     return var.chunk({var.dims[0]: default_block_size(var.shape[0]), var.dims[1]: -1}).data
 
