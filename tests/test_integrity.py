@@ -441,6 +441,25 @@ def test_a_gram_group_without_its_metadata_is_said_unused_and_rebuilt(stored_fit
     assert main(["verify", str(store)]) == 0
 
 
+@pytest.mark.parametrize("damage", ["deleted", "corrupt"])
+def test_done_markers_lost_from_a_complete_gram_are_damage(stored_fit, damage, capsys):
+    """verify said "ok ... 5 of 6 blocks built; a rerun builds the other 1" -- a killed build's words -- of a K a
+    fit had completed; a rerun recomputes the block."""
+    X, store, refit = stored_fit
+    marker = store / "gram" / "done" / "c" / "1" / "2"
+    if damage == "deleted":
+        marker.unlink()
+    else:
+        marker.write_bytes(bytes(b ^ 0x40 for b in marker.read_bytes()))
+    assert main(["verify", str(store)]) == 1
+    assert "BAD  gram: K was complete, but the done markers of 1 of 6 blocks are missing or unreadable (deleted or " \
+        "damaged since); a rerun of the same fit recomputes those blocks" in capsys.readouterr().out
+    model = refit()
+    _agrees_with_reference(X, model)
+    assert model.report["gram"]["computed_blocks"] == 1
+    assert main(["verify", str(store)]) == 0
+
+
 def test_verify_of_something_else_is_one_line(tmp_path, capsys):
     cli_error(capsys, ["verify", str(tmp_path / "nothing.zarr")])
 

@@ -142,7 +142,11 @@ def _gram(store: FitStore, root: zarr.Group) -> Finding:
         return Finding("gram", False, f"gram: {len(bad)} of {total} blocks damaged ({'; '.join(bad[:5])}"
                                       f"{'; ...' if len(bad) > 5 else ''}); a rerun of the same fit recomputes "
                                       f"them{f' and builds the {todo} not yet built' if todo else ''}{old}")
-    if todo:
+    if todo and g.attrs.get("complete"):  # every block was built: their markers were lost since (deleted, damaged)
+        return Finding("gram", False, f"gram: K was complete, but the done markers of {todo} of {total} blocks are "
+                                      "missing or unreadable (deleted or damaged since); a rerun of the same fit "
+                                      f"recomputes those blocks{old}")
+    if todo:  # a build killed part way
         return Finding("gram", True, f"gram: {total - todo} of {total} blocks built and verified; a rerun of the "
                                      f"fit builds the other {todo}{old}")
     return Finding("gram", True, f"gram: all {total} blocks of K ({n} x {n}) and their sums verified{old}")
