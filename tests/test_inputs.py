@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import dask.array as da
+import dask.dataframe as dd
 import h5py
 import numpy as np
 import pandas as pd
@@ -471,6 +472,38 @@ def test_a_data_frame_of_nullable_and_arrow_numbers_fits_as_its_values(tmp_path,
     frame = frame.assign(s=pd.array(["x"] * N, dtype="string"))
     with pytest.raises(ValueError, match=re.escape("column(s) ['s'] of the data frame are not numeric")):
         dkpca.fit(frame, store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_dask_data_frame_fits_as_its_values_and_keeps_its_column_names(tmp_path, data, reference):
+    """Before: AttributeError: 'DataFrame' object has no attribute 'to_numpy', a traceback."""
+    frame = dd.from_pandas(pd.DataFrame(data, columns=[f"f{j}" for j in range(D)]).astype("Float64"), npartitions=3)
+    model = dkpca.fit(frame, n_components=K, gamma=GAMMA, dtype="float64", store=tmp_path / "s.dkpca.zarr")
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+    assert model.feature_names == tuple(f"f{j}" for j in range(D))
+    np.testing.assert_allclose(model.transform(frame), reference.transform(data), atol=1e-10)
+    with pytest.raises(ValueError, match=re.escape("column(s) ['s'] of the data frame are not numeric")):
+        dkpca.fit(frame.assign(s="x"), store=tmp_path / "t.dkpca.zarr")
+
+
+def test_a_masked_array_s_masked_entries_are_refused_as_missing(tmp_path, data, reference):
+    """Before: 'cannot reshape array of size 1500 into shape (12000,)' from dask; the values under a mask are no
+    data (scikit-learn's KernelPCA fits them, ignoring the mask: dkpca.KernelPCA does as it does)."""
+    mask = np.zeros(data.shape, dtype=bool)
+    mask[7, 2] = mask[9, 0] = True
+    with pytest.raises(ValueError, match=re.escape("X is a masked array with 2 masked entries (first in row 7, "
+                                                   "column 2); fill or impute them")):
+        dkpca.fit(np.ma.masked_array(data, mask=mask), store=tmp_path / "s.dkpca.zarr")
+    model = dkpca.fit(np.ma.masked_array(data), n_components=K, gamma=GAMMA, dtype="float64",
+                      store=tmp_path / "t.dkpca.zarr")
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+
+
+def test_an_xarray_dataset_is_refused_naming_its_variables(tmp_path, data):
+    """Before: AttributeError: 'Dataset' object has no attribute 'columns', a traceback."""
+    ds = xr.Dataset({"v": (("s", "f"), data), "w": ("s", data[:, 0])})
+    with pytest.raises(ValueError, match=re.escape("X is an xarray Dataset of variables ['v', 'w']; pass one 2-D "
+                                                   "variable, ds['name']")):
+        dkpca.fit(ds, store=tmp_path / "s.dkpca.zarr")
 
 
 def test_long_double_data_fits_as_float64(tmp_path, data, reference):

@@ -44,8 +44,20 @@ def open_input(source: Any) -> Any:
         return open_path(source)
     if isinstance(source, zarr.Array):  # as a path to it is read (opened once: as_dask's own call finds it opened)
         return zarr_input(source, str(source.store_path))
+    if hasattr(source, "data_vars"):  # an xarray Dataset: which variable is X is the user's to say
+        raise ValueError(f"X is an xarray Dataset of variables {sorted(str(v) for v in source.data_vars)}; pass "
+                         "one 2-D variable, ds['name'] (a DataArray).")
     if hasattr(source, "dims") and hasattr(source, "data") and not isinstance(source, np.ndarray):
         return source.data  # xarray.DataArray: its backing numpy or dask array
+    if hasattr(source, "to_dask_array") and hasattr(source, "columns"):
+        return _dask_frame_values(source)
+    if isinstance(source, np.ma.MaskedArray):  # masked entries are missing values: never fitted as the data under
+        masked = np.ma.getmaskarray(source)
+        if masked.ndim == 2 and masked.any():  # another shape is refused for its shape
+            row, column = np.argwhere(masked)[0]
+            raise ValueError(f"X is a masked array with {int(masked.sum())} masked entries (first in row {row}, "
+                             f"column {column}); fill or impute them (X.filled(value)) or drop those rows first.")
+        return source.data
     return source
 
 
@@ -92,19 +104,31 @@ def read_feature_names(attrs: dict, refuse: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def _numeric_columns(frame: Any) -> bool:
+    """Refuse a data frame (pandas or dask) with columns that are not numbers, naming them; whether every column
+    is of a numpy type (False: nullable or Arrow numbers, read as float64 with NA as NaN)."""
+    kinds = zip(frame.columns, frame.dtypes, strict=True)
+    bad = [str(c) for c, t in kinds if getattr(t, "kind", "O") not in "biuf"]
+    if bad:
+        raise ValueError(f"column(s) {bad} of the data frame are not numeric; dkpca reads numeric columns only. "
+                         "Drop or encode them first.")
+    return all(isinstance(t, np.dtype) for t in frame.dtypes)
+
+
 def _frame_values(frame: Any) -> Any:
     """A data frame's values in its columns' common type: ``np.asarray`` makes float and bool columns objects."""
-    try:
-        dtypes = [np.dtype(t) for t in frame.dtypes]
-    except TypeError:  # an extension type: nullable (Float64, Int64, boolean) and Arrow numbers are numbers
-        kinds = zip(frame.columns, frame.dtypes, strict=True)
-        bad = [str(c) for c, t in kinds if getattr(t, "kind", "O") not in "biuf"]
-        if bad:
-            raise ValueError(f"column(s) {bad} of the data frame are not numeric; dkpca reads numeric columns only. "
-                             "Drop or encode them first.") from None
-        return frame.to_numpy(dtype=np.float64, na_value=np.nan)  # NA as NaN: the finiteness check names it
-    numeric = dtypes and all(t.kind in "biuf" for t in dtypes)
-    return frame.to_numpy(dtype=np.result_type(*dtypes)) if numeric else np.asarray(frame)
+    if not len(frame.columns):
+        return np.asarray(frame)  # (n, 0): refused for its features
+    if _numeric_columns(frame):
+        return frame.to_numpy(dtype=np.result_type(*frame.dtypes))
+    return frame.to_numpy(dtype=np.float64, na_value=np.nan)  # NA as NaN: the finiteness check names it
+
+
+def _dask_frame_values(frame: Any) -> da.Array:
+    """A dask DataFrame's values as a dask array, its partitions' lengths counted (one pass over them)."""
+    if len(frame.columns) and not _numeric_columns(frame):
+        frame = frame.astype(np.float64)  # nullable and Arrow numbers: NA as NaN, named by the finiteness check
+    return frame.to_dask_array(lengths=True)
 
 
 def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, purpose: str = "kernel PCA",
