@@ -139,8 +139,12 @@ def test_load_refuses_foreign_stores(tmp_path):
         dkpca.load(tmp_path / "other.zarr")
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "x.txt").write_text("hello")
-    with pytest.raises(ValueError, match="not a Zarr group written by dkpca"):
+    with pytest.raises(ValueError, match=r"is not a dkpca store \(the Zarr group that 'dkpca fit --store' writes\): "
+                                         "it holds no Zarr group"):
         dkpca.load(tmp_path / "plain")
+    zarr.save_array(str(tmp_path / "array.zarr"), np.zeros(3))
+    with pytest.raises(ValueError, match="it is a Zarr array"):  # before: zarr's 'An array already exists in store'
+        dkpca.load(tmp_path / "array.zarr")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         dkpca.load(tmp_path / "missing.zarr")
     # a dkpca store whose fit never finished has no model

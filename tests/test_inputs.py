@@ -425,6 +425,14 @@ def test_a_csv_with_decimal_commas_is_refused_naming_the_separator(tmp_path):
         dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
 
 
+def test_a_csv_with_thousands_separators_is_refused_naming_them(tmp_path):
+    """Before: 'Drop or encode them first' -- of numbers, which no encoding needs."""
+    source = _csv_lines(tmp_path, "a,b\n" + "".join(f'"{i},234.5",{i}\n' for i in range(1, 9)))
+    with pytest.raises(ValueError, match=re.escape("Its numbers are written with thousands separators (column 'a': "
+                                                   "'1,234.5'): write them without.")):
+        dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
+
+
 def test_a_csv_with_row_names_reads_them_as_its_index(tmp_path, data, reference):
     """R's write.table(sep=','): a header one field short over rows that start with their name."""
     rows = "".join(f'"{i + 1}",' + ",".join(f"{v:.17g}" for v in row) + "\n" for i, row in enumerate(data))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -146,6 +147,19 @@ def _read(path: str, layout: Layout, **kw: Any) -> Any:
                        skipinitialspace=True, **index, **({"blocksize": None} if compressed else {}), **kw)
 
 
+#: a number written with thousands separators, quoted so that its commas are no field separators: "1,234.5"
+GROUPED = re.compile(r"\s*[-+]?\d{1,3}(,\d{3})+(\.\d*)?\s*")
+
+
+def _grouped(df: Any, bad: list[str]) -> str | None:
+    """The fix where a column's first value is a number with thousands separators (one row block is read)."""
+    first = df[bad[0]].head(1, npartitions=-1)
+    value = str(first.iloc[0]) if len(first) else ""
+    if GROUPED.fullmatch(value):
+        return f"Its numbers are written with thousands separators (column {bad[0]!r}: {value!r}): write them without."
+    return None
+
+
 def open_csv(path: str, source: str) -> Any:
     """A CSV of numeric columns as a dask array (row chunks counted: one read); its columns' common float type.
 
@@ -169,7 +183,7 @@ def open_csv(path: str, source: str) -> Any:
         raise ValueError(f"input {source!r} holds no rows of data, only its columns' names {list(map(str, dtypes))}.")
     if bad:  # one column named 'a;b;c': a file separated by something else than commas, not text
         fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in SEPARATORS
-                    if len(dtypes) == 1 and s in bad[0]), "Drop or encode them first.")
+                    if len(dtypes) == 1 and s in bad[0]), None) or _grouped(df, bad) or "Drop or encode them first."
         raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. {fix}")
     # dtypes were inferred from the first rows; a later float in an int column must not fail the read
     df = _read(path, layout, dtype={c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)})

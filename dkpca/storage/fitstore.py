@@ -151,8 +151,12 @@ class FitStore(StoredData, ModelSlots):
         try:
             root = zarr.open_group(self.path, mode=mode)
         except Exception as exc:
-            why = self._headless() or f"{self.path!r} is not a Zarr group written by dkpca ({exc})."
-            raise ValueError(why) from exc
+            # zarr's words name its store classes and paths; what the path holds instead is the user's to hear
+            what = "is a Zarr array" if isinstance(exc, zarr.errors.ContainsArrayError) else \
+                "holds no Zarr group" if isinstance(exc, zarr.errors.GroupNotFoundError) else \
+                f"is no readable Zarr group ({exc})"
+            raise ValueError(self._headless() or f"{self.path!r} is not a dkpca store (the Zarr group that 'dkpca "
+                                                 f"fit --store' writes): it {what}.") from exc
         self._check_format(root)
         return root
 
