@@ -47,9 +47,12 @@ def test_fit_info_transform(tmp_path, data_path, blobs):
     info = run("info", str(store))
     assert "eigenvalue" in info.stdout and "rbf" in info.stdout
 
-    run("transform", str(store), str(data_path), str(tmp_path / "z.zarr"))
+    shown = run("transform", str(store), str(data_path), str(tmp_path / "z.zarr"))
     Z = zarr.open_array(str(tmp_path / "z.zarr"), mode="r")[:]
     np.testing.assert_allclose(Z, dkpca.load(store).embedding_, atol=1e-8)
+    assert "projecting: 100%" in shown.stderr
+    quiet = run("transform", str(store), str(data_path), str(tmp_path / "z2.zarr"), "--no-progress")
+    assert "projecting" not in quiet.stderr  # as fit's option: before, 'unrecognized arguments: --no-progress'
 
 
 @pytest.mark.parametrize(

@@ -193,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="new Zarr array for the projections (never the input, the store, or inside them)")
     t.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it is an earlier Zarr output")
     cluster_args(t)
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     v = sub.add_parser("verify", help="check every chunk of a store and say what a rerun would recompute",
                        description="Read every chunk of a store, verify its CRC-32C, and say per part (data, "
