@@ -34,8 +34,8 @@ class CorruptChunkError(ValueError):
             return
         where = ", ".join(map(str, self.chunk))
         top = array.split("/", 1)[0].split(".", 1)[0]
-        fix = {"data": "; the store's copy of the data is damaged, or the store was refit since this model was "
-                       "loaded (then load it again): rerun the fit with overwrite=True (CLI: --overwrite) to copy it",
+        fix = {"data": "; the store's copy of the data is damaged: rerun the fit on the same input to write it "
+                       "again (a copy without recorded chunk digests: with overwrite=True, CLI --overwrite)",
                "model": "; the model is damaged: rerun the fit to solve again",
                "gram": "; a rerun of the fit recomputes that block"}.get(top, "")
         super().__init__(f"chunk ({where}) of array {array!r} in {store!r} is {problem}{fix}")

@@ -25,6 +25,7 @@ import numpy as np
 import zarr
 
 from ..execution import compute, for_the_client
+from .datachunks import chunk_digest, copy_block, rewrite_chunks
 from .integrity import (
     DIGEST,
     CorruptChunkError,
@@ -35,7 +36,6 @@ from .integrity import (
     decode_digests,
     encode_digests,
     json_digest,
-    padded_digest,
     writable,
 )
 from .lock import Fenced, Lease
@@ -48,19 +48,6 @@ __all__ = ["DATA", "RECOPY", "DataExtent", "StoredData"]
 DATA = "data"
 #: what to rerun when the data copy is damaged: the input is the truth
 RECOPY = "rerun the fit with overwrite=True (CLI: --overwrite) to copy the data again"
-
-
-def _chunk_digest(block: np.ndarray, edge: tuple[int, int]) -> np.ndarray:
-    """The digest a chunk holding ``block`` (zero-padded) records: written with it, compared with an input's rows."""
-    return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
-
-
-def _copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], offset: int = 0,
-                block_info: dict | None = None) -> np.ndarray:
-    """Write one row block of X into the data copy (``target``, maybe fenced) at row ``offset`` on; its digest."""
-    (r0, r1), (c0, c1) = block_info[0]["array-location"]
-    target[offset + r0:offset + r1, c0:c1] = block
-    return _chunk_digest(block, edge)
 
 
 @dataclass(frozen=True)
@@ -130,12 +117,15 @@ class StoredData:
                                  "rerun that update with the grown data to finish it, or pass overwrite=True "
                                  "(CLI: --overwrite) to fit this data from scratch.")
             if attrs.get("fingerprint") == fingerprint and attrs.get("complete"):
-                try:
-                    # nothing reads data/X once K is built: damage is found here or never
+                try:  # nothing reads data/X once K is built: damage is found here or never
                     return self._lazy(self.check_data())
-                except CorruptChunkError:
-                    if not overwrite:  # the error names the chunk and the fix: overwrite, below
-                        raise
+                except CorruptChunkError as exc:
+                    try:  # the input is the copy's data (the fingerprints agree): its damaged chunks written again
+                        rewrite_chunks(X, self.training_array(), writable(root[DATA]["X"]), lease, exc, self.path)
+                        return self._lazy(self.check_data())
+                    except CorruptChunkError:
+                        if not overwrite:  # the error names the chunk and the fix
+                            raise
             if source is not None and relation(source, self.path) in ("same", "inside"):
                 raise ValueError(
                     f"the input {source!r} lies inside the store {self.path!r}, whose data it would have to "
@@ -177,7 +167,7 @@ class StoredData:
         arr = create_array(g, "X", shape=X.shape, chunks=edge, dtype=X.dtype)
         target = arr if lease is None else Fenced(arr, lease)
         # each task writes its block and returns the digest of the chunk as stored, recorded with `complete`
-        digests = X.map_blocks(_copy_block, target, edge, dtype=np.uint64, drop_axis=1,
+        digests = X.map_blocks(copy_block, target, edge, dtype=np.uint64, drop_axis=1,
                                chunks=((1,) * len(X.chunks[0]),), name=f"dkpca-copy-{uuid.uuid4().hex}")
         (values,) = compute(digests, label="copying X into the store", progress=progress,
                             local=for_the_client(X.nbytes))
@@ -356,7 +346,7 @@ class StoredData:
         edge = (arr.chunks[0], arr.shape[1])
         recorded = decode_digests(attrs["digests"])[:-(-rows // edge[0])]
         head = X[:rows].rechunk((edge[0], X.shape[1]))
-        got = head.map_blocks(_chunk_digest, edge, dtype=np.uint64, drop_axis=1,
+        got = head.map_blocks(chunk_digest, edge, dtype=np.uint64, drop_axis=1,
                               chunks=((1,) * len(head.chunks[0]),), name=f"dkpca-rows-{uuid.uuid4().hex}")
         (values,) = compute(got, label="checking the stored rows")
         for c, (a, b) in enumerate(zip(values, recorded, strict=True)):
@@ -386,7 +376,7 @@ class StoredData:
         first = rows // edge[0] * edge[0]
         tail = X[first:].rechunk((edge[0], X.shape[1]))
         target = arr if lease is None else Fenced(arr, lease)
-        digests = tail.map_blocks(_copy_block, target, edge, first, dtype=np.uint64, drop_axis=1,
+        digests = tail.map_blocks(copy_block, target, edge, first, dtype=np.uint64, drop_axis=1,
                                   chunks=((1,) * len(tail.chunks[0]),), name=f"dkpca-grow-{uuid.uuid4().hex}")
         (values,) = compute(digests, label="copying the new rows into the store", progress=progress)
         prefixes = dict(attrs.get("prefixes") or {})

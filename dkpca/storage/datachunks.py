@@ -1,0 +1,89 @@
+"""The data copy's row chunks written: each returning its digest, which the copy records; a damaged one written
+again from the input, which the copy's fingerprint says it is.
+
+A refit reads the whole copy it reuses (nothing reads ``data/X`` once K is
+built, so damage is found there or never).  Where a chunk is missing,
+truncated, corrupt or another chunk's, and the input's fingerprint is the
+copy's, the input is the truth: each damaged chunk is written again from the
+input's rows -- only after the rows' digest is found equal to the one recorded
+when the chunk was first written, so nothing but the recorded values is ever
+written -- and K and the model, built from those values, are kept.  A kill
+part way leaves chunks either as they were or repaired; the rerun repairs the
+rest.  A copy without recorded digests (written by an older dkpca) cannot be
+checked so: its damage is refused as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+
+from ..execution import compute, for_the_client
+from .integrity import CorruptChunkError, VerifiedArray, padded_digest
+from .lock import Fenced, Lease
+
+__all__ = ["chunk_digest", "copy_block", "damaged_chunks", "rewrite_chunks"]
+
+logger = logging.getLogger("dkpca")
+
+
+def chunk_digest(block: np.ndarray, edge: tuple[int, int]) -> np.ndarray:
+    """The digest a chunk holding ``block`` (zero-padded) records: written with it, compared with an input's rows."""
+    return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
+
+
+def copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], offset: int = 0,
+               block_info: dict | None = None) -> np.ndarray:
+    """Write one row block of X into the data copy (``target``, maybe fenced) at row ``offset`` on; its digest."""
+    (r0, r1), (c0, c1) = block_info[0]["array-location"]
+    target[offset + r0:offset + r1, c0:c1] = block
+    return chunk_digest(block, edge)
+
+
+def damaged_chunks(data: VerifiedArray) -> dict[int, CorruptChunkError]:
+    """Each row chunk of the copy that fails its read (missing, truncated, corrupt, another's), with its error."""
+    edge = data.array.chunks[0]
+    bad = {}
+    for c, start in enumerate(range(0, data.shape[0], edge)):
+        try:
+            data[start:start + edge]
+        except CorruptChunkError as exc:
+            bad[c] = exc
+    return bad
+
+
+def _rewrite(block: np.ndarray, target: Any, edge: tuple[int, int], chunk: int, recorded: int) -> bool:
+    """Write ``block`` as row chunk ``chunk`` if its digest is the recorded one; whether it was."""
+    if int(chunk_digest(block, edge)[0]) != recorded:
+        return False
+    target[chunk * edge[0]:chunk * edge[0] + block.shape[0], :] = block
+    return True
+
+
+def rewrite_chunks(X: da.Array, data: VerifiedArray, arr: zarr.Array, lease: Lease | None, found: CorruptChunkError,
+                   path: str) -> None:
+    """Write the damaged row chunks of the copy ``data`` again from X into ``arr`` (its array, written under the
+    fit's ``lease`` where there is one); ``found``: the damage a read of it met.
+
+    Raises ``found`` where the copy records no digests or no chunk fails a read of its own (damage of its
+    metadata), or where X's rows of a damaged chunk are not those recorded (then that chunk is not written).
+    """
+    bad = damaged_chunks(data)
+    if data.digests is None or not bad:
+        raise found
+    first = next(iter(bad.values()))
+    edge = (data.array.chunks[0], data.shape[1])
+    blocks = X.rechunk((edge[0], X.shape[1])).to_delayed().ravel()
+    target = arr if lease is None else Fenced(arr, lease)
+    tasks = [dask.delayed(_rewrite, pure=False)(blocks[c], target, edge, c, int(data.digests[c])) for c in bad]
+    done = compute(*tasks, label="repairing the data copy", local=for_the_client(X.nbytes))
+    if not all(done):
+        raise found
+    logger.warning("store %s: %d chunk(s) of its data copy were damaged (first: %s); written again from the "
+                   "input, whose rows are those recorded for them; the Gram matrix built from them is kept", path,
+                   len(bad), str(first).split(";")[0])
