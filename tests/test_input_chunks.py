@@ -1,4 +1,4 @@
-"""A user's Zarr array with chunks not in its store: zarr reads each as the fill value, so dkpca says so.
+"""A user's Zarr array (or HDF5 dataset) with chunks not in its store: each reads as the fill value, so dkpca says so.
 
 zarr stores no chunk equal to the fill value, so an absent chunk may be data -- or the part a killed writer
 never wrote, which was fitted as rows of zeros without a word.  Not refused: warned (AbsentChunksWarning), with
@@ -11,6 +11,7 @@ import os
 import subprocess
 import warnings
 
+import h5py
 import numpy as np
 import pytest
 import zarr
@@ -62,3 +63,24 @@ def test_the_cli_says_it_as_one_warning_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("dkpca: warning: input ")
     with pytest.warns(AbsentChunksWarning):  # and fits the array as zarr reads it
         assert np.isfinite(dkpca.fit(path, 2, store=str(tmp_path / "s.zarr")).eigenvalues_).all()
+
+
+def _h5(path, write_rows: int, chunks=(30, 4)):
+    """A 300 x 4 HDF5 dataset (chunked, or contiguous with ``chunks=None``) of which the first rows are written."""
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("X", shape=(300, 4), chunks=chunks, dtype="f8")
+        if write_rows:
+            d[:write_rows] = make_data(300, seed=5, d=4)[:write_rows]
+    return str(path)
+
+
+def test_hdf5_chunks_never_written_are_warned_of_with_the_count(tmp_path):
+    """Before: fitted as rows of the fill value without a word (h5py stores every chunk written, zeros too)."""
+    said = _said(_h5(tmp_path / "x.h5", write_rows=240))
+    assert said and "2 of 10 chunks of the HDF5 dataset are not stored" in said[0] and "never written" in said[0]
+    assert _said(_h5(tmp_path / "full.h5", write_rows=300)) == []
+
+
+def test_a_contiguous_hdf5_dataset_never_written_is_warned_of(tmp_path):
+    assert "1 of 1 chunks of the HDF5 dataset are not stored" in _said(_h5(tmp_path / "x.h5", 0, chunks=None))[0]
+    assert _said(_h5(tmp_path / "y.h5", 300, chunks=None)) == []

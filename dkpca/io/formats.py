@@ -188,11 +188,27 @@ def warn_absent_chunks(arr: zarr.Array, source: str) -> None:
         absent = arr.nchunks - arr.nchunks_initialized
     except Exception:  # a store that cannot list (an HTTP server without listings): nothing to say
         return
+    _absent(source, "Zarr array", absent, arr.nchunks, arr.fill_value,
+            "if the array was written in full (zarr stores no chunk equal to the fill value) this is the data, but a "
+            "writer that stopped part way leaves the same gap")
+
+
+def _absent(source: str, kind: str, absent: int, total: int, fill: Any, why: str) -> None:
     if absent > 0:
-        warnings.warn(f"input {source!r}: {absent} of {arr.nchunks} chunks of the Zarr array are not stored, and "
-                      f"zarr reads each as its fill value {arr.fill_value}; if the array was written in full "
-                      "(zarr stores no chunk equal to the fill value) this is the data, but a writer that stopped "
-                      "part way leaves the same gap: check the writer finished", AbsentChunksWarning, stacklevel=3)
+        warnings.warn(f"input {source!r}: {absent} of {total} chunks of the {kind} are not stored, and each reads "
+                      f"as its fill value {fill}; {why}: check the writer finished", AbsentChunksWarning, stacklevel=4)
+
+
+def _warn_unwritten_h5(node: Any, source: str) -> None:
+    """Warn where parts of an HDF5 dataset were never written (h5py stores every chunk written, fill values too:
+    one not stored was never written, and reads as the fill value)."""
+    if node.chunks is None:  # contiguous: its storage is allocated when first written
+        absent, total = int(node.id.get_storage_size() == 0 and node.size > 0), 1
+    else:
+        total = int(np.prod([-(-s // c) for s, c in zip(node.shape, node.chunks, strict=True)]))
+        absent = total - node.id.get_num_chunks()
+    _absent(source, "HDF5 dataset", absent, total, node.fillvalue, "h5py stores every chunk written, so those "
+            "were never written (a writer that stopped part way, or space only reserved)")
 
 
 @dataclass(frozen=True)
@@ -313,6 +329,7 @@ def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
                              "values).")
         if not node.dtype.names:  # records: as_dask names their fields as the columns to stack
             _two_dimensional(source, "dataset", member, node.shape)
+        _warn_unwritten_h5(node, source)
         # an external link's dataset lives in another file under its own name: keep the path named here
         stamp = _stamp(path) + (_stamp(node.file.filename) if node.file.filename != f.filename else ())
         return H5Dataset(path, member, tuple(node.shape), node.dtype, stamp)
