@@ -7,6 +7,7 @@ columns as pandas wrote them.  Ordinary data and files give no such warning (war
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -93,6 +94,29 @@ def test_a_csv_with_pandas_index_column_warns_and_names_the_fix(tmp_path):
     with pytest.warns(RowIndexWarning, match=r"index=False.*index_col=0"):
         X = open_input(str(path))
     assert X.shape == (50, 4)  # warned, not changed: the file is read as written
+
+
+@pytest.mark.parametrize("write, name", [
+    (lambda pd, X, p: pd.read_csv(_csv_with_index(pd, X, p)).to_parquet(p / "x.parquet"), "Unnamed: 0"),
+    (lambda pd, X, p: pd.DataFrame(X, columns=list("abc")).reset_index().to_parquet(p / "x.parquet", index=False),
+     "index"),
+])
+def test_a_parquet_file_with_a_row_index_column_warns_and_names_it(tmp_path, write, name):
+    """Before: fitted without a word, the counter a feature that grows with the row number."""
+    pd = pytest.importorskip("pandas")
+    write(pd, np.random.default_rng(3).standard_normal((50, 3)), tmp_path)
+    with pytest.warns(RowIndexWarning, match=re.escape(f"the first column {name!r} counts 0, 1, 2, ...")):
+        X = open_input(str(tmp_path / "x.parquet"))
+    assert X.shape == (50, 4)  # warned, not changed
+    pd.read_parquet(tmp_path / "x.parquet").drop(columns=name).to_parquet(tmp_path / "x.parquet")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RowIndexWarning)
+        assert open_input(str(tmp_path / "x.parquet")).shape == (50, 3)
+
+
+def _csv_with_index(pd, X, path):
+    pd.DataFrame(X).to_csv(path / "x.csv")
+    return path / "x.csv"
 
 
 def test_the_cli_folds_a_warning_into_the_error_that_follows_it(tmp_path, capsys):

@@ -20,7 +20,7 @@ from fsspec.utils import infer_compression
 
 from .optional import require
 
-__all__ = ["RowIndexWarning", "csv_columns", "is_csv", "open_csv"]
+__all__ = ["RowIndexWarning", "counts_rows", "csv_columns", "is_csv", "open_csv"]
 
 COMMENT = "#"
 #: separators other than commas that a CSV's fields may be found split by: said so, not as text columns
@@ -119,6 +119,12 @@ class RowIndexWarning(UserWarning):
     """A CSV's first column is an unnamed row index (pandas' ``to_csv`` writes one): it would be fitted as a feature."""
 
 
+def counts_rows(values: Any) -> bool:
+    """Whether a column's first values count 0, 1, 2, ...: a row index, not a feature."""
+    values = np.asarray(values, dtype=np.float64)
+    return values.size > 1 and np.array_equal(values, np.arange(values.size))
+
+
 def _check_row_index(df: Any, source: str) -> None:
     """Warn (:class:`RowIndexWarning`) when the first column has no name and counts 0, 1, 2, ... (its first block).
 
@@ -130,8 +136,7 @@ def _check_row_index(df: Any, source: str) -> None:
     name = str(df.columns[0])
     if name.strip() and name != "Unnamed: 0":
         return
-    values = np.asarray(df.get_partition(0)[df.columns[0]].compute(scheduler="sync"), dtype=np.float64)
-    if values.size > 1 and np.array_equal(values, np.arange(values.size)):
+    if counts_rows(df.get_partition(0)[df.columns[0]].compute(scheduler="sync")):
         warnings.warn(f"input {source!r}: the first column has no name and counts 0, 1, 2, ...: a row index (as "
                       "pandas' DataFrame.to_csv writes one), which would be fitted as a feature. Write the file with "
                       "to_csv(path, index=False), or drop the column: pandas.read_csv(path, index_col=0) and fit "

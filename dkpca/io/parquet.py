@@ -12,6 +12,7 @@ write large files with a ``row_group_size`` of a few thousand rows.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ import fsspec
 import numpy as np
 from dask.utils import natural_sort_key
 
+from .csvfile import RowIndexWarning, counts_rows
 from .optional import require
 
 __all__ = ["ParquetRows", "open_parquet", "parquet_columns", "is_parquet_directory"]
@@ -157,7 +159,23 @@ def open_parquet(path: str, source: str) -> da.Array:
     rows = ParquetRows(tuple(groups), tuple(f.name for f in fields), dtype)
     if not groups:  # no rows: the shape says so (as_dask refuses too few samples)
         return da.zeros((0, len(fields)), dtype=dtype)
+    if fields[0].name in INDEX_NAMES and pa.types.is_integer(fields[0].type):
+        _check_row_index(rows, source)
     return rows.to_dask()
+
+
+#: what a row index that became a column is named: a CSV's unnamed first column read by pandas, reset_index()'s
+INDEX_NAMES = ("Unnamed: 0", "index", "")
+
+
+def _check_row_index(rows: ParquetRows, source: str) -> None:
+    """Warn (:class:`RowIndexWarning`) where the first column, named as a row index is, counts 0, 1, 2, ... (its
+    first row group is read)."""
+    if counts_rows(rows.read_group(0)[:, 0]):
+        name = rows.columns[0]
+        warnings.warn(f"input {source!r}: the first column {name!r} counts 0, 1, 2, ...: a row index (pandas' "
+                      "read_csv of a file with one, or reset_index()), which would be fitted as a feature. Drop it: "
+                      f"df.drop(columns={name!r}).to_parquet(path).", RowIndexWarning, stacklevel=4)
 
 
 def parquet_columns(path: str) -> tuple[str, ...]:
