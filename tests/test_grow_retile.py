@@ -97,13 +97,13 @@ def test_the_plan_and_info_say_the_update_re_tiles(tiny_first, capsys):
 
 
 def _kill_copy(m):
-    real = datacopy_module._copy_block
+    real = datacopy_module.copy_block
 
     def copy(block, target, edge, offset=0, block_info=None):
         if offset and block_info[0]["array-location"][0][0] > 0:
             raise Killed
         return real(block, target, edge, offset, block_info=block_info)
-    m.setattr(datacopy_module, "_copy_block", copy)
+    m.setattr(datacopy_module, "copy_block", copy)
 
 
 def _kill_retire(m):
