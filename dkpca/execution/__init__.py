@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Sequence
-from concurrent.futures import wait as wait_all
 from typing import Any
 
 import dask
@@ -61,13 +60,13 @@ from distributed.utils import CancelledError
 from .assign import balance, placed, placement, shares
 from .progress import Progress, ProgressCallback
 from .scheduler import active_client, config_switch, gathers_direct, local_thread_count, n_workers_threads
-from .threads import Joined, kept_pool, local_threads, row_blocks, serial_blas
+from .threads import Joined, StopRequested, kept_pool, local_threads, row_blocks, serial_blas, stopping, wait_stopping
 from .watch import LostComputationError, SchedulerLostError, StalledComputationError, Watch
 
 __all__ = ["LostComputationError", "SchedulerLostError", "StalledComputationError", "active_client",
            "config_switch", "gathers_direct", "local_thread_count", "n_workers_threads", "serial_blas", "row_blocks",
            "local_threads", "balance", "placement", "shares", "placed", "compute", "Progress", "ProgressCallback",
-           "LOCAL_BYTES", "for_the_client", "local_scheduler", "check_scheduler"]
+           "LOCAL_BYTES", "for_the_client", "local_scheduler", "check_scheduler", "stopping", "StopRequested"]
 
 #: input arrays up to this size are read (the scan, the plan's samples) and copied into the store by the
 #: client's own threads, even with a cluster.  Measured on a 16-core machine (issue 40), n = 40,000, d = 50
@@ -201,7 +200,7 @@ def compute(*tasks: Any, label: str = "", threads: int | None = None,
             ctx.enter_context(_local_callback(bar))
         try:
             return dask.compute(*tasks, scheduler=scheduler, **kw)
-        except BaseException:
+        except BaseException as exc:
             if "pool" in kw:
-                wait_all(kw["pool"].started)
+                wait_stopping(kw["pool"].started, isinstance(exc, KeyboardInterrupt))
             raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing.pool
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures import wait as wait_all
@@ -24,7 +25,32 @@ from threadpoolctl import ThreadpoolController
 from ..linalg import RowBlocks
 from .scheduler import local_thread_count
 
-__all__ = ["Joined", "kept_pool", "local_threads", "serial_blas", "row_blocks"]
+__all__ = ["Joined", "StopRequested", "kept_pool", "local_threads", "serial_blas", "row_blocks", "stopping",
+           "wait_stopping"]
+
+#: set while an interrupted local computation waits for the tasks it started (Joined): a task that runs for
+#: minutes -- sparse kernel PCA's EM on one candidate set -- asks :func:`stopping` between its steps and gives up,
+#: so Ctrl-C ends the computation in about a step, not after each running task's own end (123 s measured)
+_STOP = threading.Event()
+
+
+class StopRequested(RuntimeError):
+    """Raised by a long task that found :func:`stopping` true: its computation was interrupted."""
+
+
+def stopping() -> bool:
+    """Whether the local computation this task belongs to was interrupted (Ctrl-C): stop at the next step."""
+    return _STOP.is_set()
+
+
+def wait_stopping(futures: list[Future], interrupted: bool) -> None:
+    """Wait for the ``futures`` of a computation that failed, asking them to stop first if it was ``interrupted``."""
+    if interrupted:
+        _STOP.set()
+    try:
+        wait_all(futures)
+    finally:
+        _STOP.clear()
 
 
 def serial_blas() -> contextlib.AbstractContextManager:

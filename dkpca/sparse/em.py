@@ -73,6 +73,8 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from ..execution import StopRequested, stopping
+
 __all__ = ["UPDATES", "ZERO", "Posterior", "covariance", "posterior", "update_weights", "likelihood_gap",
            "zero_optimum", "prunable", "run_em"]
 
@@ -210,6 +212,8 @@ def run_em(K: np.ndarray, G: np.ndarray, diag_sum: float, n: int, sigma2: float,
     converged = False
     it = 0
     while it < max_iter:
+        if stopping():  # Ctrl-C: a set's EM runs for minutes, and its fit waits for it before it ends
+            raise StopRequested("interrupted")
         drop = prunable(post, w, n, prune)
         if not drop.any() and it > 0 and max(abs(history[-1] - history[-2]), likelihood_gap(post, w, n)) <= tol * n:
             # L has settled: what is left to remove is every weight still heading to zero
