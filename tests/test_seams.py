@@ -205,6 +205,20 @@ def test_unwritable_store_is_one_line(tmp_path, capsys, monkeypatch, code, text)
     assert text in err and str(tmp_path / "s.zarr") in err
 
 
+def test_an_unreadable_input_is_one_line_that_names_it_without_speaking_of_writing(tmp_path, capsys, monkeypatch):
+    """Before: 'Permission denied (x.npy): choose a path you may write to' -- of the input, which is only read."""
+    data = tmp_path / "x.npy"
+    np.save(data, make_data(200, d=4))
+
+    def refuse(*args, **kwargs):  # simulated: the tests may run as root
+        raise PermissionError(errno.EACCES, "Permission denied", str(data))
+
+    monkeypatch.setattr(np, "load", refuse)
+    err = cli_error(capsys, ["fit", str(data), "--store", str(tmp_path / "s.zarr"), "-q"])
+    assert f"Permission denied ({data}): dkpca may not read or write it: check its permissions" in err
+    assert "you may write to" not in err
+
+
 @pytest.mark.parametrize("param,value,match", [
     ("random_state", "abc", "random_state"),
     ("chunk_size", True, "chunk_size"),

@@ -20,8 +20,9 @@ _USER_ERRNOS = {
     errno.ENOSPC: "the filesystem is full; free space or choose a store on a larger filesystem (--store), then "
                   "rerun to resume",
     errno.EDQUOT: "the disk quota is exceeded; free space or choose another store (--store), then rerun to resume",
-    errno.EACCES: "permission denied; choose a path you may write to",
-    errno.EPERM: "operation not permitted; choose a path you may write to",
+    # a read (the input) or a write (the store, an output): the path the error names says which
+    errno.EACCES: "dkpca may not read or write it: check its permissions, or choose another path",
+    errno.EPERM: "dkpca may not read or write it: check its permissions, or choose another path",
     errno.EROFS: "the filesystem is read-only; choose a writable store or output path",
 }
 
@@ -75,7 +76,7 @@ def explain(exc: BaseException) -> str | None:
         return f"{exc.strerror or exc}{where}: {_USER_ERRNOS[exc.errno]}"
     if isinstance(exc, PermissionError):  # no errno: an object store's refusal (s3fs: an unknown key, a denied bucket)
         return (f"permission denied ({exc}); check the credentials fsspec uses for the URL (for s3://, the AWS_* "
-                "variables or profile), or choose a path you may write to")
+                "variables or profile) and that they may read the input and write the store, or choose another path")
     if unreachable(exc):
         return (f"cannot reach the storage ({exc}); check the endpoint (for s3://, AWS_ENDPOINT_URL) and the "
                 "network, then rerun")
