@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+import zarr
 
 import dkpca
 from dkpca.io import READABLE, as_dask
@@ -312,6 +313,29 @@ def test_a_member_named_x_is_picked_whatever_its_shape(tmp_path, data):
     with pytest.raises(ValueError, match=re.escape("x.h5': the dataset '/X' has shape (240,); dkpca fits a 2-D "
                                                    "dataset")):
         dkpca.fit(str(tmp_path / "x.h5"), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_zarr_group_s_only_array_not_2d_is_named_with_the_groups_beside_it(tmp_path, data):
+    """Before: 'X must be 2-D ...; got shape (3,)' -- of an array named 'other', the data in a subgroup."""
+    g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    g.create_group("sub").create_array("X", data=data)
+    g.create_array("other", data=np.ones(3))
+    with pytest.raises(ValueError, match=re.escape("its array 'other' has shape (3,); dkpca fits a 2-D array "
+                                                   f"(n_samples, n_features) -- pass the data array's path, e.g. "
+                                                   f"'{tmp_path / 'g.zarr'}/sub/X' (its groups: ['sub'])")):
+        dkpca.fit(str(tmp_path / "g.zarr"), store=tmp_path / "s.dkpca.zarr")
+    np.testing.assert_array_equal(as_dask(str(tmp_path / "g.zarr/sub/X")).compute(), data)
+    del g["other"]
+    with pytest.raises(ValueError, match=re.escape("holds no array -- pass the data array's path")):
+        dkpca.fit(str(tmp_path / "g.zarr"), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_zarr_member_named_the_hdf5_way_is_told_its_path(tmp_path, data):
+    """Before: "input 'g.zarr:sub/X' does not exist; dkpca reads Zarr, ..." -- of a group holding sub/X."""
+    zarr.open_group(str(tmp_path / "g.zarr"), mode="w").create_group("sub").create_array("X", data=data)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"a Zarr group's member is named by its path: "
+                                                          f"'{tmp_path / 'g.zarr'}/sub/X'")):
+        dkpca.fit(str(tmp_path / "g.zarr") + ":sub/X", store=tmp_path / "s.dkpca.zarr")
 
 
 def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):

@@ -133,6 +133,10 @@ def open_path(source: str) -> Any:
     """
     path, member = split_member(source)
     if not is_url(path) and not os.path.exists(path):
+        head, _, tail = source.rpartition(":")
+        if head and os.path.isdir(head):  # 'group.zarr:sub/X': the HDF5 and netCDF way of naming a member
+            raise FileNotFoundError(f"input {source!r} does not exist; a Zarr group's member is named by its path: "
+                                    f"'{head.rstrip('/')}/{tail.lstrip('/')}'.")
         raise FileNotFoundError(f"input {source!r} does not exist; dkpca reads {READABLE}.")
     path = absolute(path)  # tasks reading it may run in another working directory
     kind = _kind(path, member, source)
@@ -156,12 +160,22 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
                          f"'{source.rstrip('/')}/data/X', and its model projects new data with 'dkpca transform'.")
     if isinstance(node, zarr.Group):
         arrays = sorted(name for name, _ in node.arrays())
+        groups = sorted(name for name, _ in node.groups())
+        # the groups it holds, where the data may be: a path into them is the fix
+        deeper = f" -- pass the data array's path, e.g. '{source.rstrip('/')}/{groups[0]}/X' (its groups: {groups})" \
+            if groups else ""
+        empty = deeper or "; write the data into it as an array 'X' (n_samples, n_features)"
         if "X" not in arrays and len(arrays) != 1:
             raise ValueError(
                 f"Zarr group {source!r} holds arrays {arrays}; name the data array 'X' "
-                f"or pass its path, e.g. '{source}/{arrays[0] if arrays else 'X'}'."
+                f"or pass its path, e.g. '{source}/{arrays[0]}'." if arrays else
+                f"Zarr group {source!r} holds no array{empty}."
             )
-        node = node["X" if "X" in arrays else arrays[0]]
+        name = "X" if "X" in arrays else arrays[0]
+        if node[name].ndim != 2 and not node[name].dtype.names:  # named (as_dask says "X")
+            raise ValueError(f"Zarr group {source!r}: its array {name!r} has shape {node[name].shape}; dkpca fits a "
+                             f"2-D array (n_samples, n_features){deeper}.")
+        node = node[name]
     return zarr_input(node, source)
 
 
