@@ -5,6 +5,7 @@ matrices, ``numpy.linalg``), independent of the blocked implementation.
 """
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -483,3 +484,15 @@ def test_sklearn_estimator_checks():
     # max_iter=3000 (the default before issue 42) keeps it fast: the checks' tiny data sit on flat likelihood
     # ridges (about 24,000 updates to tol) and the checks test conventions, not convergence
     check_estimator(SparseKernelPCA(max_iter=3000))
+
+
+@pytest.mark.parametrize("kw, said", [
+    # Before: both said 'Increase candidate_set_size ... or noise_variance', of sets whose EM max_iter stopped
+    (dict(noise_variance=0.1, max_iter=3), "the EM of 3 of 3 sets stopped at max_iter=3 before it settled: "
+                                           "increase max_iter, or increase candidate_set_size"),
+    (dict(noise_variance=1e-6), "survive in candidate sets of 100; increase candidate_set_size (above the number"),
+])
+def test_a_blocked_fit_that_cannot_shrink_names_what_stopped_it(kw, said):
+    X = np.random.default_rng(0).standard_normal((300, 5))
+    with pytest.raises(ValueError, match=re.escape(said)):
+        SparseKernelPCA(kernel="rbf", gamma=0.1, candidate_set_size=100, random_state=0, **kw).fit(X)

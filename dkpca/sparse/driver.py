@@ -199,12 +199,14 @@ def _shrink(ctx: BlockedFit, pool: np.ndarray, size: int, opts: EMOptions, rng: 
         report["rounds"].append({"candidates": int(pool.size), "blocks": len(sets),
                                  "survivors": int(survivors.size)})
         if survivors.size >= pool.size:
-            raise ValueError(
-                f"blocked sparse KPCA cannot shrink the candidate set: all {pool.size} candidates survive in "
-                f"candidate sets of {size}. Increase candidate_set_size (above the number of representing kernels "
-                "you expect) or "
-                f"noise_variance={ctx.sigma2} (fewer kernels)."
-            )
+            fix = ("increase candidate_set_size (above the number of representing kernels you expect) or "
+                   f"noise_variance={ctx.sigma2} (fewer kernels).")
+            stopped = sum(not res["converged"] for res in results)
+            if stopped:  # an EM stopped by max_iter may not yet have let its weights fall to zero
+                fix = (f"the EM of {stopped} of {len(sets)} sets stopped at max_iter={opts.max_iter} before it "
+                       f"settled: increase max_iter, or {fix}")
+            raise ValueError(f"blocked sparse KPCA cannot shrink the candidate set: all {pool.size} candidates "
+                             f"survive in candidate sets of {size}; {fix}")
         pool = rng.permutation(survivors)
     raise ValueError("blocked sparse KPCA did not reduce the candidates to one set; "  # pragma: no cover
                      "increase candidate_set_size or noise_variance.")
