@@ -28,7 +28,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca.cli import main
-from dkpca.storage import ChunkWriter, CorruptChunkError, create_array
+from dkpca.storage import ChunkWriter, CorruptChunkError, create_array, datachunks
 
 from .conftest import cli_error, make_data, reference_eigh
 
@@ -171,6 +171,29 @@ def test_a_rerun_writes_damaged_data_chunks_again_from_its_input_keeping_k(fitte
     assert model.report["gram"]["computed_blocks"] == 0
     np.testing.assert_array_equal(model.X_fit.compute(), X)
     np.testing.assert_allclose(np.abs(model.transform(X[:20])), np.abs(Z), atol=1e-10)
+    assert main(["verify", str(store)]) == 0
+
+
+def test_a_repair_of_the_data_copy_killed_part_way_is_finished_by_the_rerun(fitted_store, monkeypatch):
+    """Chunks are each left as they were or repaired: the rerun repairs the rest, and K is still kept."""
+    X, store, Z = fitted_store
+    for c in (1, 3):
+        (store / "data" / "X" / "c" / str(c) / "0").unlink()
+    real, calls = datachunks._rewrite, []
+
+    def once(*args):
+        calls.append(args[3])
+        if len(calls) > 1:
+            raise KeyboardInterrupt  # the job killed while it repairs
+        return real(*args)
+
+    with monkeypatch.context() as m:
+        m.setattr(datachunks, "_rewrite", once)
+        with pytest.raises(KeyboardInterrupt):
+            dkpca.fit(X, store=store, **KW)
+    model = dkpca.fit(X, store=store, **KW)
+    assert model.report["gram"]["computed_blocks"] == 0
+    np.testing.assert_array_equal(model.X_fit.compute(), X)
     assert main(["verify", str(store)]) == 0
 
 
