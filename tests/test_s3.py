@@ -357,6 +357,22 @@ def test_refused_credentials_are_one_error_line_not_a_format_question(monkeypatc
     assert "check the credentials fsspec uses for the URL (for s3://, the AWS_* variables or profile)" in err
 
 
+def test_missing_credentials_are_said_as_credentials_not_the_network(monkeypatch, capsys):
+    """Before: "cannot reach the storage (Unable to locate credentials); check the endpoint ... and the network"."""
+    from botocore.exceptions import NoCredentialsError
+
+    from dkpca.io import formats
+
+    def refuse(*args, **kwargs):
+        raise NoCredentialsError()
+
+    monkeypatch.setattr(formats.zarr, "open", refuse)
+    err = cli_error(capsys, ["fit", "s3://b/X.zarr", "-k", "2"])
+    assert "no credentials for the storage (Unable to locate credentials); give them as fsspec's back end reads " \
+        "them (for s3://: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)" in err
+    assert "network" not in err
+
+
 def test_s3a_and_s3_urls_name_the_same_place(s3_bucket, capsys):
     """s3fs serves both spellings of one bucket: a store inside the input, or an output inside the store, written
     with the other spelling, was allowed (and would write into what is being read)."""

@@ -77,6 +77,10 @@ def explain(exc: BaseException) -> str | None:
     if isinstance(exc, PermissionError):  # no errno: an object store's refusal (s3fs: an unknown key, a denied bucket)
         return (f"permission denied ({exc}); check the credentials fsspec uses for the URL (for s3://, the AWS_* "
                 "variables or profile) and that they may read the input and write the store, or choose another path")
+    if any(c.__name__ in ("NoCredentialsError", "PartialCredentialsError") for c in type(exc).__mro__):
+        # botocore's, a BotoCoreError as an unreachable endpoint is: the fix is the credentials, not the network
+        return (f"no credentials for the storage ({exc}); give them as fsspec's back end reads them (for s3://: "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE), then rerun")
     if unreachable(exc):
         return (f"cannot reach the storage ({exc}); check the endpoint (for s3://, AWS_ENDPOINT_URL) and the "
                 "network, then rerun")
