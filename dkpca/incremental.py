@@ -235,6 +235,9 @@ class PartialFit:
         seen, names = self._rows_seen(fitted, store)
         # a data frame's columns must be the fitted ones in their order: the batch is appended by position
         check_feature_names(X, names)
+        if names is not None and feature_names(X) is None:  # as validate_data warns on the in-memory path
+            warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with feature "
+                          "names", UserWarning, stacklevel=4)
         batch = as_dask(X, min_samples=1 if seen is not None else 2, purpose="partial_fit")
         if seen is not None and batch.shape[1] != seen.shape[1]:
             raise ValueError(f"X has {batch.shape[1]} features, but {type(self).__name__} is expecting "

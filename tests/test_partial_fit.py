@@ -488,6 +488,18 @@ def test_with_a_store_a_batch_of_reordered_columns_is_refused_as_in_memory(tmp_p
         fresh.partial_fit(frame(X[:10])[list("badc")])
 
 
+def test_a_batch_without_names_after_a_data_frame_warns_as_in_memory(tmp_path):
+    """scikit-learn's warning, which validate_data gives in memory: the store path gave none (the batch is appended
+    by position, its columns unchecked)."""
+    X = data(500, d=4)
+    says = "X does not have valid feature names, but KernelPCA was fitted with feature names"
+    for store in (None, str(tmp_path / "s.dkpca.zarr")):
+        est = KernelPCA(3, kernel="rbf", gamma=GAMMA, store=store, dtype="float64").partial_fit(frame(X[:400]))
+        with pytest.warns(UserWarning, match=says):
+            est.partial_fit(X[400:])
+        assert est.n_samples_seen_ == 500
+
+
 def test_a_fit_of_a_csv_file_checks_a_data_frames_columns_at_transform(tmp_path):
     """Before: feature_names_in_ was not set from a CSV's header, so a reordered frame was projected by position
     (0.48 off) with scikit-learn's false warning 'fitted without feature names'.  Reference: the same frame in
