@@ -64,7 +64,7 @@ def explain(exc: BaseException) -> str | None:
     from ..cluster import ClusterError
     from ..execution import LostComputationError
     from ..storage import InsufficientDiskSpace, StoreLockedError
-    from ..storage.paths import unreachable
+    from ..storage.paths import no_credentials, unreachable
 
     if isinstance(exc, ImportError) and (exc.name or "").startswith("dkpca"):
         return None  # dkpca's own import failing is a bug, not a missing extra
@@ -77,8 +77,7 @@ def explain(exc: BaseException) -> str | None:
     if isinstance(exc, PermissionError):  # no errno: an object store's refusal (s3fs: an unknown key, a denied bucket)
         return (f"permission denied ({exc}); check the credentials fsspec uses for the URL (for s3://, the AWS_* "
                 "variables or profile) and that they may read the input and write the store, or choose another path")
-    if any(c.__name__ in ("NoCredentialsError", "PartialCredentialsError") for c in type(exc).__mro__):
-        # botocore's, a BotoCoreError as an unreachable endpoint is: the fix is the credentials, not the network
+    if no_credentials(exc):  # before unreachable, which it is too
         return (f"no credentials for the storage ({exc}); give them as fsspec's back end reads them (for s3://: "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE), then rerun")
     if unreachable(exc):

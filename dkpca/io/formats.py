@@ -172,10 +172,10 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
                 f"Zarr group {source!r} holds no array{empty}."
             )
         name = "X" if "X" in arrays else arrays[0]
-        if node[name].ndim != 2 and not node[name].dtype.names:  # named (as_dask says "X")
-            raise ValueError(f"Zarr group {source!r}: its array {name!r} has shape {node[name].shape}; dkpca fits a "
+        node = node[name]  # its metadata read once (a request each on an object store)
+        if node.ndim != 2 and not node.dtype.names:  # named (as_dask says "X")
+            raise ValueError(f"Zarr group {source!r}: its array {name!r} has shape {node.shape}; dkpca fits a "
                              f"2-D array (n_samples, n_features){deeper}.")
-        node = node[name]
     return zarr_input(node, source)
 
 

@@ -68,7 +68,8 @@ def _rewrite(block: np.ndarray, target: Any, edge: tuple[int, int], chunk: int, 
 def rewrite_chunks(X: da.Array, data: VerifiedArray, arr: zarr.Array, lease: Lease | None, found: CorruptChunkError,
                    path: str) -> None:
     """Write the damaged row chunks of the copy ``data`` again from X into ``arr`` (its array, written under the
-    fit's ``lease`` where there is one); ``found``: the damage a read of it met.
+    fit's ``lease`` where there is one), and read them back verified: after it, every chunk of the copy has been
+    read intact.  ``found``: the damage a read of it met.
 
     Raises ``found`` where the copy records no digests or no chunk fails a read of its own (damage of its
     metadata), or where X's rows of a damaged chunk are not those recorded (then that chunk is not written).
@@ -84,6 +85,8 @@ def rewrite_chunks(X: da.Array, data: VerifiedArray, arr: zarr.Array, lease: Lea
     done = compute(*tasks, label="repairing the data copy", local=for_the_client(X.nbytes))
     if not all(done):
         raise found
+    for c in bad:  # read back, verified: the rest of the copy was read intact by damaged_chunks
+        data[c * edge[0]:(c + 1) * edge[0]]
     logger.warning("store %s: %d chunk(s) of its data copy were damaged (first: %s); written again from the "
                    "input, whose rows are those recorded for them; the Gram matrix built from them is kept", path,
                    len(bad), str(first).split(";")[0])

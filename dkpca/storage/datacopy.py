@@ -122,7 +122,7 @@ class StoredData:
                 except CorruptChunkError as exc:
                     try:  # the input is the copy's data (the fingerprints agree): its damaged chunks written again
                         rewrite_chunks(X, self.training_array(), writable(root[DATA]["X"]), lease, exc, self.path)
-                        return self._lazy(self.check_data())
+                        return self.training_data()
                     except CorruptChunkError:
                         if not overwrite:  # the error names the chunk and the fix
                             raise

@@ -19,7 +19,7 @@ from typing import Any
 
 import fsspec
 
-__all__ = ["unreachable", "absolute", "check_segments", "without_local_scheme", "relation", "check_output",
+__all__ = ["unreachable", "no_credentials", "absolute", "check_segments", "without_local_scheme", "relation", "check_output",
            "check_apart", "is_url", "exists", "free_bytes", "url_fs", "S3_PROTOCOLS"]
 
 #: fsspec protocols served by s3fs (``pip install 'dkpca[s3]'``)
@@ -31,6 +31,13 @@ def unreachable(exc: BaseException) -> bool:
     credentials or region settings (botocore's own errors, for s3fs) -- the user's to fix, never dkpca's fault."""
     return isinstance(exc, ConnectionError) or any(  # by name: botocore is imported only with s3fs
         c.__name__ == "BotoCoreError" and c.__module__ == "botocore.exceptions" for c in type(exc).__mro__)
+
+
+def no_credentials(exc: BaseException) -> bool:
+    """Whether ``exc`` is the client's having no credentials at all (botocore's, for s3fs): an :func:`unreachable`
+    error whose fix is the credentials, not the endpoint or the network."""
+    return any(c.__name__ in ("NoCredentialsError", "PartialCredentialsError") and c.__module__ == "botocore.exceptions"
+               for c in type(exc).__mro__)
 
 
 def url_fs(url: str) -> tuple[Any, str]:
