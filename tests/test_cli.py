@@ -67,6 +67,8 @@ def test_fit_info_transform(tmp_path, data_path, blobs):
         (["fit", "{data}", "--kernel", "gauss"], "argument --kernel: invalid choice: 'gauss'"),
         (["plan", "{data}", "--solver", "arpack", "--gram", "store"], "solver='arpack' needs K in memory"),
         (["fit", "{data}", "-k", "two"], "argument --n-components/-k: 'two' is neither an integer"),
+        # argparse reads -1e-3 as an option (only -2 and -0.5 look like numbers to it): the spelling that works
+        (["fit", "{data}", "--kernel", "sigmoid", "--coef0", "-1e-3"], "is written --coef0=-1e-3"),
         (["info", "{data}", "--no-such-option"], "unrecognized arguments: --no-such-option (see 'dkpca info --help')"),
         (["bogus"], "invalid choice: 'bogus'"),
         ([], "the following arguments are required: COMMAND"),

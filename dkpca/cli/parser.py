@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import Field, dataclass, fields
 from typing import Any, NoReturn
@@ -53,6 +54,11 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
+        # argparse reads a value starting with '-' as an option unless it looks like -2 or -0.5: a negative
+        # number in exponent form (--coef0 -1e-3) is 'expected one argument', the value's own spelling unnamed
+        missing = re.fullmatch(r"argument (--[\w-]+)(?:/-\w)?: expected one argument", message)
+        if missing:
+            message += f" (one starting with '-', e.g. -1e-3, is written {missing.group(1)}=-1e-3)"
         self.exit(2, error_line(f"{message} (see '{self.prog} --help')"))
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
