@@ -118,13 +118,17 @@ def fit(
         Precision K is held in, stored or in memory (products accumulate in
         float64, but for early single-precision passes and ARPACK on a float32
         K, which runs in single precision as scikit-learn's does).  ``auto``:
-        float32 unless a sample of the data says it would put over 1e-6
-        relative error into the top eigenvalues (centring cancelling most of
-        K), then float64 (:mod:`dkpca.planning.precision`; ``model.report
-        ["precision"]`` says why); a lossy ``float32`` warns (``PrecisionWarning``).
+        float32 unless a sample of the data says it would put over 1e-6 (or
+        ``tol``, where smaller) relative error into the top eigenvalues
+        (centring cancelling most of K), then float64
+        (:mod:`dkpca.planning.precision`; ``model.report["precision"]`` says
+        why); a store's float32 K is kept by a refit, and a lossy ``float32``
+        warns (``PrecisionWarning``).
     tol : float, default=1e-6
         Iterative solvers stop when every residual ``||K~u - theta u||`` is
-        below ``tol * theta_1``.
+        below ``tol * theta_1``.  ``0``: as accurate as the arithmetic allows
+        (:data:`~dkpca.request.ARITHMETIC_TOL`, 1e-10, scikit-learn's meaning
+        for ARPACK).
     max_passes : int, optional
         Limit on passes over K for iterative solvers (default
         :data:`~dkpca.request.DEFAULT_MAX_PASSES`, 60).

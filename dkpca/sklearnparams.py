@@ -19,17 +19,16 @@ from .eigensolve import memory_kernel_matrix, solve_kernel_matrix
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
 from .linalg import Centering
 from .planning import in_memory_solver
-from .request import FitOptions, check_n_components_spec
+from .request import ARITHMETIC_TOL, FitOptions, check_n_components_spec
 from .solvers import EigResult, Solver
 from .solvers.spectrum import check_magnitude_ranking
 
 __all__ = ["SklearnParams", "TOL_IN_MEMORY", "TOL_OUT_OF_CORE", "MAX_PASSES_IN_MEMORY"]
 
-#: relative residual iterative solvers aim for when ``tol=0`` ("as accurate as
-#: the arithmetic allows", scikit-learn's meaning for ARPACK).  A residual r
-#: bounds eigenvalue errors by ~r^2/gap, so 1e-10 gives eigenvalues to working
-#: precision; out of core K is float32 by default and 1e-6 is the useful limit.
-TOL_IN_MEMORY = 1e-10
+#: relative residual iterative solvers aim for when ``tol=0`` (``dkpca.fit``'s
+#: meaning of it, scikit-learn's for ARPACK); out of core scikit-learn's default
+#: ``tol=0`` keeps dkpca's default, 1e-6, and K in float32 where that holds it.
+TOL_IN_MEMORY = ARITHMETIC_TOL
 TOL_OUT_OF_CORE = 1e-6
 #: passes allowed to an in-memory iterative solver when neither max_iter nor
 #: iterated_power says otherwise (a pass is one GEMM with K in memory)

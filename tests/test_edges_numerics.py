@@ -83,6 +83,48 @@ def test_default_keeps_float32_for_common_rbf(X, tmp_path):
     assert decision["sample"] == 256  # the check's cost is bounded by its sample (milliseconds), not by n
 
 
+#: eigenvalues asked for to tol=1e-10: float64's accuracy, which float32 entries miss (8e-8 off on X at the default)
+TIGHT = 1e-9
+
+
+def test_a_tighter_tol_holds_K_in_float64_for_eigenvalues_that_accurate(X):
+    model = dkpca.fit(X, 3, tol=1e-10, random_state=0)
+    assert model.report["precision"]["dtype"] == "float64" and "above tol=1e-10" in model.report["precision"]["reason"]
+    assert rel_err(model.eigenvalues_, ref(X, 3, kernel="rbf")) < TIGHT
+    # the premise: at the default tol the same data keeps float32, whose eigenvalues miss that accuracy
+    default = dkpca.fit(X, 3, random_state=0)
+    assert default.report["precision"]["dtype"] == "float32"
+    assert rel_err(default.eigenvalues_, ref(X, 3, kernel="rbf")) > TIGHT
+
+
+def test_tol_zero_is_as_accurate_as_the_arithmetic_allows(X):
+    # scikit-learn's meaning for ARPACK; held to the letter, tol=0 would run the whole pass budget and warn
+    from dkpca.request import ARITHMETIC_TOL, DEFAULT_MAX_PASSES
+    from dkpca.solvers import ConvergenceWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = dkpca.fit(X, 3, tol=0, solver="lanczos", gram="store", random_state=0)
+    assert model.report["converged"] and model.report["tol"] == ARITHMETIC_TOL
+    assert model.report["passes"] < DEFAULT_MAX_PASSES
+    assert model.report["precision"]["dtype"] == "float64"
+    assert rel_err(model.eigenvalues_, ref(X, 3, kernel="rbf")) < TIGHT
+
+
+def test_a_refit_with_a_tighter_tol_keeps_the_stores_float32_K_and_warns(X, tmp_path):
+    store = tmp_path / "s.zarr"
+    dkpca.fit(X, 3, store=store, random_state=0)
+    with pytest.warns(PrecisionWarning, match=r"above tol=1e-10, but the store holds K in float32.*overwrite=True"):
+        model = dkpca.fit(X, 3, store=store, tol=1e-10, random_state=0)
+    assert model.report["gram"]["computed_blocks"] == 0 and model.report["precision"]["dtype"] == "float32"
+    assert model.report["converged"]
+
+
+def test_explicit_float32_with_a_tighter_tol_warns(X):
+    with pytest.warns(PrecisionWarning, match=r"above tol=1e-10"):
+        model = dkpca.fit(X[:400], 3, dtype="float32", tol=1e-10, random_state=0)
+    assert model.report["precision"]["dtype"] == "float32"
+
+
 def test_explicit_float64_is_not_measured(X):
     model = dkpca.fit(X[:300], 3, dtype="float64")
     assert model.report["precision"] == {**model.report["precision"], "dtype": "float64", "requested": "float64",

@@ -192,7 +192,7 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
               free_bytes=free_bytes, memory_bytes=memory_bytes, measured=measured, workers=workers,
               temporary=temporary, fraction=fraction, budget=max_passes is not None)
     choice = _choose_modes(n, k, solver, gram, dtype="float64" if requested == "float64" else "float32", **kw)
-    precision = choose_precision(requested, X, kernel, k, stored=stored_dtype,
+    precision = choose_precision(requested, X, kernel, k, stored=stored_dtype, tol=tol,
                                  single_products=Solver.parse(choice.solver).spec.float32_products)
     if precision.dtype != np.dtype(choice.details["dtype"]).name:  # again in K's precision: its blocks timed again,
         if measured is None and "measured" in choice.details:  # the spectrum's passes kept

@@ -151,6 +151,9 @@ class Precision:
         Rows sampled.
     seconds : float
         Time the measurement took.
+    limit : float
+        The predicted error float32 may put into the eigenvalues: ``TARGET_ERROR / PRECISION_MARGIN``, or the
+        fit's ``tol`` where smaller (a tighter tol asks for eigenvalues that accurate).
     """
 
     dtype: str
@@ -163,18 +166,21 @@ class Precision:
     checked: int = 0
     sample: int = 0
     seconds: float = 0.0
+    limit: float = TARGET_ERROR / PRECISION_MARGIN
 
     @property
     def lossy(self) -> bool:
-        """float32 kept (asked for) although the predicted error is above the limit."""
-        return (self.dtype == "float32" and self.predicted_error is not None
-                and self.predicted_error > TARGET_ERROR / PRECISION_MARGIN)
+        """float32 kept (asked for, or the store's K) although the predicted error is above the limit."""
+        return self.dtype == "float32" and self.predicted_error is not None and self.predicted_error > self.limit
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def warning(self) -> str:
-        """The :class:`PrecisionWarning` text of a lossy float32 request."""
+        """The :class:`PrecisionWarning` text of a lossy float32 K."""
+        if self.requested == "auto":  # the store's K kept
+            return (f"dtype='auto': {self.reason}. Eigenvalues may be off by that much; to rebuild K in float64 pass "
+                    "dtype='float64' with overwrite=True (CLI: --dtype float64 --overwrite).")
         return (f"dtype='float32': {self.reason}. Eigenvalues may be off by that much; use dtype='auto' (the "
                 "default) or 'float64'.")
 
@@ -253,7 +259,7 @@ def measure_precision(S: np.ndarray, kernel: Kernel, k: int) -> dict[str, Any]:
 
 def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None, k: int = 1,
                      single_products: bool = False, sample: np.ndarray | None = None,
-                     stored: str | None = None) -> Precision:
+                     stored: str | None = None, tol: float | None = None) -> Precision:
     """Resolve ``dtype`` (``auto``, ``float32`` or ``float64``) into the precision K is held in, with the reason.
 
     ``float64`` is kept without measuring.  ``auto`` and ``float32`` measure
@@ -269,6 +275,10 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     or a rebuild with ``overwrite``); ``auto`` keeps a float64 one -- never
     less accurate, and a refit of a store fitted with ``dtype="float64"``
     must not be refused for a dtype the user never asked to change.
+    ``tol``: the fit's residual tolerance; one below the limit becomes the
+    limit (eigenvalues asked for to 1e-10 are not held in float32, which puts
+    ~1e-8 into them), except that ``auto`` keeps a stored float32 K, warned
+    of (:attr:`Precision.lossy`): a refit with a tighter tol reuses K.
     """
     if requested == "float64" or (requested == "auto" and stored == "float64"):
         if kernel is not None and (X is not None or sample is not None):  # no precision to measure: the scale only
@@ -287,10 +297,13 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     seconds = time.perf_counter() - t
     if got["scale"] is not None:
         warnings.warn(got["scale"], KernelScaleWarning, stacklevel=2)
-    limit = TARGET_ERROR / PRECISION_MARGIN
+    tighter = bool(tol) and tol < 0.999 * TARGET_ERROR / PRECISION_MARGIN  # not the default tol, 1e-6, rounded
+    limit = tol if tighter else TARGET_ERROR / PRECISION_MARGIN
+    named = f"tol={limit:g}" if tighter else f"{limit:g}"
     what = f"on a {S.shape[0]}-point sample ({seconds * 1e3:.0f} ms)"
     common = dict(requested=requested, entry_error=got["entry_error"], product_error=got["product_error"],
-                  surviving=got["surviving"], checked=got["checked"], sample=int(S.shape[0]), seconds=seconds)
+                  surviving=got["surviving"], checked=got["checked"], sample=int(S.shape[0]), seconds=seconds,
+                  limit=limit)
     if got["finite"] in ("neither", "float64"):
         if not np.isfinite(S).all():  # the data itself: the scan refuses it, naming its bad row
             return Precision("float32", reason=f"the sample is not finite {what}: the fit refuses X", **common)
@@ -318,10 +331,13 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
             f"({'entries and single-precision products' if single_products else 'entries'}; measured {what}: "
             f"{kept})")
     if predicted <= limit:
-        return Precision("float32", predicted_error=predicted, reason=f"{loss}, within {limit:g}: float32", **common)
+        return Precision("float32", predicted_error=predicted, reason=f"{loss}, within {named}: float32", **common)
+    if requested == "auto" and stored == "float32" and predicted <= TARGET_ERROR / PRECISION_MARGIN:
+        return Precision("float32", predicted_error=predicted, reason=f"{loss}, above {named}, but the store holds "
+                         "K in float32 from an earlier fit: kept (reused, not rebuilt)", **common)
     if requested == "auto":
-        return Precision("float64", predicted_error=predicted, reason=f"{loss}, above {limit:g}: float64", **common)
-    return Precision("float32", predicted_error=predicted, reason=f"{loss}, above {limit:g}", **common)
+        return Precision("float64", predicted_error=predicted, reason=f"{loss}, above {named}: float64", **common)
+    return Precision("float32", predicted_error=predicted, reason=f"{loss}, above {named}", **common)
 
 
 def warn_scale(S: np.ndarray, kernel: Kernel, stacklevel: int) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .options import DEFAULT_MAX_PASSES, DEFAULTS, DTYPES, GRAM_MODES, FitOptions
+from .options import ARITHMETIC_TOL, DEFAULT_MAX_PASSES, DEFAULTS, DTYPES, GRAM_MODES, FitOptions
 
 if TYPE_CHECKING:  # what static analysers see; at run time ``__getattr__`` loads the same names
     from .bandwidth import check_bandwidth
@@ -62,10 +62,11 @@ _LAZY = {
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES", "as_generator", "check_bandwidth",
-           "check_bool", "check_choice", "check_dtype", "check_int", "check_kernel_pca_params", "check_n_components",
-           "check_n_components_spec", "check_out_of_core_params", "check_random_state", "check_real", "is_bool",
-           "FitRequest", "TemporaryStore", "default_store_path", "make_request", "refused_as_sklearn"]
+__all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "ARITHMETIC_TOL", "DTYPES", "GRAM_MODES", "as_generator",
+           "check_bandwidth", "check_bool", "check_choice", "check_dtype", "check_int", "check_kernel_pca_params",
+           "check_n_components", "check_n_components_spec", "check_out_of_core_params", "check_random_state",
+           "check_real", "is_bool", "FitRequest", "TemporaryStore", "default_store_path", "make_request",
+           "refused_as_sklearn"]
 
 
 def __getattr__(name: str) -> Any:

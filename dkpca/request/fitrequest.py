@@ -86,6 +86,7 @@ class FitRequest:
     tile : int
         The Gram tile edge (``chunk_size``: square tiles of K, the row chunks of X).
     tol : float
+        The relative residual the solver stops at (``tol=0`` resolved to :data:`~.options.ARITHMETIC_TOL`).
     max_passes : int
         The pass budget (:data:`DEFAULT_MAX_PASSES` where not given).
     max_passes_given : bool
@@ -177,6 +178,6 @@ def make_request(source: Any, options: FitOptions | None = None, *, create_store
     else:
         fit_store = None
     return FitRequest(X=X, kernel=kern.resolve(d), n_components=k, solver=solver, gram=gram, dtype=o.dtype,
-                      tile=tile, tol=o.tol, max_passes=o.passes, random_state=o.random_state,
+                      tile=tile, tol=o.residual_tol, max_passes=o.passes, random_state=o.random_state,
                       store=fit_store, overwrite=o.overwrite, progress=o.progress, temporary=temporary,
                       fraction=fraction, max_passes_given=o.max_passes is not None)

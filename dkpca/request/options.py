@@ -24,7 +24,12 @@ from ..kernels import KERNEL_NAMES, Kernel
 from ..solvers import DEFAULT_MAX_PASSES, SOLVERS, spec_of
 from .checks import check_bool, check_choice, check_dtype, check_int, check_random_state, check_real
 
-__all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES"]
+__all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "DTYPES", "GRAM_MODES", "ARITHMETIC_TOL"]
+
+#: the relative residual ``tol=0`` means: "as accurate as the arithmetic allows", scikit-learn's meaning for
+#: ARPACK.  A residual r bounds eigenvalue errors by ~r^2/gap, so 1e-10 gives eigenvalues to working precision;
+#: ``tol=0`` itself would never be met and run the whole pass budget (60 passes where 5 do).
+ARITHMETIC_TOL = 1e-10
 
 #: ``gram=``: where K lives, the :class:`~dkpca.grammode.GramMode` values (``auto``: resolved by :mod:`dkpca.planning`)
 GRAM_MODES = ("auto", *(mode.value for mode in GramMode))
@@ -76,8 +81,9 @@ class FitOptions:
     dtype: Any = option(
         "auto", "precision of K; auto: float32 unless a sample of the data says it would lose the eigenvalues",
         flags=("--dtype",), choices=DTYPES)
-    tol: float = option(1e-6, "stop when every residual is below tol x the largest eigenvalue", flags=("--tol",),
-                        type=float)
+    tol: float = option(1e-6, "stop when every residual is below tol x the largest eigenvalue (0: as accurate as "
+                              "the arithmetic allows, 1e-10); below 1e-6, dtype=auto holds K in float64 where float32 "
+                              "would put more error than tol into the eigenvalues", flags=("--tol",), type=float)
     max_passes: int | None = option(None, f"most passes over K (default: {DEFAULT_MAX_PASSES})",
                                     flags=("--max-passes",), type=int)
     random_state: Any = option(None)
@@ -117,6 +123,11 @@ class FitOptions:
             raise ValueError(f"max_passes={self.max_passes!r} does not bound solver={solver!r}, whose limit counts "
                              "restarts of many one-vector products, not passes; leave max_passes unset, or use "
                              "solver='lanczos' (a pass budget it keeps).")
+
+    @property
+    def residual_tol(self) -> float:
+        """``tol``, 0 resolved to :data:`ARITHMETIC_TOL`: what the solver's residuals are held to."""
+        return self.tol if self.tol > 0 else ARITHMETIC_TOL
 
     @property
     def passes(self) -> int:

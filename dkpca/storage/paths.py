@@ -19,8 +19,8 @@ from typing import Any
 
 import fsspec
 
-__all__ = ["unreachable", "no_credentials", "absolute", "check_segments", "without_local_scheme", "relation", "check_output",
-           "check_apart", "is_url", "exists", "free_bytes", "url_fs", "S3_PROTOCOLS"]
+__all__ = ["unreachable", "no_credentials", "absolute", "check_segments", "without_local_scheme", "relation",
+           "check_output", "check_apart", "is_url", "exists", "free_bytes", "url_fs", "S3_PROTOCOLS"]
 
 #: fsspec protocols served by s3fs (``pip install 'dkpca[s3]'``)
 S3_PROTOCOLS = ("s3", "s3a")
