@@ -114,6 +114,20 @@ def test_a_parquet_file_with_a_row_index_column_warns_and_names_it(tmp_path, wri
         assert open_input(str(tmp_path / "x.parquet")).shape == (50, 3)
 
 
+def test_the_parquet_row_index_check_reads_that_column_alone(tmp_path, monkeypatch):
+    """A wide file's first row group can be all of it: the check reads the one column it looks at."""
+    pd = pytest.importorskip("pandas")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pd.DataFrame(np.random.default_rng(3).standard_normal((50, 30))).add_prefix("f").reset_index().to_parquet(
+        tmp_path / "x.parquet", index=False)
+    read, real = [], pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, i, columns=None, **kw: read.append(columns) or real(self, i, columns, **kw))
+    with pytest.warns(RowIndexWarning):
+        open_input(str(tmp_path / "x.parquet"))
+    assert read == [["index"]]
+
+
 def _csv_with_index(pd, X, path):
     pd.DataFrame(X).to_csv(path / "x.csv")
     return path / "x.csv"

@@ -13,7 +13,7 @@ write large files with a ``row_group_size`` of a few thousand rows.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dask
@@ -169,9 +169,9 @@ INDEX_NAMES = ("Unnamed: 0", "index", "")
 
 
 def _check_row_index(rows: ParquetRows, source: str) -> None:
-    """Warn (:class:`RowIndexWarning`) where the first column, named as a row index is, counts 0, 1, 2, ... (its
-    first row group is read)."""
-    if counts_rows(rows.read_group(0)[:, 0]):
+    """Warn (:class:`RowIndexWarning`) where the first column, named as a row index is, counts 0, 1, 2, ... (that
+    column of the first row group is read: Parquet reads by column, and a wide file's group is the whole file)."""
+    if counts_rows(replace(rows, columns=rows.columns[:1]).read_group(0)[:, 0]):
         name = rows.columns[0]
         warnings.warn(f"input {source!r}: the first column {name!r} counts 0, 1, 2, ...: a row index (pandas' "
                       "read_csv of a file with one, or reset_index()), which would be fitted as a feature. Drop it: "
