@@ -225,7 +225,7 @@ def test_non_numeric_columns_are_refused_by_name(tmp_path, suffix):
         df.to_csv(source, index=False)
     else:
         df.to_parquet(source)
-    with pytest.raises(ValueError, match=r"column\(s\) \['label'\] are not numeric"):
+    with pytest.raises(ValueError, match=r"column\(s\) \['label'\] of input .* are not numeric"):
         dkpca.fit(source, store=tmp_path / "s.dkpca.zarr")
 
 

@@ -20,7 +20,7 @@ from fsspec.utils import infer_compression
 
 from .optional import require
 
-__all__ = ["RowIndexWarning", "counts_rows", "csv_columns", "is_csv", "open_csv"]
+__all__ = ["RowIndexWarning", "counts_rows", "csv_columns", "is_csv", "open_csv", "not_numeric"]
 
 COMMENT = "#"
 #: separators other than commas that a CSV's fields may be found split by: said so, not as text columns
@@ -119,6 +119,11 @@ class RowIndexWarning(UserWarning):
     """A CSV's first column is an unnamed row index (pandas' ``to_csv`` writes one): it would be fitted as a feature."""
 
 
+def not_numeric(bad: list[str], where: str, fix: str = "Drop or encode them first.") -> ValueError:
+    """The refusal of columns that are not numbers (a CSV's, a Parquet file's, a data frame's), naming them."""
+    return ValueError(f"column(s) {bad} {where} are not numeric; dkpca reads numeric columns only. {fix}")
+
+
 def counts_rows(values: Any) -> bool:
     """Whether a column's first values count 0, 1, 2, ...: a row index, not a feature."""
     values = np.asarray(values, dtype=np.float64)
@@ -189,7 +194,7 @@ def open_csv(path: str, source: str) -> Any:
     if bad:  # one column named 'a;b;c': a file separated by something else than commas, not text
         fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in SEPARATORS
                     if len(dtypes) == 1 and s in bad[0]), None) or _grouped(df, bad) or "Drop or encode them first."
-        raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. {fix}")
+        raise not_numeric(bad, f"of input {source!r}", fix)
     # dtypes were inferred from the first rows; a later float in an int column must not fail the read
     df = _read(path, layout, dtype={c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)})
     if layout.header:

@@ -21,7 +21,7 @@ import zarr
 
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
-from .csvfile import is_csv
+from .csvfile import is_csv, not_numeric
 from .formats import open_path, table_columns, zarr_input
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
@@ -110,8 +110,7 @@ def _numeric_columns(frame: Any) -> bool:
     kinds = zip(frame.columns, frame.dtypes, strict=True)
     bad = [str(c) for c, t in kinds if getattr(t, "kind", "O") not in "biuf"]
     if bad:
-        raise ValueError(f"column(s) {bad} of the data frame are not numeric; dkpca reads numeric columns only. "
-                         "Drop or encode them first.")
+        raise not_numeric(bad, "of the data frame")
     return all(isinstance(t, np.dtype) for t in frame.dtypes)
 
 

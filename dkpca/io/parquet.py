@@ -22,7 +22,7 @@ import fsspec
 import numpy as np
 from dask.utils import natural_sort_key
 
-from .csvfile import RowIndexWarning, counts_rows
+from .csvfile import RowIndexWarning, counts_rows, not_numeric
 from .optional import require
 
 __all__ = ["ParquetRows", "open_parquet", "parquet_columns", "is_parquet_directory"]
@@ -150,8 +150,7 @@ def open_parquet(path: str, source: str) -> da.Array:
     fields = [field for field in schema if field.name not in skip]
     bad = [field.name for field in fields if not _numeric(pa, field.type)]
     if bad:
-        raise ValueError(f"input {source!r}: column(s) {bad} are not numeric; dkpca reads numeric columns only. "
-                         "Drop or encode them first.")
+        raise not_numeric(bad, f"of input {source!r}")
     if not fields:
         raise ValueError(f"input {source!r} has no columns of data.")
     single = all(pa.types.is_floating(f.type) and f.type.bit_width <= 32 for f in fields)
