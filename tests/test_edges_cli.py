@@ -602,3 +602,24 @@ def test_an_output_named_as_a_files_member_is_refused(tmp_path, capsys, fitted):
     err = cli_error(capsys, ["transform", store, data, f"{tmp_path / 'new.npy'}:/out"])
     assert "names a member of the file" in err and "'out.zarr'" in err, err
     assert sorted(os.listdir(tmp_path)) == sorted(["d.zarr", "s.dkpca.zarr", "new.npy"])
+
+
+@pytest.mark.parametrize("name", ["z.npy", "z.csv", "z.parquet", "z.h5"])
+def test_an_output_named_as_another_format_is_refused_naming_a_zarr_one(tmp_path, capsys, fitted, name):
+    """Before: 'wrote 300 x 3 projections to z.npy' -- a Zarr directory that np.load cannot read."""
+    _, data, store = fitted
+    out = tmp_path / name
+    assert main(["transform", store, data, str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "writes a Zarr array" in err and f"{str(tmp_path / 'z.zarr')!r}" in err and not out.exists()
+
+
+def test_an_earlier_output_so_named_is_still_resumed(tmp_path, capsys, fitted):
+    # written before the refusal: its projections are kept and finished, not refused
+    X, data, store = fitted
+    out = str(tmp_path / "z.npy")
+    zarr_out = str(tmp_path / "z.zarr")
+    assert main(["transform", store, data, zarr_out, "-q"]) == 0
+    os.rename(zarr_out, out)
+    assert main(["transform", store, data, out, "-q"]) == 0
+    assert "already complete" in capsys.readouterr().out

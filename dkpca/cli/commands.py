@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,21 @@ def _lasting(path: str | None, what: str) -> None:
     if path is not None and str(path).startswith("memory://"):
         raise ValueError(f"{what} {str(path)!r} is in this process's memory (fsspec's memory://), gone when dkpca "
                          "exits; give a path or a lasting URL (e.g. s3://bucket/key).")
+
+
+def _zarr_named(output: str) -> None:
+    """Refuse a new output named as a file of another format (``out.npy``): the transform writes a Zarr array, a
+    directory, which ``np.load`` or pandas would then fail to read (an earlier output of that name is resumed)."""
+    from ..io.formats import SAID, named_kind
+    from ..storage import exists
+
+    kind = named_kind(output)
+    if kind is not None and not exists(output):
+        stem = os.path.splitext(output.rstrip("/"))[0]
+        raise ValueError(f"output {output!r} is named as {SAID[kind][0]}, but dkpca transform writes a Zarr array (a "
+                         f"directory, resumed if the transform is killed): name it e.g. {stem + '.zarr'!r}, and read "
+                         f"it with zarr.open_array({stem + '.zarr'!r})[:] (then np.save, to_csv, ... for another "
+                         "format).")
 
 
 def cmd_fit(a: argparse.Namespace) -> int:
@@ -222,6 +238,7 @@ def cmd_transform(a: argparse.Namespace) -> int:
     # for 'file.h5:/X') or the store, and one holding anything but a transform output dkpca wrote (--overwrite or not).
     check_settings()
     _lasting(a.output, "output")
+    _zarr_named(a.output)
     source = input_path(a.input)
     output = check_output(a.output, {"input": source, "store": a.store})
     output_state(output, a.output)

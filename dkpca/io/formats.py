@@ -36,7 +36,7 @@ from .parquet import SUFFIXES as PARQUET_SUFFIXES
 from .parquet import is_parquet_directory, open_parquet, parquet_columns
 
 __all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "open_path", "split_member", "input_path",
-           "table_columns", "zarr_input"]
+           "table_columns", "zarr_input", "named_kind", "SAID"]
 
 #: what dkpca reads, for messages about inputs it cannot read
 READABLE = ("Zarr (a directory or URL), NumPy .npy, HDF5 'file.h5:/dataset', netCDF and other xarray-readable "
@@ -86,7 +86,7 @@ SAID = {"npy": ("a NumPy file", ".npy"), "h5": ("an HDF5 file", ".h5"), "netcdf"
         "parquet": ("a Parquet file", ".parquet"), "csv": ("a CSV file", ".csv")}
 
 
-def _named(path: str) -> str | None:
+def named_kind(path: str) -> str | None:
     """The format a path's name says (its suffix), if any."""
     suffix = _suffix(path)
     if suffix in PARQUET_SUFFIXES:
@@ -99,7 +99,7 @@ def _named(path: str) -> str | None:
 def _kind(path: str, member: str | None, source: str) -> str:
     """The format of a path: by suffix, else by its first bytes; a local file whose first bytes are another
     format's than its name says is refused (each reader's own error would be about something else)."""
-    named = _named(path)
+    named = named_kind(path)
     if is_url(path):
         if named in ("npy", "h5", "netcdf"):
             raise ValueError(f"input {source!r}: {_suffix(path)} files are read from local paths only; copy it to "
