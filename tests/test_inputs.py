@@ -624,3 +624,16 @@ def test_an_equals_sign_above_a_parquet_input_is_no_partition(tmp_path, data, re
     source = _parquet(tmp_path / "user=bob", data)
     model = dkpca.fit(source, n_components=K, gamma=GAMMA, dtype="float64", store=tmp_path / "s.dkpca.zarr")
     np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda X, model: dkpca.fit(X), "dkpca's kernel PCA"),
+    (lambda X, model: model.transform(X), "dkpca's transform"),  # before: "not supported by dkpca.fit"
+])
+def test_a_sparse_matrix_is_refused_naming_the_call_and_the_fix(call, said):
+    sp = pytest.importorskip("scipy.sparse")
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    model = dkpca.fit(X, 2)
+    with pytest.raises(ValueError, match=f"X is a sparse matrix, which {said} does not take; densify it with "
+                                         r"X.toarray\(\), or use dkpca.KernelPCA"):
+        call(sp.csr_matrix(X), model)

@@ -149,7 +149,8 @@ def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, pu
     arr = open_input(source)
     if hasattr(arr, "tocsr") or type(arr).__module__.startswith("scipy.sparse"):
         raise ValueError(
-            "sparse matrices are not supported by dkpca.fit; densify with X.toarray() or use dkpca.KernelPCA."
+            f"X is a sparse matrix, which dkpca's {purpose} does not take; densify it with X.toarray(), or use "
+            "dkpca.KernelPCA (in memory, as scikit-learn's)."
         )
     if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
         arr = _frame_values(arr) if hasattr(arr, "dtypes") else np.asarray(arr)
