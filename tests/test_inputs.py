@@ -637,3 +637,18 @@ def test_a_sparse_matrix_is_refused_naming_the_call_and_the_fix(call, said):
     with pytest.raises(ValueError, match=f"X is a sparse matrix, which {said} does not take; densify it with "
                                          r"X.toarray\(\), or use dkpca.KernelPCA"):
         call(sp.csr_matrix(X), model)
+
+
+def test_a_dask_array_of_unknown_chunk_lengths_is_fitted_and_projected():
+    """A dask DataFrame's ``.values`` (or ``to_dask_array()``) does not know its chunks' lengths; before: dask's
+    multi-line 'Array chunk sizes are unknown ... x.compute_chunk_sizes()'.  Reference: the fit of the numpy array."""
+    dd = pytest.importorskip("dask.dataframe")
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).standard_normal((300, 4))
+    values = dd.from_pandas(pd.DataFrame(X), npartitions=3).values
+    assert np.isnan(values.chunks[0]).all()
+    ref = dkpca.fit(X, 3, gamma=0.2, dtype="float64")
+    model = dkpca.fit(values, 3, gamma=0.2, dtype="float64")
+    np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-12)
+    np.testing.assert_allclose(np.abs(model.transform(values).compute()), np.abs(ref.transform(X)), atol=1e-10)
+    assert np.isnan(values.chunks[0]).all()  # the caller's array is not changed

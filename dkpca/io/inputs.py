@@ -48,7 +48,7 @@ def open_input(source: Any) -> Any:
         raise ValueError(f"X is an xarray Dataset of variables {sorted(str(v) for v in source.data_vars)}; pass "
                          "one 2-D variable, ds['name'] (a DataArray).")
     if hasattr(source, "dims") and hasattr(source, "data") and not isinstance(source, np.ndarray):
-        return source.data  # xarray.DataArray: its backing numpy or dask array
+        return _counted(source.data)  # xarray.DataArray: its backing numpy or dask array
     if hasattr(source, "to_dask_array") and hasattr(source, "columns"):
         return _dask_frame_values(source)
     if isinstance(source, np.ma.MaskedArray):  # masked entries are missing values: never fitted as the data under
@@ -58,7 +58,16 @@ def open_input(source: Any) -> Any:
             raise ValueError(f"X is a masked array with {int(masked.sum())} masked entries (first in row {row}, "
                              f"column {column}); fill or impute them (X.filled(value)) or drop those rows first.")
         return source.data
-    return source
+    return _counted(source)
+
+
+def _counted(arr: Any) -> Any:
+    """A dask array whose chunks' lengths are unknown (a dask DataFrame's ``.values``, ``to_dask_array()``) with
+    them counted, one pass over its chunks (dask can neither rechunk nor slice it else); the caller's unchanged."""
+    if isinstance(arr, da.Array) and any(np.isnan(c) for dim in arr.chunks for c in dim):
+        arr = arr.copy()  # compute_chunk_sizes counts in place
+        arr.compute_chunk_sizes()
+    return arr
 
 
 def feature_names(source: Any) -> tuple[str, ...] | None:
