@@ -42,7 +42,7 @@ from .model import KPCAModel
 from .operator import CenteredKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
 from .planning import FitPlan, GramMode, PrecisionWarning, decide
 from .report import fit_report
-from .request import DEFAULTS, FitOptions, FitRequest, as_generator, make_request
+from .request import DEFAULTS, FitOptions, FitRequest, as_generator, beside_input, make_request
 from .solvers import ConvergenceWarning, EigResult, postprocess
 from .solvers.randomized import iteration_width
 from .storage import CorruptChunkError, GramStore, Lease, SolverCheckpoint, absolute, fit_footprint
@@ -187,9 +187,12 @@ def fit_with(source: Any, options: FitOptions, *, t_start: float | None = None) 
         # grown data into a store holding the fit of its first rows: an update (dkpca.growth)
         req, update = find_update(req, options.chunk_size, None if options.dtype == "auto" else options.dtype)
         return _fit_request(req, source, t_start, update)
-    except BaseException:
+    except BaseException as exc:
         if req.temporary is not None:  # a failed fit leaves no temporary store behind
             req.temporary.remove()
+        unwritable = beside_input(exc, options, req)  # the default store's directory: named, with store=
+        if unwritable is not None:
+            raise unwritable from exc
         raise
 
 

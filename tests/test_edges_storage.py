@@ -326,3 +326,52 @@ def test_presence_check_of_a_huge_grid_is_bounded(tmp_path):
     with pytest.raises(CorruptChunkError, match=r"chunk \(2, 0\).* missing"):
         check_chunks(zarr.open_array(str(tmp_path / "a.zarr"), path="X"))
 
+
+
+def _read_only_beside(monkeypatch, directory):
+    """The filesystem of ``directory`` read-only, as a shared data set's is on a cluster (root ignores chmod)."""
+    import errno
+    import os
+
+    from dkpca.storage import lockfiles
+
+    real = os.makedirs
+
+    def makedirs(path, *args, **kw):
+        if os.path.dirname(os.path.abspath(path)) == str(directory):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(lockfiles.os, "makedirs", makedirs)
+
+
+def test_a_default_store_on_a_read_only_filesystem_names_store(tmp_path, monkeypatch, capsys):
+    """Before: OSError '[Errno 30] Read-only file system: .../x.npy.dkpca.zarr', the fix unnamed (the user gave
+    no store, so the path was dkpca's choice)."""
+    from dkpca.request import StoreBesideInputError
+
+    data = tmp_path / "shared"
+    data.mkdir()
+    np.save(data / "x.npy", make_data(200, 3))
+    _read_only_beside(monkeypatch, data)
+    with pytest.raises(StoreBesideInputError, match=r"with no store given, dkpca writes it beside the input "
+                                                    r"\('.*x\.npy\.dkpca\.zarr'\); pass store=") as caught:
+        dkpca.fit(str(data / "x.npy"), 2)
+    assert isinstance(caught.value, OSError) and caught.value.errno == 30
+    assert cli_error(capsys, ["fit", str(data / "x.npy"), "-k", "2", "-q"]).endswith("(CLI: --store PATH)\n")
+    model = dkpca.fit(str(data / "x.npy"), 2, store=tmp_path / "mine.dkpca.zarr")  # the fix works
+    assert model.n_samples == 200
+
+
+def test_an_unreadable_input_is_not_blamed_on_the_store(tmp_path):
+    import errno
+
+    from dkpca.request import FitOptions, beside_input, make_request
+
+    np.save(tmp_path / "x.npy", make_data(50, 3))
+    req = make_request(str(tmp_path / "x.npy"), FitOptions(), create_store=False)
+    denied = PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "x.npy"))
+    assert beside_input(denied, FitOptions(), req) is None
+    store = PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "x.npy.dkpca.zarr" / "zarr.json"))
+    assert beside_input(store, FitOptions(), req) is not None
+    assert beside_input(store, FitOptions(store=str(tmp_path / "given.zarr")), req) is None  # the user's own path

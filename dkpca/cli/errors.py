@@ -63,13 +63,14 @@ def explain(exc: BaseException) -> str | None:
 
     from ..cluster import ClusterError
     from ..execution import LostComputationError
+    from ..request import StoreBesideInputError
     from ..storage import InsufficientDiskSpace, StoreLockedError
     from ..storage.paths import no_credentials, unreachable
 
     if isinstance(exc, ImportError) and (exc.name or "").startswith("dkpca"):
         return None  # dkpca's own import failing is a bug, not a missing extra
     if isinstance(exc, (ValueError, FileNotFoundError, FileExistsError, InsufficientDiskSpace, StoreLockedError,
-                        NotADirectoryError, ImportError, ClusterError, LostComputationError)):
+                        NotADirectoryError, ImportError, ClusterError, LostComputationError, StoreBesideInputError)):
         return str(exc)
     if isinstance(exc, OSError) and exc.errno in _USER_ERRNOS:
         where = f" ({exc.filename})" if exc.filename else ""

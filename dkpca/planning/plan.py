@@ -39,6 +39,7 @@ from ..request import (
     DEFAULTS,
     FitOptions,
     FitRequest,
+    beside_input,
     check_bandwidth,
     check_bool,
     make_request,
@@ -226,10 +227,17 @@ max_passes, gram
     # fit would create a temporary directory for in-memory input; a plan creates nothing
     path = req.store.path if req.store is not None else os.path.join(tempfile.gettempdir(), "dkpca-<new>",
                                                                        "store.dkpca.zarr")
-    fp = decide(req, measure=measure, store_path=path, growth=growth)  # the one decision dkpca.fit makes and runs
+    try:  # the measurements write beside the store: the default one's directory named with store= if they cannot
+        fp = decide(req, measure=measure, store_path=path, growth=growth)  # the one decision dkpca.fit makes, runs
+        dtype, ell = fp.dtype, fp.width
+        timed = measure and (fp.details.get("measured") or measure_blocks(req.X, req.kernel, req.tile, dtype, ell,
+                                                                          path))
+    except OSError as exc:
+        unwritable = beside_input(exc, options, req)
+        if unwritable is None:
+            raise
+        raise unwritable from exc
     res = cluster_resources(cluster)
-    dtype, ell = fp.dtype, fp.width
-    timed = measure and (fp.details.get("measured") or measure_blocks(req.X, req.kernel, req.tile, dtype, ell, path))
     estimated = (int(timed["passes"]), fp.details["passes_note"]) if timed and "passes_note" in fp.details else None
     rates = EntryRates.measured(timed, req.tile) if timed else None  # the decision's timing where it timed blocks
     X, block = req.X, req.tile

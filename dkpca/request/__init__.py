@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # what static analysers see; at run time ``__getattr__`` load
         check_real,
         is_bool,
     )
-    from .fitrequest import FitRequest, default_store_path, make_request
+    from .fitrequest import FitRequest, StoreBesideInputError, beside_input, default_store_path, make_request
     from .sklearnerrors import refused_as_sklearn
     from .tempstore import TemporaryStore
 
@@ -56,7 +56,7 @@ _LAZY = {
     ".checks": ("as_generator", "check_bool", "check_choice", "check_dtype", "check_int",
                 "check_kernel_pca_params", "check_n_components", "check_n_components_spec",
                 "check_out_of_core_params", "check_random_state", "check_real", "is_bool"),
-    ".fitrequest": ("FitRequest", "default_store_path", "make_request"),
+    ".fitrequest": ("FitRequest", "default_store_path", "make_request", "StoreBesideInputError", "beside_input"),
     ".tempstore": ("TemporaryStore",),
     ".sklearnerrors": ("refused_as_sklearn",),
 }
@@ -66,7 +66,7 @@ __all__ = ["FitOptions", "DEFAULTS", "DEFAULT_MAX_PASSES", "ARITHMETIC_TOL", "DT
            "check_bandwidth", "check_bool", "check_choice", "check_dtype", "check_int", "check_kernel_pca_params",
            "check_n_components", "check_n_components_spec", "check_out_of_core_params", "check_random_state",
            "check_real", "is_bool", "FitRequest", "TemporaryStore", "default_store_path", "make_request",
-           "refused_as_sklearn"]
+           "StoreBesideInputError", "beside_input", "refused_as_sklearn"]
 
 
 def __getattr__(name: str) -> Any:

@@ -7,6 +7,7 @@ and the temporary store of in-memory input.
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from .checks import check_n_components
 from .options import FitOptions
 from .tempstore import TemporaryStore
 
-__all__ = ["FitOptions", "FitRequest", "make_request", "default_store_path", "TemporaryStore", "MANY_TILES"]
+__all__ = ["FitOptions", "FitRequest", "make_request", "default_store_path", "TemporaryStore", "MANY_TILES",
+           "StoreBesideInputError", "beside_input"]
 
 #: Gram tiles above which a chunk_size below the default warns (dask's PerformanceWarning): each tile is a task
 #: and a file, ~3.3 ms apiece over a fit -- n = 2,000 at chunk_size=20 (5,050 tiles) took 18.6 s against 1.9 s at
@@ -35,6 +37,31 @@ __all__ = ["FitOptions", "FitRequest", "make_request", "default_store_path", "Te
 MANY_TILES = 5000
 #: seconds a tile costs a fit beyond its arithmetic, as measured for MANY_TILES
 TILE_SECONDS = 3.3e-3
+
+
+#: what a system error says of a directory that may not be written: read-only, or no permission
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+class StoreBesideInputError(OSError):
+    """The store a fit makes beside its input when no ``store=`` is given cannot be written there (the input on
+    a read-only or another user's filesystem, as shared data sets are on a cluster): the message names ``store=``."""
+
+
+def beside_input(exc: BaseException, options: FitOptions, req: FitRequest) -> StoreBesideInputError | None:
+    """``exc`` as that refusal where it is one (not writable: the default store, or the directory it goes in,
+    as the plan's scratch names it); None for anything else (the input's own file unreadable among them)."""
+    store = req.store.path if req.store is not None else None
+    if (options.store is not None or store is None or req.temporary is not None or is_url(store)
+            or not isinstance(exc, OSError) or exc.errno not in _NOT_WRITABLE or exc.filename is None):
+        return None
+    where = os.fspath(exc.filename)
+    if where != os.path.dirname(store) and relation(where, store) not in ("same", "inside"):
+        return None
+    error = StoreBesideInputError(f"{exc.strerror}: with no store given, dkpca writes it beside the input "
+                                  f"({store!r}); pass store='a/writable/path.dkpca.zarr' (CLI: --store PATH)")
+    error.errno = exc.errno
+    return error
 
 
 def default_store_path(source: Any) -> str | None:
