@@ -59,6 +59,8 @@ TARGET_ERROR = 1e-5
 #: how far the predicted error stays below TARGET_ERROR: the sample under-predicted the fit's error by up
 #: to 4x (gamma = 1e-8, ARPACK on a float32 K in memory: 0.28 predicted, 1.2 measured)
 PRECISION_MARGIN = 10.0
+#: the predicted error above which ``auto`` holds K in float64 at the default tol (a tighter tol lowers it)
+LIMIT = TARGET_ERROR / PRECISION_MARGIN
 
 _U32 = 2.0 ** -24
 
@@ -152,7 +154,7 @@ class Precision:
     seconds : float
         Time the measurement took.
     limit : float
-        The predicted error float32 may put into the eigenvalues: ``TARGET_ERROR / PRECISION_MARGIN``, or the
+        The predicted error float32 may put into the eigenvalues: :data:`LIMIT`, or the
         fit's ``tol`` where smaller (a tighter tol asks for eigenvalues that accurate).
     """
 
@@ -166,7 +168,7 @@ class Precision:
     checked: int = 0
     sample: int = 0
     seconds: float = 0.0
-    limit: float = TARGET_ERROR / PRECISION_MARGIN
+    limit: float = LIMIT
 
     @property
     def lossy(self) -> bool:
@@ -297,8 +299,8 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     seconds = time.perf_counter() - t
     if got["scale"] is not None:
         warnings.warn(got["scale"], KernelScaleWarning, stacklevel=2)
-    tighter = bool(tol) and tol < 0.999 * TARGET_ERROR / PRECISION_MARGIN  # not the default tol, 1e-6, rounded
-    limit = tol if tighter else TARGET_ERROR / PRECISION_MARGIN
+    tighter = bool(tol) and tol < 0.999 * LIMIT  # not the default tol, 1e-6, rounded
+    limit = tol if tighter else LIMIT
     named = f"tol={limit:g}" if tighter else f"{limit:g}"
     what = f"on a {S.shape[0]}-point sample ({seconds * 1e3:.0f} ms)"
     common = dict(requested=requested, entry_error=got["entry_error"], product_error=got["product_error"],
@@ -332,7 +334,7 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
             f"{kept})")
     if predicted <= limit:
         return Precision("float32", predicted_error=predicted, reason=f"{loss}, within {named}: float32", **common)
-    if requested == "auto" and stored == "float32" and predicted <= TARGET_ERROR / PRECISION_MARGIN:
+    if requested == "auto" and stored == "float32" and predicted <= LIMIT:
         return Precision("float32", predicted_error=predicted, reason=f"{loss}, above {named}, but the store holds "
                          "K in float32 from an earlier fit: kept (reused, not rebuilt)", **common)
     if requested == "auto":
