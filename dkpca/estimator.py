@@ -340,12 +340,14 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         """``update``: a later ``partial_fit`` call, which updates the store's fit (never overwrites it), in
         ``store`` (the fitted store's absolute path; None: the ``store`` parameter)."""
         refused_as_sklearn(check_out_of_core_params, self.get_params(deep=False))
-        shape = open_input(X).shape
+        opened = open_input(X)  # a dask array's unknown chunk lengths counted here, once: the fit takes this copy
+        shape = opened.shape
         if len(shape) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(shape)}.")
         n, d = (int(s) for s in shape)
         options = self._fit_options(n, d, overwrite=self.overwrite and not update)
-        model = fit_with(X, options if store is None else replace(options, store=store))
+        model = fit_with(opened if isinstance(X, da.Array) else X, options if store is None else
+                         replace(options, store=store))
         self.model_ = model
         self.__dict__[STORE_GIVEN] = None if self.store is None else os.fspath(self.store)
         facts = model.fit_report  # typed: the fit's own report, never a dict read back

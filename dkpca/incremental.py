@@ -233,9 +233,10 @@ class PartialFit:
                 "store: pass store='path.dkpca.zarr' to KernelPCA, or pass numpy batches to grow the fit in memory.")
         store = self._fitted_store()
         seen, names = self._rows_seen(fitted, store)
-        # a data frame's columns must be the fitted ones in their order: the batch is appended by position
-        check_feature_names(X, names)
-        if names is not None and feature_names(X) is None:  # as validate_data warns on the in-memory path
+        # a data frame's columns must be the fitted ones in their order (the batch is appended by position); a
+        # batch without names after named ones is warned of, as validate_data warns on the in-memory path
+        given = check_feature_names(X, names)
+        if names is not None and given is None:
             warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with feature "
                           "names", UserWarning, stacklevel=4)
         batch = as_dask(X, min_samples=1 if seen is not None else 2, purpose="partial_fit")

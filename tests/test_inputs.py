@@ -652,3 +652,18 @@ def test_a_dask_array_of_unknown_chunk_lengths_is_fitted_and_projected():
     np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-12)
     np.testing.assert_allclose(np.abs(model.transform(values).compute()), np.abs(ref.transform(X)), atol=1e-10)
     assert np.isnan(values.chunks[0]).all()  # the caller's array is not changed
+
+
+def test_the_estimator_counts_unknown_chunk_lengths_once(monkeypatch):
+    """Counting is a pass over the caller's whole pipeline: KernelPCA.fit out of core made it twice (its shape
+    probe and the fit).  Reference for the values: the estimator on the same rows as a dask array of known chunks."""
+    dd = pytest.importorskip("dask.dataframe")
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).standard_normal((300, 4))
+    values = dd.from_pandas(pd.DataFrame(X), npartitions=3).values
+    counted, real = [], da.Array.compute_chunk_sizes
+    monkeypatch.setattr(da.Array, "compute_chunk_sizes", lambda self: counted.append(1) or real(self))
+    est = dkpca.KernelPCA(3, gamma=0.2, random_state=0).fit(values)
+    assert len(counted) == 1
+    ref = dkpca.KernelPCA(3, gamma=0.2, random_state=0).fit(da.from_array(X, chunks=100))
+    np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-12)

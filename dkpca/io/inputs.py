@@ -81,13 +81,13 @@ def feature_names(source: Any) -> tuple[str, ...] | None:
     return tuple(names) if names and all(isinstance(c, str) for c in names) else None
 
 
-def check_feature_names(X: Any, fitted: tuple[str, ...] | None) -> None:
+def check_feature_names(X: Any, fitted: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """Refuse a data frame (or a CSV or Parquet file) whose columns are not those fitted, in their order: numpy
     would read them by position and project the wrong features without a word (scikit-learn's estimators refuse a
-    data frame's too)."""
+    data frame's too).  Returns X's names (:func:`feature_names`), read once."""
     names = feature_names(X)
     if fitted is None or names is None or names == fitted:
-        return
+        return names
     missing, unknown = [c for c in fitted if c not in names], [c for c in names if c not in fitted]
     differ = (f" (missing {missing}" + (f", not fitted {unknown}" if unknown else "") + ")" if missing
               else f" (not fitted {unknown})" if unknown else "")
