@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # what static analysers and IDEs see; at run time ``__getattr
     from . import cluster, kernels
     from .batches import RepeatedBatchWarning
     from .estimator import KernelPCA
-    from .io.csvfile import RowIndexWarning
+    from .io.csvfile import HeaderGuessWarning, RowIndexWarning
     from .io.formats import AbsentChunksWarning
     from .model import KPCAModel, load
     from .pipeline import fit
@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # what static analysers and IDEs see; at run time ``__getattr
     from .sparse import SparseKernelPCA, fit_sparse
 
 __all__ = ["fit", "load", "plan", "cluster", "KPCAModel", "KernelPCA", "SparseKernelPCA", "fit_sparse", "kernels",
-           "KernelScaleWarning", "RowIndexWarning", "AbsentChunksWarning", "RepeatedBatchWarning", "__version__"]
+           "KernelScaleWarning", "RowIndexWarning", "HeaderGuessWarning", "AbsentChunksWarning", "RepeatedBatchWarning",
+           "__version__"]
 
 # A library's logger (the ``dkpca`` logger and its children, e.g. the fit's plan line and stages at INFO): its
 # records go nowhere until the application configures logging -- ``logging.basicConfig(level=logging.INFO)`` --
@@ -47,9 +48,10 @@ _HOME = MappingProxyType({
     "fit": ".pipeline", "load": ".model", "plan": ".planning", "KPCAModel": ".model", "KernelPCA": ".estimator",
     "SparseKernelPCA": ".sparse", "fit_sparse": ".sparse", "cluster": None, "kernels": None,
     # warnings of silent pitfalls: K numerically the identity or constant (gamma far from the data's scale), and
-    # a CSV's unnamed row index column, a Zarr array's chunks not stored (read as its fill value), a batch
-    # partial_fit did not add again
-    "KernelScaleWarning": ".planning.precision", "RowIndexWarning": ".io.csvfile", "AbsentChunksWarning": ".io.formats",
+    # a CSV's unnamed row index column or a first line of few numbers (read as a header or as data: a guess), a
+    # Zarr array's chunks not stored (read as its fill value), a batch partial_fit did not add again
+    "KernelScaleWarning": ".planning.precision", "RowIndexWarning": ".io.csvfile", "HeaderGuessWarning": ".io.csvfile",
+    "AbsentChunksWarning": ".io.formats",
     "RepeatedBatchWarning": ".batches",
 })
 

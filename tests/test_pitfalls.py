@@ -1,4 +1,5 @@
-"""Silent pitfalls warn: a kernel matrix that is numerically the identity or constant, a CSV's row index column.
+"""Silent pitfalls warn: a kernel matrix that is numerically the identity or constant, a CSV's row index column
+and a narrow CSV's first line of numbers (a header or a row: a guess, said).
 
 References: the sample's median squared distance computed here directly (numpy, on the rows
 ``sample_rows`` picks), the message's figures compared at its printed 3 significant digits; the CSV's
@@ -173,3 +174,35 @@ def test_csvs_without_a_row_index_give_no_warning(tmp_path):
         warnings.simplefilter("error", RowIndexWarning)
         for name in ("plain", "unnamed", "named"):
             open_input(str(tmp_path / f"{name}.csv"))
+
+
+# A CSV of one or two columns whose first line is numbers that a header also reads as: pandas' labels '0' (or
+# '0,1') head a frame written from an array, and start a column of counts as often; integers over fractions.
+NARROW_FIRST_LINES = [
+    ("0\n1\n-2\n3\n", "'0' was read as column names", (3, 1)),
+    ("0,1\n1.5,2\n3,4\n2,2\n", "'0,1' was read as column names", (3, 2)),
+    ("3\n2.5\n1\n4\n", "'3' was read as a row of data", (4, 1)),  # before: a header, a row lost without a word
+    ("3,5\n2.5,1\n1,2\n4,4\n", "'3,5' was read as a row of data", (4, 2)),
+]
+
+
+@pytest.mark.parametrize("text, said, shape", NARROW_FIRST_LINES)
+def test_a_narrow_csvs_first_line_of_numbers_is_read_one_way_and_said(tmp_path, text, said, shape):
+    pytest.importorskip("dask.dataframe")
+    (tmp_path / "x.csv").write_text(text)
+    with pytest.warns(dkpca.HeaderGuessWarning, match=re.escape(said)) as got:
+        X = open_input(str(tmp_path / "x.csv"))
+    assert X.shape == shape
+    assert "write a line of names first" in str(got[0].message)
+
+
+@pytest.mark.parametrize("text", ["x\n0\n1\n-2\n", "0.5\n1\n-2\n", "1,1\n2,5\n", "0,1,2\n1.5,2,1\n3,4,1\n",
+                                  "400,450,500\n0.1,0.2,0.3\n"])
+def test_a_first_line_that_reads_one_way_only_gives_no_header_warning(tmp_path, text):
+    """A named header, a first row with a fraction or of integers over integers (data), and three or more columns
+    (pandas' labels and integers over fractions are headers: a data row of exactly those is rare there)."""
+    pytest.importorskip("dask.dataframe")
+    (tmp_path / "x.csv").write_text(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dkpca.HeaderGuessWarning)
+        open_input(str(tmp_path / "x.csv"))

@@ -20,7 +20,7 @@ from fsspec.utils import infer_compression
 
 from .optional import require
 
-__all__ = ["RowIndexWarning", "counts_rows", "csv_columns", "is_csv", "open_csv", "not_numeric"]
+__all__ = ["RowIndexWarning", "HeaderGuessWarning", "counts_rows", "csv_columns", "is_csv", "open_csv", "not_numeric"]
 
 COMMENT = "#"
 #: separators other than commas that a CSV's fields may be found split by: said so, not as text columns
@@ -37,6 +37,10 @@ def is_csv(path: str) -> bool:
 
 #: what pandas reads as a missing value (but the empty field, which heads pandas' index column): data, not a header
 MISSING = {"NA", "N/A", "NaN", "nan", "NAN", "NULL", "null", "None", "-NaN", "-nan", "<NA>", "#N/A", "n/a"}
+
+#: at most this many columns, a first line of numbers is as likely a row of data as the header it looks like
+#: (pandas' labels '0' or '0,1'; integers over fractions): read as :attr:`Layout.header` decides, and warned of
+NARROW = 2
 
 
 def _number(field: str) -> bool:
@@ -82,16 +86,48 @@ class Layout:
         """Whether the first line names the columns.
 
         A line of numbers (and missing-value markers) is data, except the labels ``0,1,...,d-1``
-        (``DataFrame(X).to_csv(path, index=False)`` writes them for a frame made from an array) and a line of
-        integers over a line with fractions (wavelengths, years or channel numbers naming columns of
-        measurements): a data row of exactly those is far rarer than either header.
+        (``DataFrame(X).to_csv(path, index=False)`` writes them for a frame made from an array) and, in a file
+        of more than :data:`NARROW` columns, a line of integers over a line with fractions (wavelengths, years
+        or channel numbers naming columns of measurements): a data row of exactly those is far rarer than
+        either header.  In a narrower file it is not (:attr:`guessed`).
         """
         if not self.lines:
             return False
         first = self.lines[0]
-        if not all(map(_number, first)) or first == tuple(str(i) for i in range(len(first))):
-            return True
-        return len(self.lines) == 2 and all(map(_integer, first)) and not all(map(_integer, self.lines[1]))
+        return not all(map(_number, first)) or self._labels or (len(first) > NARROW and self._integers_over_fractions)
+
+    @property
+    def _labels(self) -> bool:
+        first = self.lines[0]
+        return first == tuple(str(i) for i in range(len(first)))
+
+    @property
+    def _integers_over_fractions(self) -> bool:
+        return (len(self.lines) == 2 and all(map(_integer, self.lines[0]))
+                and not all(map(_integer, self.lines[1])))
+
+    @property
+    def guessed(self) -> bool:
+        """Whether :attr:`header` decided between a header and a row of data that read the same: a first line
+        of at most :data:`NARROW` numbers that is pandas' labels (read as a header) or integers over fractions
+        (read as data) -- '0' heads a one-column frame pandas wrote, and starts a column of counts as often."""
+        return (bool(self.lines) and len(self.lines[0]) <= NARROW and all(map(_number, self.lines[0]))
+                and (self._labels or self._integers_over_fractions))
+
+    def warn_if_guessed(self, source: str) -> None:
+        """:class:`HeaderGuessWarning` where the first line's reading was a guess (:attr:`guessed`), saying which
+        and how to make it certain."""
+        if not self.guessed:
+            return
+        line, d = ",".join(self.lines[0]), len(self.lines[0])
+        names = ",".join(f"x{j}" for j in range(d))
+        read = ("as column names (as pandas' DataFrame(X).to_csv(path, index=False) writes them for unnamed "
+                "columns), not as a row of data" if self.header else "as a row of data, not as column names")
+        other, this = ("data", "a header") if self.header else ("a header", "data")
+        warnings.warn(f"input {source!r}: its first line {line!r} was read {read}: in a file of {d} column"
+                      f"{'s' if d > 1 else ''} either reads the same. If it is {other}, write a line of names first "
+                      f"(e.g. {names!r}); if it is {this}, the answer stands (a line of names silences this).",
+                      HeaderGuessWarning, stacklevel=4)
 
     @property
     def row_names(self) -> bool:
@@ -113,6 +149,11 @@ class Layout:
                      "fields and '.' in numbers." for s in SEPARATORS if len(names) == 1 and s in names[0]), "")
         raise ValueError(f"input {source!r}: its header names {len(names)} column(s) but its first row has "
                          f"{len(fields)} fields; every row must have one field per column.{hint}")
+
+
+class HeaderGuessWarning(UserWarning):
+    """A CSV's first line, at most :data:`NARROW` numbers, could be its header or its first row: read as one of them,
+    said so."""
 
 
 class RowIndexWarning(UserWarning):
@@ -184,6 +225,7 @@ def open_csv(path: str, source: str) -> Any:
         if not layout.lines:
             raise ValueError(f"input {source!r} is empty: no line but blanks or comments.")
         layout.check_fields(source)
+        layout.warn_if_guessed(source)
         df = _read(path, layout)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise ValueError(f"input {source!r} is not a readable CSV file ({exc}).") from None
