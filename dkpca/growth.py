@@ -319,14 +319,15 @@ def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, s
     if store_gram and update.growth.gram:
         grow_gram(store, update.growth.gram_rows, {"fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(),
                                                    "block": req.tile, "dtype": np.dtype(req.dtype).name, "n": req.n})
-    elif store_gram:  # K is built anew: one of another tile goes (a re-tiling update, retile); the model stays
-        retire_gram(store, req.tile)
+    elif store_gram:  # K is built anew: one of another tile or precision goes (Growth.rebuilt); the model stays
+        retire_gram(store, req.tile, req.dtype)
     return Xs
 
 
-def update_report(update: Update, gram: dict[str, Any], passes: int, fused: bool = False) -> dict[str, Any]:
-    """The report's ``update`` section: rows before and after, blocks reused and computed, passes, warm start, and
-    ``tile``: ``[the store's, K's now]`` where the update re-tiled K (:func:`~dkpca.storage.growth.retile`), else None.
+def update_report(update: Update, gram: dict[str, Any], passes: int, dtype: Any, fused: bool = False) -> dict[str, Any]:
+    """The report's ``update`` section: rows before and after, blocks reused and computed, passes, warm start,
+    ``tile``: ``[the store's, K's now]`` where the update re-tiled K (:func:`~dkpca.storage.growth.retile`), else None,
+    and ``dtype`` likewise where it built K in another precision (``dtype``, K's now).
 
     ``fused``: the first pass was :func:`ritz_start`'s (it read only the blocks touching new rows).
     """
@@ -337,4 +338,5 @@ def update_report(update: Update, gram: dict[str, Any], passes: int, fused: bool
             "blocks_reused": gram.get("reused_blocks"), "blocks_computed": gram.get("computed_blocks"),
             "entries_computed": entries if gram.get("computed_blocks") == planned else None,
             "passes": passes, "first_pass_fused": fused, "warm_start": update.warm(fused),
-            "tile": None if update.growth.retiled is None else [update.growth.retiled, update.growth.block]}
+            "tile": None if update.growth.retiled is None else [update.growth.retiled, update.growth.block],
+            "dtype": None if update.growth.retyped is None else [update.growth.retyped, np.dtype(dtype).name]}

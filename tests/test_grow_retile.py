@@ -107,14 +107,14 @@ def _kill_copy(m):
 
 
 def _kill_retire(m):
-    def retire(store, block):
+    def retire(store, *_):
         raise Killed
     m.setattr(update_module, "retire_gram", retire)
 
 
 def _kill_mid_removal(m):
     """The old K's metadata deleted, its chunk files and done markers left behind."""
-    def retire(store, block):
+    def retire(store, *_):
         os.remove(os.path.join(store.path, "gram", "zarr.json"))
         raise Killed
     m.setattr(update_module, "retire_gram", retire)

@@ -162,8 +162,9 @@ def update_lines(report: dict[str, Any]) -> list[str]:
         return []
     blocks = (f"{u.get('blocks_computed')} Gram blocks computed, {u.get('blocks_reused')} reused; "
               if u.get("blocks_computed") is not None else "")
-    blocks += (f"K re-tiled from {u['tile'][0]} to {u['tile'][1]}; " if isinstance(u.get("tile"), list)
-               and len(u["tile"]) == 2 else "")
+    for key, said in (("tile", "re-tiled"), ("dtype", "rebuilt")):
+        if isinstance(u.get(key), list) and len(u[key]) == 2:
+            blocks += f"K {said} from {printable(u[key][0])} to {printable(u[key][1])}; "
     return [f"Update: {u.get('rows_before')} -> {u.get('rows_after')} rows ({u.get('rows_added')} added): {blocks}"
             f"{u.get('passes')} passes; warm start: {printable(u.get('warm_start'))}"]
 

@@ -6,14 +6,17 @@ attributes only): an update keeps the stored tile, so the plan is made for it.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import psutil
 
 from ..request import FitRequest
 from ..solvers import spec_of
+from ..storage.gramstore import GramStore
 from ..storage.growth import Growth, find_growth, stored_entries, stored_tile, update_blocks
 from .auto import solver_rule
+from .precision import choose_precision
 
 __all__ = ["growth_request", "plan_update", "update_modes"]
 
@@ -29,7 +32,23 @@ def growth_request(req: FitRequest, chunk_size: int | None, dtype: str | None) -
         stored_tile(req.store, req.n, req.d) if chunk_size is None else None)
     if edge is not None and edge != req.tile:
         req = replace(req, X=req.X.rechunk((edge, req.d)), tile=edge)
+    # (X in the fit's chunks: the sample is the one the fit's own precision decision takes)
+    if growth is not None and (growth.gram or growth.retiled is not None) and dtype is None and _short_of_tol(req):
+        growth = replace(growth, gram_rows=None, retyped="float32")  # K built anew in float64, as a fresh fit's
     return req, growth
+
+
+def _short_of_tol(req: FitRequest) -> bool:
+    """Whether the store's K is float32 and ``dtype="auto"`` holds the grown data's K in float64: float32 puts more
+    than tol into its eigenvalues (measured on a sample of the grown rows).  The old fit's sample said otherwise
+    (another, smaller sample, or a looser tol); an update keeping float32 would answer less accurately than a
+    fresh fit, so it builds K anew, still starting from the old model.  Warnings are the fit's own to give."""
+    if GramStore(req.store).recorded_dtype() != "float32":
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        precision = choose_precision("auto", req.X, req.kernel, int(req.n_components), stored="float32", tol=req.tol)
+    return precision.dtype == "float64"
 
 
 def update_modes(req: FitRequest, growth: Growth | None) -> tuple[str, str, dict[str, str]]:
@@ -81,6 +100,8 @@ def plan_update(req: FitRequest, chunk_size: int | None,
             + (f"K built anew in tiles of {growth.block} ({computed} blocks; in the store's tiles of "
                f"{growth.retiled} it would be {update_blocks(0, growth.n_new, growth.retiled)[1]:,}); "
                if growth.retiled is not None else "")
+            + (f"K built anew in float64 ({computed} blocks: float32, the store's, puts more than tol into the "
+               "grown data's eigenvalues); " if growth.retyped is not None else "")
             + ("the solver starts from the old eigenvectors extended to the new rows"
                if growth.model_rows == growth.n_old else "no model of the old rows to start the solver from"))
     return req, note, growth

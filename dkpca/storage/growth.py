@@ -61,16 +61,24 @@ class Growth:
     gram_rows: int | None = None
     #: the store's tile where the update re-tiles K (:func:`retile`): K is built anew at ``block``
     retiled: int | None = None
+    #: the store's precision of K where the update builds K anew in another: ``dtype="auto"`` found float32 short
+    #: of tol on the grown data (:func:`dkpca.planning.growthplan.growth_request`), as a fresh fit would
+    retyped: str | None = None
 
     @property
     def gram(self) -> bool:
         """The store holds K to grow."""
         return self.gram_rows is not None
 
+    @property
+    def rebuilt(self) -> bool:
+        """K is built anew: in another tile (:attr:`retiled`) or precision (:attr:`retyped`)."""
+        return self.retiled is not None or self.retyped is not None
+
     def gram_blocks(self) -> tuple[int, int, int]:
         """:func:`update_blocks` of K's growth: from its own rows (``gram_rows``), else from ``n_old``; every block
-        where K is re-tiled."""
-        if self.retiled is not None:
+        where K is built anew."""
+        if self.rebuilt:
             return update_blocks(0, self.n_new, self.block)
         return update_blocks(self.n_old if self.gram_rows is None else self.gram_rows, self.n_new, self.block)
 
@@ -255,15 +263,21 @@ def built_entries(store: FitStore | None, n: int, kernel: dict, dtype: str, bloc
     return int(np.sum(np.triu(done) * np.outer(sizes, sizes)))
 
 
-def retire_gram(store: FitStore, block: int) -> None:
-    """Remove the store's K where it is of another tile than ``block``, or keys of one whose metadata a kill took
-    (an update that builds K anew, :func:`retile`; under the lock).
+def retire_gram(store: FitStore, block: int, dtype: Any) -> None:
+    """Remove the store's K where it is of another tile than ``block`` or another precision than ``dtype``, or keys
+    of one whose metadata a kill took (an update that builds K anew, :attr:`Growth.rebuilt`; under the lock).
 
     The model stays: it is derived from the data, not from K, and an update keeps it loadable until the new one
-    is switched in (as while K grows).  A K of this tile (a rerun's, part built) stays for the build to resume.
+    is switched in (as while K grows).  A K of this tile and precision (a rerun's, part built) stays for the
+    build to resume.
     """
     root = store.open_for_write()
-    if (root[GROUP].attrs.get("block") != block) if GROUP in root else exists(f"{store.path}/{GROUP}"):
+    if GROUP in root:
+        attrs = root[GROUP].attrs
+        other = attrs.get("block") != block or attrs.get("dtype") != np.dtype(dtype).name
+    else:
+        other = exists(f"{store.path}/{GROUP}")
+    if other:
         remove_member(root, GROUP)
 
 
