@@ -10,7 +10,10 @@ policy, centring -- and differ only in where K lives.
   :func:`dkpca.pipeline.solve_kernel_matrix` (ARPACK among the solvers).
   Results are scikit-learn's: same eigenvalues, same projections with the
   same deterministic signs, same number of components for
-  ``n_components=None``, same errors for kernels that are not PSD on the data.
+  ``n_components=None`` -- but where centring cancels most of K (data far
+  smaller than the kernel's length scale) components at K's rounding level,
+  which scikit-learn keeps down to 1e-12 of lambda_1, are dropped (README,
+  Mathematics) -- same errors for kernels that are not PSD on the data.
 * **out of core** (a path or URL of any format :func:`dkpca.fit` reads, a
   ``zarr.Array``, a dask array): the fit runs through :func:`dkpca.fit`
   (Gram store, passes over K) and the resulting
