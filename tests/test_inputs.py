@@ -23,7 +23,7 @@ import xarray as xr
 import zarr
 
 import dkpca
-from dkpca.io import READABLE, as_dask
+from dkpca.io import READABLE, as_dask, open_input
 
 from .conftest import cli_error, dkpca_cmd, make_data, write_data
 
@@ -610,6 +610,14 @@ def test_a_hash_in_a_csv_header_name_is_part_of_it(tmp_path):
     model = dkpca.fit(_csv_lines(tmp_path, "temp,n#,pressure,depth\n" + "1.5,2,3.5,4\n2.5,1,0.5,3\n0.5,4,2.5,1\n"),
                       n_components=2)
     assert model.feature_names == ("temp", "n#", "pressure", "depth")
+
+
+def test_a_csv_of_quoted_numbers_after_a_space_has_no_header(tmp_path):
+    """Before: '"1.5", "2.5"' split without skipping the space read ' "2.5"' as text, so the first row was taken
+    for a header: a row lost without a word (pandas reads the rest with skipinitialspace)."""
+    X = np.array([[1.5, 2.5, -3.0], [0.25, 4.0, 1.0], [2.0, -1.5, 0.5]])
+    text = "".join(", ".join(f'"{float(v)!r}"' for v in row) + "\n" for row in X)
+    np.testing.assert_array_equal(np.asarray(open_input(_csv_lines(tmp_path, text))), X)
 
 
 def test_a_csv_whose_first_row_has_a_missing_value_is_data_not_a_header(tmp_path):

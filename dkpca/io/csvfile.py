@@ -76,7 +76,7 @@ class Layout:
                     if not lines:
                         skip += 1
                     continue
-                lines.append(tuple(field.strip() for field in next(csv.reader([line]))))
+                lines.append(tuple(field.strip() for field in next(csv.reader([line], skipinitialspace=True))))
                 if len(lines) == 2:
                     break
         return cls(skip, tuple(lines))
