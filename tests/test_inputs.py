@@ -620,6 +620,23 @@ def test_a_csv_of_quoted_numbers_after_a_space_has_no_header(tmp_path):
     np.testing.assert_array_equal(np.asarray(open_input(_csv_lines(tmp_path, text))), X)
 
 
+@pytest.mark.parametrize("text, said", [
+    ("1.5,2\n?,3\n4,5\n", "(column '0', row 1: '?') are not numeric"),  # a missing value pandas does not know
+    ("1.5,2\n# checked\n4,5\n", "Its row 1 is a comment line ('# checked'): '#' lines are comments only before"),
+])
+def test_a_text_field_in_a_csv_without_a_header_is_named(tmp_path, text, said):
+    """Before: KeyError: '0' (and a traceback from the command line) -- the refusal looked the column up by its
+    name as text, where a file without a header has integer column keys."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        open_input(_csv_lines(tmp_path, text))
+
+
+def test_a_csv_of_booleans_has_no_header(tmp_path):
+    """Before: 'True,False' was taken for column names: a row lost (pandas reads the rest as booleans, numbers)."""
+    X = np.asarray(open_input(_csv_lines(tmp_path, "True,False\nFalse,True\nTrue,True\n")))
+    np.testing.assert_array_equal(X, [[True, False], [False, True], [True, True]])
+
+
 def test_a_csv_whose_first_row_has_a_missing_value_is_data_not_a_header(tmp_path):
     """Before: '1.5,NA,2.5' became the column names (a row lost; a transform's rows all shifted by one)."""
     with pytest.raises(ValueError, match=re.escape("(first in row 0, column 1)")):

@@ -43,11 +43,15 @@ MISSING = {"NA", "N/A", "NaN", "nan", "NAN", "NULL", "null", "None", "-NaN", "-n
 NARROW = 2
 
 
+#: what pandas reads as a boolean (a numeric column): data, not a header
+BOOLEANS = {"True", "TRUE", "true", "False", "FALSE", "false"}
+
+
 def _number(field: str) -> bool:
     try:
         float(field)
     except ValueError:
-        return field in MISSING
+        return field in MISSING or field in BOOLEANS
     return True
 
 
@@ -202,13 +206,27 @@ def _read(path: str, layout: Layout, **kw: Any) -> Any:
 GROUPED = re.compile(r"\s*[-+]?\d{1,3}(,\d{3})+(\.\d*)?\s*")
 
 
-def _grouped(df: Any, bad: list[str]) -> str | None:
-    """The fix where a column's first value is a number with thousands separators (one row block is read)."""
-    first = df[bad[0]].head(1, npartitions=-1)
-    value = str(first.iloc[0]) if len(first) else ""
+def _first_text(df: Any, key: Any) -> tuple[int, str] | None:
+    """The first field of column ``key`` that is not a number, and its row, in the first row block (where dask
+    inferred the column's type from); None if none there."""
+    pd = require("pandas", "tables", "CSV files")
+    column = df.get_partition(0)[key].compute(scheduler="sync")
+    text = (column.notna() & pd.to_numeric(column, errors="coerce").isna()).to_numpy()
+    if not text.any():
+        return None
+    row = int(np.argmax(text))
+    return row, str(column.iloc[row])
+
+
+def _text_fix(name: str, found: tuple[int, str] | None) -> str:
+    """What a non-numeric field says of its cause: thousands separators, a comment line inside the table."""
+    value = found[1] if found is not None else ""
     if GROUPED.fullmatch(value):
-        return f"Its numbers are written with thousands separators (column {bad[0]!r}: {value!r}): write them without."
-    return None
+        return f"Its numbers are written with thousands separators (column {name!r}: {value!r}): write them without."
+    if value.lstrip().startswith(COMMENT):
+        return (f"Its row {found[0]} is a comment line ({value!r}): '#' lines are comments only before the table; "
+                "move it there or remove it.")
+    return "Drop or encode them first."
 
 
 def open_csv(path: str, source: str) -> Any:
@@ -230,13 +248,17 @@ def open_csv(path: str, source: str) -> Any:
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise ValueError(f"input {source!r} is not a readable CSV file ({exc}).") from None
     dtypes = df.dtypes.to_dict()
-    bad = [str(c) for c, t in dtypes.items() if not pd.api.types.is_numeric_dtype(t)]  # bools are numeric
+    keys = [c for c, t in dtypes.items() if not pd.api.types.is_numeric_dtype(t)]  # bools are numeric
+    bad = [str(c) for c in keys]  # (a file without a header has integer column keys: the first is 0)
     if bad and len(df.head(1, npartitions=-1)) == 0:  # no row to infer a type from: every column an object
         raise ValueError(f"input {source!r} holds no rows of data, only its columns' names {list(map(str, dtypes))}.")
     if bad:  # one column named 'a;b;c': a file separated by something else than commas, not text
+        found = _first_text(df, keys[0])
+        where = f"of input {source!r}" + ("" if found is None else f" (column {bad[0]!r}, row {found[0]}: "
+                                                                   f"{found[1]!r})")
         fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in SEPARATORS
-                    if len(dtypes) == 1 and s in bad[0]), None) or _grouped(df, bad) or "Drop or encode them first."
-        raise not_numeric(bad, f"of input {source!r}", fix)
+                    if len(dtypes) == 1 and s in bad[0]), None) or _text_fix(bad[0], found)
+        raise not_numeric(bad, where, fix)
     # dtypes were inferred from the first rows; a later float in an int column must not fail the read
     df = _read(path, layout, dtype={c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)})
     if layout.header:
