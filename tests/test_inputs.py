@@ -506,6 +506,20 @@ def test_a_data_frame_of_nullable_and_arrow_numbers_fits_as_its_values(tmp_path,
         dkpca.fit(frame, store=tmp_path / "s.dkpca.zarr")
 
 
+@pytest.mark.parametrize("column, fix", [
+    (np.array([1.5, 2, None, 4] * 5, dtype=object), "They hold numbers as text or objects: convert them first"),
+    (pd.array(["1.5", "2", "3", "4"] * 5, dtype="string"), "They hold numbers as text or objects: convert them first"),
+    (pd.array(["a", "2", "3", "4"] * 5, dtype="string"), "Drop or encode them first."),
+    (pd.Categorical(["x", "y"] * 10), "Drop or encode them first."),
+    (pd.date_range("2020", periods=20), "Drop or encode them first."),  # to_numeric makes times numbers: not those
+], ids=["objects", "strings of numbers", "text", "category", "times"])
+def test_a_data_frame_column_of_numbers_as_text_is_refused_with_the_conversion(tmp_path, column, fix):
+    frame = pd.DataFrame({"a": np.arange(20.0), "s": column})
+    with pytest.raises(ValueError, match=re.escape("column(s) ['s'] of the data frame are not numeric; dkpca reads "
+                                                   f"numeric columns only. {fix}")):
+        dkpca.fit(frame, store=tmp_path / "s.dkpca.zarr")
+
+
 def test_a_dask_data_frame_fits_as_its_values_and_keeps_its_column_names(tmp_path, data, reference):
     """Before: AttributeError: 'DataFrame' object has no attribute 'to_numpy', a traceback."""
     frame = dd.from_pandas(pd.DataFrame(data, columns=[f"f{j}" for j in range(D)]).astype("Float64"), npartitions=3)

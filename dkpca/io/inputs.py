@@ -23,6 +23,7 @@ from ..execution import compute, for_the_client
 from ..linalg import default_block_size
 from .csvfile import is_csv, not_numeric
 from .formats import open_path, table_columns, zarr_input
+from .optional import require
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
            "read_feature_names"]
@@ -117,10 +118,27 @@ def _numeric_columns(frame: Any) -> bool:
     """Refuse a data frame (pandas or dask) with columns that are not numbers, naming them; whether every column
     is of a numpy type (False: nullable or Arrow numbers, read as float64 with NA as NaN)."""
     kinds = zip(frame.columns, frame.dtypes, strict=True)
-    bad = [str(c) for c, t in kinds if getattr(t, "kind", "O") not in "biuf"]
-    if bad:
-        raise not_numeric(bad, "of the data frame")
+    keys = [c for c, t in kinds if getattr(t, "kind", "O") not in "biuf"]
+    if keys:
+        raise not_numeric([str(c) for c in keys], "of the data frame", _frame_fix(frame, keys))
     return all(isinstance(t, np.dtype) for t in frame.dtypes)
+
+
+def _frame_fix(frame: Any, keys: list) -> str:
+    """The fix for a pandas frame's columns that are numbers held as text or objects (read from JSON or a
+    spreadsheet, built from lists): convert them; else encode them.  A dask frame is not read for it."""
+    if hasattr(frame, "npartitions"):
+        return "Drop or encode them first."
+    pd = require("pandas", "tables", "data frames")  # (a pandas frame is here: installed)
+    try:
+        numbers = all((pd.api.types.is_object_dtype(frame[key]) or pd.api.types.is_string_dtype(frame[key]))
+                      and pd.to_numeric(frame[key], errors="coerce").notna().sum() == frame[key].notna().sum()
+                      for key in keys)
+    except (TypeError, ValueError):  # a column of lists, a nested frame: not numbers
+        numbers = False
+    if numbers:
+        return "They hold numbers as text or objects: convert them first, e.g. df.astype(float)."
+    return "Drop or encode them first."
 
 
 def _frame_values(frame: Any) -> Any:
