@@ -645,6 +645,14 @@ def test_a_text_field_in_a_csv_without_a_header_is_named(tmp_path, text, said):
         open_input(_csv_lines(tmp_path, text))
 
 
+@pytest.mark.parametrize("text", ["1.5,2.5,\n3,4,\n", "a,b,\n1.5,2.5,\n3,4,\n"], ids=["no header", "header"])
+def test_a_csv_whose_lines_end_in_a_comma_is_refused_saying_so(tmp_path, text):
+    """Before: an empty third column refused as NaN 'first in row 0' -- and without a header its first line, an
+    empty field in it, was taken for one: the row named was the file's second."""
+    with pytest.raises(ValueError, match=re.escape("its lines end in a comma")):
+        open_input(_csv_lines(tmp_path, text))
+
+
 def test_a_csv_of_booleans_has_no_header(tmp_path):
     """Before: 'True,False' was taken for column names: a row lost (pandas reads the rest as booleans, numbers)."""
     X = np.asarray(open_input(_csv_lines(tmp_path, "True,False\nFalse,True\nTrue,True\n")))

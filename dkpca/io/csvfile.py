@@ -143,9 +143,13 @@ class Layout:
         return _integer(first) or not _number(first)
 
     def check_fields(self, source: str) -> None:
-        """Refuse a header naming fewer or more columns than the first row has fields (but for
-        :attr:`row_names`): pandas would make the extra leading fields an index, fitting the rest under the
-        header's names (a file with decimal commas too)."""
+        """Refuse lines that end in a comma (one more column, of nothing: its NaN were refused naming a row that
+        was not the file's where it also made the first line a header), and a header naming fewer or more columns
+        than the first row has fields (but for :attr:`row_names`): pandas would make the extra leading fields an
+        index, fitting the rest under the header's names (a file with decimal commas too)."""
+        if self.lines and all(len(line) > 1 and line[-1] == "" for line in self.lines):
+            raise ValueError(f"input {source!r}: its lines end in a comma ({','.join(self.lines[0])!r}), which reads "
+                             "as one more column, of nothing; write the rows without it.")
         if not self.header or len(self.lines) < 2 or len(self.lines[0]) == len(self.lines[1]) or self.row_names:
             return
         names, fields = self.lines
