@@ -324,10 +324,10 @@ def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, s
     return Xs
 
 
-def update_report(update: Update, gram: dict[str, Any], passes: int, dtype: Any, fused: bool = False) -> dict[str, Any]:
+def update_report(update: Update, gram: dict[str, Any], passes: int, fused: bool = False) -> dict[str, Any]:
     """The report's ``update`` section: rows before and after, blocks reused and computed, passes, warm start,
     ``tile``: ``[the store's, K's now]`` where the update re-tiled K (:func:`~dkpca.storage.growth.retile`), else None,
-    and ``dtype`` likewise where it built K in another precision (``dtype``, K's now).
+    and ``dtype`` likewise where it built K in another precision (K's now: the gram report's).
 
     ``fused``: the first pass was :func:`ritz_start`'s (it read only the blocks touching new rows).
     """
@@ -339,4 +339,4 @@ def update_report(update: Update, gram: dict[str, Any], passes: int, dtype: Any,
             "entries_computed": entries if gram.get("computed_blocks") == planned else None,
             "passes": passes, "first_pass_fused": fused, "warm_start": update.warm(fused),
             "tile": None if update.growth.retiled is None else [update.growth.retiled, update.growth.block],
-            "dtype": None if update.growth.retyped is None else [update.growth.retyped, np.dtype(dtype).name]}
+            "dtype": None if update.growth.retyped is None else [update.growth.retyped, gram.get("dtype")]}

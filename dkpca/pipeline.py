@@ -261,7 +261,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
         report = fit_report(res, op, plan, tol=req.tol, gram=gram_report, timings=timings,
                             pass_seconds=pass_seconds, d=req.d,
                             requested=req.n_components if req.fraction is None else req.fraction,
-                            update=None if update is None else update_report(update, gram_report, res.passes, req.dtype,
+                            update=None if update is None else update_report(update, gram_report, res.passes,
                                                                               op.fused_passes > 0))
         model = KPCAModel(
             eigenvalues_=res.eigenvalues, eigenvectors_=res.eigenvectors, row_means_=op.row_means,

@@ -20,7 +20,8 @@ from fsspec.utils import infer_compression
 
 from .optional import require
 
-__all__ = ["RowIndexWarning", "HeaderGuessWarning", "counts_rows", "csv_columns", "is_csv", "open_csv", "not_numeric"]
+__all__ = ["RowIndexWarning", "HeaderGuessWarning", "counts_rows", "csv_columns", "is_csv", "open_csv", "not_numeric",
+           "text_fields"]
 
 COMMENT = "#"
 #: separators other than commas that a CSV's fields may be found split by: said so, not as text columns
@@ -168,9 +169,17 @@ class RowIndexWarning(UserWarning):
     """A CSV's first column is an unnamed row index (pandas' ``to_csv`` writes one): it would be fitted as a feature."""
 
 
-def not_numeric(bad: list[str], where: str, fix: str = "Drop or encode them first.") -> ValueError:
-    """The refusal of columns that are not numbers (a CSV's, a Parquet file's, a data frame's), naming them."""
-    return ValueError(f"column(s) {bad} {where} are not numeric; dkpca reads numeric columns only. {fix}")
+def not_numeric(bad: list[str], where: str, fix: str | None = None) -> ValueError:
+    """The refusal of columns that are not numbers (a CSV's, a Parquet file's, a data frame's), naming them;
+    ``fix``: what their values say of the cause (None: drop or encode them)."""
+    return ValueError(f"column(s) {bad} {where} are not numeric; dkpca reads numeric columns only. "
+                      f"{fix or 'Drop or encode them first.'}")
+
+
+def text_fields(column: Any) -> np.ndarray:
+    """Which of a pandas column's values are text, not numbers (missing values are neither)."""
+    pd = require("pandas", "tables", "data frames")
+    return (column.notna() & pd.to_numeric(column, errors="coerce").isna()).to_numpy()
 
 
 def counts_rows(values: Any) -> bool:
@@ -213,24 +222,24 @@ GROUPED = re.compile(r"\s*[-+]?\d{1,3}(,\d{3})+(\.\d*)?\s*")
 def _first_text(df: Any, key: Any) -> tuple[int, str] | None:
     """The first field of column ``key`` that is not a number, and its row, in the first row block (where dask
     inferred the column's type from); None if none there."""
-    pd = require("pandas", "tables", "CSV files")
     column = df.get_partition(0)[key].compute(scheduler="sync")
-    text = (column.notna() & pd.to_numeric(column, errors="coerce").isna()).to_numpy()
+    text = text_fields(column)
     if not text.any():
         return None
     row = int(np.argmax(text))
     return row, str(column.iloc[row])
 
 
-def _text_fix(name: str, found: tuple[int, str] | None) -> str:
-    """What a non-numeric field says of its cause: thousands separators, a comment line inside the table."""
+def _text_fix(name: str, found: tuple[int, str] | None) -> str | None:
+    """What a non-numeric field says of its cause: thousands separators, a comment line inside the table (None:
+    nothing more than that it is text)."""
     value = found[1] if found is not None else ""
     if GROUPED.fullmatch(value):
         return f"Its numbers are written with thousands separators (column {name!r}: {value!r}): write them without."
     if value.lstrip().startswith(COMMENT):
         return (f"Its row {found[0]} is a comment line ({value!r}): '#' lines are comments only before the table; "
                 "move it there or remove it.")
-    return "Drop or encode them first."
+    return None
 
 
 def open_csv(path: str, source: str) -> Any:

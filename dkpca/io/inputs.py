@@ -21,9 +21,8 @@ import zarr
 
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
-from .csvfile import is_csv, not_numeric
+from .csvfile import is_csv, not_numeric, text_fields
 from .formats import open_path, table_columns, zarr_input
-from .optional import require
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
            "read_feature_names"]
@@ -124,21 +123,17 @@ def _numeric_columns(frame: Any) -> bool:
     return all(isinstance(t, np.dtype) for t in frame.dtypes)
 
 
-def _frame_fix(frame: Any, keys: list) -> str:
+def _frame_fix(frame: Any, keys: list) -> str | None:
     """The fix for a pandas frame's columns that are numbers held as text or objects (read from JSON or a
-    spreadsheet, built from lists): convert them; else encode them.  A dask frame is not read for it."""
+    spreadsheet, built from lists): convert them (None: nothing more to say; a dask frame is not read for it)."""
     if hasattr(frame, "npartitions"):
-        return "Drop or encode them first."
-    pd = require("pandas", "tables", "data frames")  # (a pandas frame is here: installed)
+        return None
     try:
-        numbers = all((pd.api.types.is_object_dtype(frame[key]) or pd.api.types.is_string_dtype(frame[key]))
-                      and pd.to_numeric(frame[key], errors="coerce").notna().sum() == frame[key].notna().sum()
-                      for key in keys)
+        # (objects, strings, categories: kind "O"; times are not numbers, though to_numeric makes them some)
+        numbers = all(frame[key].dtype.kind == "O" and not text_fields(frame[key]).any() for key in keys)
     except (TypeError, ValueError):  # a column of lists, a nested frame: not numbers
         numbers = False
-    if numbers:
-        return "They hold numbers as text or objects: convert them first, e.g. df.astype(float)."
-    return "Drop or encode them first."
+    return "They hold numbers as text or objects: convert them first, e.g. df.astype(float)." if numbers else None
 
 
 def _frame_values(frame: Any) -> Any:
