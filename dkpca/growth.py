@@ -48,7 +48,7 @@ from .kernels import Kernel
 from .linalg import Centering, extend_basis
 from .model import KPCAModel
 from .operator import CenteredKernelOperator
-from .planning import StartPolicy
+from .planning import Precision, StartPolicy
 from .planning.growthplan import growth_request
 from .request import FitRequest
 from .storage import FitStore, GramInfo, Lease
@@ -175,11 +175,14 @@ class Update:
     ``model``: the store's model of the old rows with the same kernel (its
     eigenvectors start the solver), or None (none, or of other rows: a cold start).
     ``ritz``: its Ritz record (:meth:`with_ritz`, read under the fit's lock), or None.
+    ``precision``: the precision ``dtype="auto"`` chose for it where the store's K is float32
+    (:func:`~dkpca.planning.growthplan.growth_request`), which the fit's decision takes; None: none measured.
     """
 
     growth: Growth
     model: KPCAModel | None
     ritz: RitzRecord | None = None
+    precision: Precision | None = None
 
     def with_ritz(self, store: FitStore, dtype: np.dtype) -> Update:
         """This update with the store's Ritz record of the old model, if there is one that fits (:func:`load_ritz`)."""
@@ -277,7 +280,7 @@ def find_update(req: FitRequest, chunk_size: int | None, dtype: str | None) -> t
     """
     if req.overwrite or req.temporary is not None:
         return req, None
-    req, growth = growth_request(req, chunk_size, dtype)  # a refit (after an update, too) keeps the stored tile
+    req, growth, precision = growth_request(req, chunk_size, dtype)  # a refit (after one, too) keeps the stored tile
     if growth is None:
         return req, None
     model = None
@@ -288,7 +291,7 @@ def find_update(req: FitRequest, chunk_size: int | None, dtype: str | None) -> t
             logger.warning("the store's model cannot start the update (%s); starting as a fresh fit does", exc)
         if model is not None and model.kernel.to_dict() != req.kernel.to_dict():
             model = None
-    return req, Update(growth, model)
+    return req, Update(growth, model, precision=precision)
 
 
 def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, store_gram: bool,

@@ -199,7 +199,8 @@ def fit_with(source: Any, options: FitOptions, *, t_start: float | None = None) 
 def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | None = None) -> KPCAModel:
     """:func:`fit` from its validated request; the model owns ``req.temporary`` (if any); ``update``: grown data."""
     # the decisions dkpca.plan names; from here on they are executed, never re-made
-    plan = decide(req, growth=update.growth if update is not None else None)
+    plan = decide(req, growth=update.growth if update is not None else None,
+                  precision=update.precision if update is not None else None)
     req = replace(req, dtype=plan.dtype)  # dtype="auto" resolved: the rest of the fit holds K in that precision
     if plan.precision.lossy:
         warnings.warn(plan.precision.warning(), PrecisionWarning, stacklevel=4)

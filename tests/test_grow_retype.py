@@ -18,6 +18,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 import dkpca
 from dkpca import growth as update_module
 from dkpca.cli import main
+from dkpca.planning import precision as precision_module
 
 from .conftest import reference_eigh
 
@@ -114,3 +115,22 @@ def test_a_retyping_update_killed_before_k_goes_resumes(clustered_float32, monke
     model = dkpca.fit(X, n_components=KC, store=store, chunk_size=100)
     _check(model, X, KC)
     assert model.report["gram"]["dtype"] == "float64"
+
+
+def test_an_update_measures_the_precision_once(grown, monkeypatch):
+    """The update's check (float32 short of tol?) is the fit's own precision decision, reused: its sample's chunks
+    read and its eigh made once, not again by the plan."""
+    X, store = grown
+    calls = []
+    real = precision_module.measure_precision
+    monkeypatch.setattr(precision_module, "measure_precision", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    model = dkpca.fit(X, n_components=K, store=store)
+    assert model.report["update"]["dtype"] == ["float32", "float64"] and len(calls) == 1
+
+
+def test_a_plan_of_sizes_only_reads_nothing_of_the_grown_data(grown, monkeypatch):
+    X, store = grown
+    calls = []
+    monkeypatch.setattr(precision_module, "measure_precision", lambda *a, **kw: calls.append(1))
+    p = dkpca.plan(X, n_components=K, store=store, measure=False)
+    assert calls == [] and "would update the store's fit of 40 rows" in p.update

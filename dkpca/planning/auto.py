@@ -97,7 +97,7 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
            dtype: Any = "auto", block: int | None = None, store: str | None = None, tol: float = 1e-6,
            max_passes: int | None = None, free_bytes: int | None = None, memory_bytes: int | None = None,
            measured: dict[str, float] | None = None, workers: int | None = None, temporary: bool = False,
-           fraction: bool = False, stored_dtype: str | None = None) -> Choice:
+           fraction: bool = False, stored_dtype: str | None = None, precision: Precision | None = None) -> Choice:
     """Resolve ``dtype="auto"``, ``solver="auto"`` and ``gram="auto"``; says why.
 
     The precision first (``dtype``: ``auto``, ``float32`` or ``float64``;
@@ -182,6 +182,9 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
     stored_dtype : str, optional
         The precision of the K the store already holds and a refit would reuse
         (``GramStore.recorded_dtype``); ``auto`` keeps a float64 one.
+    precision : Precision, optional
+        The precision already chosen for this fit (an update's, measured on the same sample): taken, not
+        measured again -- but where the solver picked multiplies a float32 K in float32 (ARPACK in memory).
 
     Returns
     -------
@@ -192,8 +195,9 @@ def choose(n: int, k: int, solver: str = "auto", gram: str = "store", *, X=None,
               free_bytes=free_bytes, memory_bytes=memory_bytes, measured=measured, workers=workers,
               temporary=temporary, fraction=fraction, budget=max_passes is not None)
     choice = _choose_modes(n, k, solver, gram, dtype="float64" if requested == "float64" else "float32", **kw)
-    precision = choose_precision(requested, X, kernel, k, stored=stored_dtype, tol=tol,
-                                 single_products=Solver.parse(choice.solver).spec.float32_products)
+    single = Solver.parse(choice.solver).spec.float32_products
+    if precision is None or single:  # (one measured without single-precision products answers another question)
+        precision = choose_precision(requested, X, kernel, k, stored=stored_dtype, tol=tol, single_products=single)
     if precision.dtype != np.dtype(choice.details["dtype"]).name:  # again in K's precision: its blocks timed again,
         if measured is None and "measured" in choice.details:  # the spectrum's passes kept
             kw["measured"] = {"passes": choice.details["measured"]["passes"]}

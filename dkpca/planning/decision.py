@@ -147,7 +147,7 @@ class FitPlan:
 
 
 def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = None,
-           growth: Growth | None = None) -> FitPlan:
+           growth: Growth | None = None, precision: Precision | None = None) -> FitPlan:
     """The plan of the fit ``req`` asks for: the one call ``dkpca.plan`` and ``dkpca.fit`` both make.
 
     ``measure=False`` (a plan of sizes only) reads nothing of X: the
@@ -157,7 +157,8 @@ def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = No
     where a store would be, for a plan of in-memory input (which creates no
     temporary store).  A store that already holds K
     (not overwritten) keeps its precision where ``dtype="auto"``.  ``growth``: the fit updates the store's
-    (:func:`~dkpca.planning.growthplan.update_modes` decides what ``auto`` leaves to an update).
+    (:func:`~dkpca.planning.growthplan.update_modes` decides what ``auto`` leaves to an update); ``precision``:
+    the one :func:`~dkpca.planning.growthplan.growth_request` measured for it, taken rather than measured again.
     """
     store = req.store.path if req.store is not None else store_path
     stored = None if req.overwrite or req.store is None else GramStore(req.store).recorded_dtype()
@@ -166,7 +167,7 @@ def decide(req: FitRequest, *, measure: bool = True, store_path: str | None = No
                dtype=req.dtype, block=req.tile, store=store, tol=req.tol,
                max_passes=req.max_passes if req.max_passes_given else None,
                temporary=req.store is None or req.temporary is not None, fraction=req.fraction is not None,
-               stored_dtype=stored)
+               stored_dtype=stored, precision=precision)
     solver, gram = Solver.parse(c.solver), GramMode(c.gram)
     # a fraction's first round: all n for the dense solver (one eigh), else the request's working k
     k = working_k(req.n, solver) if req.fraction is not None else req.n_components

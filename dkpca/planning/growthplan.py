@@ -6,7 +6,6 @@ attributes only): an update keeps the stored tile, so the plan is made for it.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 
 import psutil
@@ -16,39 +15,43 @@ from ..solvers import spec_of
 from ..storage.gramstore import GramStore
 from ..storage.growth import Growth, find_growth, stored_entries, stored_tile, update_blocks
 from .auto import solver_rule
-from .precision import choose_precision
+from .precision import Precision, choose_precision
 
 __all__ = ["growth_request", "plan_update", "update_modes"]
 
 
-def growth_request(req: FitRequest, chunk_size: int | None, dtype: str | None) -> tuple[FitRequest, Growth | None]:
+def growth_request(req: FitRequest, chunk_size: int | None, dtype: str | None,
+                   measure: bool = True) -> tuple[FitRequest, Growth | None, Precision | None]:
     """Whether a fit of ``req`` updates the store's (:func:`~dkpca.storage.growth.find_growth`), and ``req`` at the
     tile it keeps: an update's stored tile, or a refit's without ``chunk_size`` (the fingerprint is per row chunk).
 
     ``dkpca.fit`` (:func:`dkpca.growth.find_update`) and ``dkpca.plan`` ask it alike; ``dtype`` None: ``auto``.
+    The third value: the precision ``auto`` chose for an update of a float32 K (:func:`_update_precision`; None
+    where none was measured), which the fit's decision takes rather than measuring it again.  ``measure=False``
+    (a plan of sizes only) reads nothing of X: the update is then planned in the store's precision.
     """
     growth = find_growth(req.store, req.n, req.d, str(req.X.dtype), req.kernel.to_dict(), dtype, chunk_size)
     edge = growth.block if growth is not None else (
         stored_tile(req.store, req.n, req.d) if chunk_size is None else None)
     if edge is not None and edge != req.tile:
         req = replace(req, X=req.X.rechunk((edge, req.d)), tile=edge)
-    # (X in the fit's chunks: the sample is the one the fit's own precision decision takes)
-    if growth is not None and (growth.gram or growth.retiled is not None) and dtype is None and _short_of_tol(req):
+    precision = None
+    if measure and growth is not None and (growth.gram or growth.retiled is not None) and dtype is None:
+        precision = _update_precision(req)  # X in the fit's chunks: the sample its own decision takes
+    if precision is not None and precision.dtype == "float64":
         growth = replace(growth, gram_rows=None, retyped="float32")  # K built anew in float64, as a fresh fit's
-    return req, growth
+    return req, growth, precision
 
 
-def _short_of_tol(req: FitRequest) -> bool:
-    """Whether the store's K is float32 and ``dtype="auto"`` holds the grown data's K in float64: float32 puts more
-    than tol into its eigenvalues (measured on a sample of the grown rows).  The old fit's sample said otherwise
-    (another, smaller sample, or a looser tol); an update keeping float32 would answer less accurately than a
-    fresh fit, so it builds K anew, still starting from the old model.  Warnings are the fit's own to give."""
+def _update_precision(req: FitRequest) -> Precision | None:
+    """Where the store's K is float32, the precision ``dtype="auto"`` holds the grown data's K in (measured on a
+    sample of the grown rows); None for another store's K.  float64 where float32 puts more than tol into its
+    eigenvalues: the old fit's sample said otherwise (another, smaller sample, or a looser tol), and an update
+    keeping float32 would answer less accurately than a fresh fit, so it builds K anew, still starting from the
+    old model."""
     if GramStore(req.store).recorded_dtype() != "float32":
-        return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        precision = choose_precision("auto", req.X, req.kernel, int(req.n_components), stored="float32", tol=req.tol)
-    return precision.dtype == "float64"
+        return None
+    return choose_precision("auto", req.X, req.kernel, int(req.n_components), stored="float32", tol=req.tol)
 
 
 def update_modes(req: FitRequest, growth: Growth | None) -> tuple[str, str, dict[str, str]]:
@@ -79,18 +82,18 @@ def update_modes(req: FitRequest, growth: Growth | None) -> tuple[str, str, dict
     return solver, gram, why
 
 
-def plan_update(req: FitRequest, chunk_size: int | None,
-                dtype: str) -> tuple[FitRequest, str, Growth | None]:
-    """``req`` at the stored tile, the plan's sentence and the growth when a fit would update the store's; else
-    ``(req, "", None)``.
+def plan_update(req: FitRequest, chunk_size: int | None, dtype: str,
+                measure: bool = True) -> tuple[FitRequest, str, Growth | None, Precision | None]:
+    """``req`` at the stored tile, the plan's sentence, the growth and the precision measured for it
+    (:func:`growth_request`) when a fit would update the store's; else ``(req, "", None, None)``.
 
     Raises ``ValueError`` where the fit would refuse the update (another kernel, dtype or tile: named).
     """
     if req.overwrite or req.store is None:
-        return req, "", None
-    req, growth = growth_request(req, chunk_size, None if dtype == "auto" else dtype)
+        return req, "", None, None
+    req, growth, precision = growth_request(req, chunk_size, None if dtype == "auto" else dtype, measure)
     if growth is None:
-        return req, "", None
+        return req, "", None, None
     reused, computed, entries = growth.gram_blocks()
     total = stored_entries(growth.n_new, growth.block)  # a fresh fit's
     note = (f"would update the store's fit of {growth.n_old} rows to {growth.n_new} (if the input's first "
@@ -104,4 +107,4 @@ def plan_update(req: FitRequest, chunk_size: int | None,
                "grown data's eigenvalues); " if growth.retyped is not None else "")
             + ("the solver starts from the old eigenvectors extended to the new rows"
                if growth.model_rows == growth.n_old else "no model of the old rows to start the solver from"))
-    return req, note, growth
+    return req, note, growth, precision

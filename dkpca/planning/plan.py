@@ -223,12 +223,14 @@ max_passes, gram
     options = FitOptions(n_components=n_components, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
                          kernel_params=kernel_params, solver=solver, store=store, chunk_size=chunk_size, dtype=dtype,
                          tol=tol, max_passes=max_passes, gram=gram)
-    req, note, growth = plan_update(make_request(source, options, create_store=False), chunk_size, dtype)  # grown
+    req, note, growth, measured = plan_update(make_request(source, options, create_store=False), chunk_size,
+                                              dtype, measure)  # grown data
     # fit would create a temporary directory for in-memory input; a plan creates nothing
     path = req.store.path if req.store is not None else os.path.join(tempfile.gettempdir(), "dkpca-<new>",
                                                                        "store.dkpca.zarr")
     try:  # the measurements write beside the store: the default one's directory named with store= if they cannot
-        fp = decide(req, measure=measure, store_path=path, growth=growth)  # the one decision dkpca.fit makes, runs
+        fp = decide(req, measure=measure, store_path=path, growth=growth,  # the one decision dkpca.fit makes, runs
+                    precision=measured)
         dtype, ell = fp.dtype, fp.width
         timed = measure and (fp.details.get("measured") or measure_blocks(req.X, req.kernel, req.tile, dtype, ell,
                                                                           path))
