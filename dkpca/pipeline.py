@@ -45,7 +45,7 @@ from .report import fit_report
 from .request import DEFAULTS, FitOptions, FitRequest, as_generator, beside_input, make_request
 from .solvers import ConvergenceWarning, EigResult, postprocess
 from .solvers.randomized import iteration_width
-from .storage import CorruptChunkError, GramStore, Lease, SolverCheckpoint, absolute, fit_footprint
+from .storage import CorruptChunkError, GramStore, Lease, SolverCheckpoint, absolute, fit_footprint, held_as
 
 # solve_kernel_matrix, in_memory_operator, memory_kernel_matrix: the estimator's in-memory path (dkpca.eigensolve)
 __all__ = ["fit", "fit_with", "solve_kernel_matrix", "in_memory_operator", "memory_kernel_matrix"]
@@ -216,6 +216,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
         if names is None and update is not None and update.model is not None:  # grown rows of the fitted columns
             names = update.model.feature_names
         source = absolute(path) if path is not None else None
+        if update is None and not req.overwrite:  # the copy's values in other bytes (-0.0 for 0.0): the same data
+            fp = Fingerprint.from_dict(held_as(req.store, req.X, fp.to_dict()))
         Xs = (grow_store(req, update, fp, lease, plan.gram is GramMode.STORE, source) if update is not None else
               req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,
                                    lease=lease))

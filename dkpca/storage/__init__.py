@@ -14,6 +14,7 @@
 
 from .checkpoint import CheckpointState, SolverCheckpoint
 from .chunks import ChunkReader, ChunkWriter, chunk_file, use_direct_io, write_direct
+from .datachunks import held_as
 from .diskspace import InsufficientDiskSpace, check_disk_space, fit_footprint, gram_bytes
 from .fitstore import FORMAT, FORMAT_VERSION, FitStore, json_safe, remove_member
 from .gramstore import GramInfo, GramStore, GramWriters, probe_array
@@ -30,4 +31,4 @@ __all__ = ["CheckpointState", "SolverCheckpoint", "ChunkReader", "ChunkWriter", 
            "gram_bytes", "fit_footprint", "probe_array", "LOCK_NAME", "StoreLockedError", "Lease", "LeaseLostError",
            "DamagedModelError", "EDITED", "edited",
            "absolute", "check_apart", "check_output", "relation", "exists", "Finding", "verify_store",
-           "without_local_scheme"]
+           "without_local_scheme", "held_as"]

@@ -27,7 +27,7 @@ from ..execution import compute, for_the_client
 from .integrity import CorruptChunkError, VerifiedArray, padded_digest
 from .lock import Fenced, Lease
 
-__all__ = ["chunk_digest", "copy_block", "damaged_chunks", "rewrite_chunks"]
+__all__ = ["chunk_digest", "copy_block", "damaged_chunks", "held_as", "rewrite_chunks", "same_values"]
 
 logger = logging.getLogger("dkpca")
 
@@ -43,6 +43,38 @@ def copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], offset: in
     (r0, r1), (c0, c1) = block_info[0]["array-location"]
     target[offset + r0:offset + r1, c0:c1] = block
     return chunk_digest(block, edge)
+
+
+def same_values(data: VerifiedArray, X: da.Array, start: int, stop: int) -> bool:
+    """Whether rows ``start:stop`` of the copy (``data``, read verified) hold X's values where their digests differ.
+
+    Digests compare bytes, and ``0.0`` and ``-0.0`` are one value in two (a sign flipped, ``np.round``, another
+    program's writer): every kernel gives them the same entries, so such rows are the copy's data, not changed
+    ones.  A damaged chunk of the copy, or another dtype, is not the same.
+    """
+    if data.dtype != X.dtype:
+        return False
+    try:
+        held = data[start:stop]
+    except CorruptChunkError:
+        return False
+    return bool(np.array_equal(held, np.asarray(X[start:stop])))
+
+
+def held_as(store: Any, X: da.Array, fingerprint: dict) -> dict:
+    """The fingerprint of ``store``'s data copy where the copy holds X's values in other bytes
+    (:meth:`~.datacopy.StoredData.changed_chunk`), else ``fingerprint`` (X's): a refit of the same values keeps
+    the copy, K and the model bound to it.  Reads X and the copy only where the fingerprints differ and shape,
+    dtype and tile agree."""
+    try:
+        ext = store.data_extent()
+    except (OSError, ValueError, KeyError):  # no copy, or one the fit judges and names
+        return fingerprint
+    old = ext.fingerprint or {}
+    if (old == fingerprint or ext.growing is not None or not ext.digested or ext.tile != X.chunks[0][0]
+            or any(old.get(key) != fingerprint.get(key) for key in ("shape", "dtype"))):
+        return fingerprint
+    return old if store.changed_chunk(X, ext.rows) is None else fingerprint
 
 
 def damaged_chunks(data: VerifiedArray) -> dict[int, CorruptChunkError]:

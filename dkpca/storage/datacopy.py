@@ -25,7 +25,7 @@ import numpy as np
 import zarr
 
 from ..execution import compute, for_the_client
-from .datachunks import chunk_digest, copy_block, rewrite_chunks
+from .datachunks import chunk_digest, copy_block, rewrite_chunks, same_values
 from .integrity import (
     DIGEST,
     CorruptChunkError,
@@ -339,9 +339,10 @@ class StoredData:
 
     # -- an update: the copy grown by new rows -------------------------------
     def changed_chunk(self, X: da.Array, rows: int) -> tuple[int, int, int] | None:
-        """The first chunk of the copy whose rows below ``rows`` differ from X's, by digest: ``(chunk, first row,
-        last row)``; None: all equal.  X is read up to ``rows``, re-chunked as the copy is; the digests are those
-        recorded when the copy was written (the copy itself is not read)."""
+        """The first chunk of the copy whose rows below ``rows`` differ from X's: ``(chunk, first row, last row)``;
+        None: all equal.  X is read up to ``rows``, re-chunked as the copy is, and compared by the digests
+        recorded when the copy was written; only a chunk whose digest differs is read from the copy, to compare
+        values (:func:`~.datachunks.same_values`: ``-0.0`` for ``0.0`` is no change)."""
         arr, attrs, complete, _ = self._data_record()
         edge = (arr.chunks[0], arr.shape[1])
         recorded = decode_digests(attrs["digests"])[:-(-rows // edge[0])]
@@ -350,8 +351,9 @@ class StoredData:
                               chunks=((1,) * len(head.chunks[0]),), name=f"dkpca-rows-{uuid.uuid4().hex}")
         (values,) = compute(got, label="checking the stored rows")
         for c, (a, b) in enumerate(zip(values, recorded, strict=True)):
-            if int(a) != b:
-                return c, c * edge[0], min((c + 1) * edge[0], rows) - 1
+            start, stop = c * edge[0], min((c + 1) * edge[0], rows)
+            if int(a) != b and not same_values(self._training_array(rows), X, start, stop):
+                return c, start, stop - 1
         return None
 
     def grow_data(self, X: da.Array, fingerprint: dict, rows: int, progress: bool = False,
@@ -374,7 +376,12 @@ class StoredData:
         if arr.shape[0] != X.shape[0]:
             arr.resize((X.shape[0], arr.shape[1]))  # metadata only: no chunk of the old rows is rewritten
         first = rows // edge[0] * edge[0]
-        tail = X[first:].rechunk((edge[0], X.shape[1]))
+        tail = X[first:]
+        if rows % edge[0] and int(chunk_digest(np.asarray(X[first:rows]), edge)[0]) != old[-1]:
+            # X's old rows there hold the copy's values in other bytes (changed_chunk): the copy keeps its own,
+            # which the earlier row count's digest (prefixes) names
+            tail = da.concatenate([da.from_array(self._training_array(rows)[first:rows]), X[rows:]])
+        tail = tail.rechunk((edge[0], X.shape[1]))
         target = arr if lease is None else Fenced(arr, lease)
         digests = tail.map_blocks(copy_block, target, edge, first, dtype=np.uint64, drop_axis=1,
                                   chunks=((1,) * len(tail.chunks[0]),), name=f"dkpca-grow-{uuid.uuid4().hex}")
