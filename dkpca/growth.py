@@ -316,9 +316,10 @@ def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, s
                 + f"the store's copy of the data fitted in {store.path!r}: the input does not extend that data, so "
                 "it cannot update the fit. Pass overwrite=True (CLI: --overwrite) to fit it from scratch, or "
                 "choose another store.")
-        Xs = store.grow_data(req.X, fp.to_dict(), update.n_old, progress=req.progress, lease=lease)
+        Xs = store.grow_data(req.X, fp.to_dict(), update.n_old, progress=req.progress, lease=lease, seen=fp.chunks)
     else:
-        Xs = store.store_data(req.X, fp.to_dict(), False, progress=req.progress, source=source, lease=lease)
+        Xs = store.store_data(req.X, fp.to_dict(), False, progress=req.progress, source=source, lease=lease,
+                              seen=fp.chunks)
     if store_gram and update.growth.gram:
         grow_gram(store, update.growth.gram_rows, {"fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(),
                                                    "block": req.tile, "dtype": np.dtype(req.dtype).name, "n": req.n})

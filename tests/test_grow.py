@@ -36,7 +36,7 @@ from dkpca import gram as gram_module
 from dkpca import pipeline
 from dkpca.cli import main
 from dkpca.storage import FitStore, GramStore, verify_store
-from dkpca.storage import datacopy as datacopy_module
+from dkpca.storage import datachunks as datachunks_module
 from dkpca.storage import growth as growth_module
 
 from .conftest import dkpca_cmd, done_markers, kill_group, make_data, reference_eigh, spawn, wait_until, write_data
@@ -253,13 +253,13 @@ def test_the_plan_of_an_update_names_the_stored_tile_it_keeps(tmp_path):
 
 
 def _kill_data_copy(monkeypatch):
-    real = datacopy_module.copy_block
+    real = datachunks_module.copy_block
 
     def copy(block, target, edge, offset=0, block_info=None):
         if offset and block_info[0]["array-location"][0][0] > 0:  # an update's chunks after the boundary's
             raise Killed
         return real(block, target, edge, offset, block_info=block_info)
-    monkeypatch.setattr(datacopy_module, "copy_block", copy)
+    monkeypatch.setattr(datachunks_module, "copy_block", copy)
 
 
 def _kill_gram_resize(monkeypatch):

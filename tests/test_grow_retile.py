@@ -21,7 +21,7 @@ from dkpca import gram as gram_module
 from dkpca import growth as update_module
 from dkpca.cli import main
 from dkpca.linalg import default_block_size
-from dkpca.storage import datacopy as datacopy_module
+from dkpca.storage import datachunks as datachunks_module
 from dkpca.storage.growth import retile
 
 from .conftest import make_data, reference_eigh
@@ -97,13 +97,13 @@ def test_the_plan_and_info_say_the_update_re_tiles(tiny_first, capsys):
 
 
 def _kill_copy(m):
-    real = datacopy_module.copy_block
+    real = datachunks_module.copy_block
 
     def copy(block, target, edge, offset=0, block_info=None):
         if offset and block_info[0]["array-location"][0][0] > 0:
             raise Killed
         return real(block, target, edge, offset, block_info=block_info)
-    m.setattr(datacopy_module, "copy_block", copy)
+    m.setattr(datachunks_module, "copy_block", copy)
 
 
 def _kill_retire(m):

@@ -20,7 +20,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca.storage import FitStore, verify_store
-from dkpca.storage import datacopy as datacopy_module
+from dkpca.storage import datachunks as datachunks_module
 
 from .conftest import make_data, reference_eigh
 
@@ -85,7 +85,7 @@ def test_an_update_killed_after_it_wrote_the_boundary_chunk_resumes_keeping_the_
     store = str(tmp_path / "s.dkpca.zarr")
     old = dkpca.fit(_data(-1.0)[:300], store=store, **KW)
     Z = old.transform(_data(1.0)[:20])
-    real = datacopy_module.copy_block
+    real = datachunks_module.copy_block
 
     def copy(block, target, edge, offset=0, block_info=None):
         if offset and block_info[0]["array-location"][0][0] > 0:  # the chunks after the boundary's
@@ -93,7 +93,7 @@ def test_an_update_killed_after_it_wrote_the_boundary_chunk_resumes_keeping_the_
         return real(block, target, edge, offset, block_info=block_info)
 
     with monkeypatch.context() as m:
-        m.setattr(datacopy_module, "copy_block", copy)
+        m.setattr(datachunks_module, "copy_block", copy)
         with pytest.raises(Killed):
             dkpca.fit(_data(1.0), store=store, **KW)
     assert FitStore.at(store).open()["data"]["X"].shape[0] == 400  # the boundary chunk was written

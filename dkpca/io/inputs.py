@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import dask
@@ -21,6 +21,7 @@ import zarr
 
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
+from ..storage.datachunks import chunk_digest
 from .csvfile import is_csv, not_numeric, text_fields
 from .formats import open_path, table_columns, zarr_input
 
@@ -209,11 +210,19 @@ def as_dask(source: Any, block_rows: int | None = None, min_samples: int = 2, pu
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """Identity of a data matrix: shape, dtype and a checksum of its values."""
+    """Identity of a data matrix: shape, dtype and a checksum of its values.
+
+    ``chunks``: the digest a store's data copy records for each row chunk
+    (:func:`~dkpca.storage.datachunks.chunk_digest`), as :func:`scan` read it; the copy compares
+    what it writes with them, so an input that changed between the two reads (still being written)
+    is found.  Not part of the identity (nor of :meth:`to_dict`); empty where X's row chunks are not
+    the copy's (irregular).
+    """
 
     shape: tuple[int, int]
     dtype: str
     checksum: str
+    chunks: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "dtype": self.dtype, "checksum": self.checksum}
@@ -223,14 +232,16 @@ class Fingerprint:
         return cls(tuple(d["shape"]), d["dtype"], d["checksum"])
 
 
-def _scan_block(block: np.ndarray) -> tuple[str, int, int]:
-    """The block's digest, and its first non-finite entry's row and column (-1, -1: none)."""
+def _scan_block(block: np.ndarray, edge: tuple[int, int] | None) -> tuple[str, int, int, int | None]:
+    """The block's digest, its first non-finite entry's row and column (-1, -1: none), and the digest a data
+    copy's chunk of shape ``edge`` holding it records (None: no ``edge``)."""
     block = np.ascontiguousarray(block)
     finite = np.isfinite(block)
     rows = finite.all(axis=1)
     bad = -1 if rows.all() else int(np.argmin(rows))
     column = -1 if bad < 0 else int(np.argmin(finite[bad]))
-    return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad, column
+    copied = None if edge is None else int(chunk_digest(block, edge)[0])
+    return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad, column, copied
 
 
 def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
@@ -244,11 +255,15 @@ def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
     ValueError
         X holds NaN or infinity; the message names the first bad row.
     """
-    parts = [dask.delayed(_scan_block, pure=True)(b) for b in X.to_delayed().ravel()]
+    heights, widths = X.chunks
+    # blocks as a store's data copy writes them: their digests are the copy's (Fingerprint.chunks)
+    regular = len(widths) == 1 and len(set(heights[:-1])) <= 1 and heights[-1] <= heights[0]
+    edge = (heights[0], X.shape[1]) if regular else None
+    parts = [dask.delayed(_scan_block, pure=True)(b, edge) for b in X.to_delayed().ravel()]
     results = compute(*parts, local=for_the_client(X.nbytes))
     offset = 0
     h = hashlib.blake2b(digest_size=16)
-    for (digest, bad, column), rows in zip(results, X.chunks[0], strict=True):
+    for (digest, bad, column, _), rows in zip(results, X.chunks[0], strict=True):
         if bad >= 0:  # a CSV's short row or empty field is read as NaN: the column says which field
             raise ValueError(
                 f"X contains NaN or infinity (first in row {offset + bad}, column {column}); "
@@ -258,4 +273,5 @@ def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
         h.update(digest.encode())
         offset += rows
     h.update(str(X.chunks[0]).encode())
-    return Fingerprint(tuple(int(s) for s in X.shape), str(X.dtype), h.hexdigest())
+    copied = tuple(r[3] for r in results) if regular else ()
+    return Fingerprint(tuple(int(s) for s in X.shape), str(X.dtype), h.hexdigest(), copied)

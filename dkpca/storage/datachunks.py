@@ -16,6 +16,8 @@ checked so: its damage is refused as before.
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import dask
@@ -27,7 +29,8 @@ from ..execution import compute, for_the_client
 from .integrity import CorruptChunkError, VerifiedArray, padded_digest
 from .lock import Fenced, Lease
 
-__all__ = ["chunk_digest", "copy_block", "damaged_chunks", "held_as", "rewrite_chunks", "same_values"]
+__all__ = ["InputChangedError", "chunk_digest", "copy_block", "damaged_chunks", "held_as", "rewrite_chunks",
+           "same_values", "write_rows"]
 
 logger = logging.getLogger("dkpca")
 
@@ -43,6 +46,34 @@ def copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], offset: in
     (r0, r1), (c0, c1) = block_info[0]["array-location"]
     target[offset + r0:offset + r1, c0:c1] = block
     return chunk_digest(block, edge)
+
+
+class InputChangedError(ValueError):
+    """The input's rows as the copy wrote them are not those the fit's scan read: it changed in between."""
+
+
+def write_rows(X: da.Array, target: Any, edge: tuple[int, int], label: str, progress: bool = False, offset: int = 0,
+               seen: Sequence[int | None] = ()) -> list[int]:
+    """Write X's row blocks (one chunk of shape ``edge`` each, tasks in parallel) into ``target`` from row
+    ``offset`` on; return the digest of each chunk as written, which the copy records.
+
+    ``seen``: the digests the fit's scan of the input took of the same chunks (:attr:`dkpca.io.Fingerprint.chunks`;
+    empty, or None for a chunk: not comparable).  The input is read twice -- scanned (finite? its fingerprint),
+    then copied -- and a file still being written, or rewritten meanwhile, gives two different reads: a copy
+    recorded under the scan's fingerprint would hold other data.  Raises :class:`InputChangedError` naming the
+    first chunk that differs (its rows are written; the caller decides what becomes of them).
+    """
+    digests = X.map_blocks(copy_block, target, edge, offset, dtype=np.uint64, drop_axis=1,
+                           chunks=((1,) * len(X.chunks[0]),), name=f"dkpca-copy-{uuid.uuid4().hex}")
+    (values,) = compute(digests, label=label, progress=progress, local=for_the_client(X.nbytes))
+    for c, (written, scanned) in enumerate(zip(values, seen, strict=False)):  # seen empty: none taken
+        if scanned is not None and int(written) != int(scanned):
+            first, last = offset + c * edge[0], min(offset + (c + 1) * edge[0], offset + X.shape[0]) - 1
+            raise InputChangedError(
+                f"the input changed while this fit read it: its rows {first} to {last} differ between "
+                "dkpca's check of them and its copy of them (is something still writing it?); rerun once it is "
+                "complete.")
+    return [int(v) for v in values]
 
 
 def same_values(data: VerifiedArray, X: da.Array, start: int, stop: int) -> bool:

@@ -17,6 +17,7 @@ mix-in of :class:`~dkpca.storage.fitstore.FitStore`: the store's layout and mode
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,8 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from ..execution import compute, for_the_client
-from .datachunks import chunk_digest, copy_block, rewrite_chunks, same_values
+from ..execution import compute
+from .datachunks import InputChangedError, chunk_digest, rewrite_chunks, same_values, write_rows
 from .integrity import (
     DIGEST,
     CorruptChunkError,
@@ -42,6 +43,7 @@ from .lock import Fenced, Lease
 from .modelrecord import DamagedModelError
 from .paths import exists, relation
 from .rowview import RowPrefix
+from .slots import remove_member
 
 __all__ = ["DATA", "RECOPY", "DataExtent", "StoredData"]
 
@@ -95,7 +97,7 @@ class StoredData:
     """
 
     def store_data(self, X: da.Array, fingerprint: dict, overwrite: bool, progress: bool = False,
-                   source: str | None = None, lease: Lease | None = None) -> da.Array:
+                   source: str | None = None, lease: Lease | None = None, seen: Sequence[int] = ()) -> da.Array:
         """Copy X into ``data/X`` once (kept if the fingerprint matches); return the copy, lazily.
 
         A copy of other data is an error unless ``overwrite``; then the data,
@@ -106,6 +108,8 @@ class StoredData:
         ``<store>/data/X`` with a new kernel replaces K and the model only).
         With the fit's ``lease`` every chunk write checks it first: a copy task
         that outlives its fit writes nothing (:class:`~dkpca.storage.Lease`).
+        ``seen``: the scan's digests of X's chunks; a copy that wrote others is removed and refused
+        (:func:`~.datachunks.write_rows`), for a rerun to copy afresh.
         """
         root = self.open_for_write()
         if DATA in root:
@@ -166,11 +170,11 @@ class StoredData:
             X = X.rechunk(edge)  # one task a chunk: two tasks writing parts of one chunk would race
         arr = create_array(g, "X", shape=X.shape, chunks=edge, dtype=X.dtype)
         target = arr if lease is None else Fenced(arr, lease)
-        # each task writes its block and returns the digest of the chunk as stored, recorded with `complete`
-        digests = X.map_blocks(copy_block, target, edge, dtype=np.uint64, drop_axis=1,
-                               chunks=((1,) * len(X.chunks[0]),), name=f"dkpca-copy-{uuid.uuid4().hex}")
-        (values,) = compute(digests, label="copying X into the store", progress=progress,
-                            local=for_the_client(X.nbytes))
+        try:  # each task writes its block and returns the digest of the chunk as stored, recorded with `complete`
+            values = write_rows(X, target, edge, "copying X into the store", progress, seen=seen)
+        except InputChangedError:
+            remove_member(root, DATA)  # this fit's own copy, of no one reading of the input
+            raise
         g.attrs.update({"complete": True, "digest": DIGEST, "digests": encode_digests(values)})
         return self.training_data()
 
@@ -357,13 +361,14 @@ class StoredData:
         return None
 
     def grow_data(self, X: da.Array, fingerprint: dict, rows: int, progress: bool = False,
-                  lease: Lease | None = None) -> da.Array:
+                  lease: Lease | None = None, seen: Sequence[int] = ()) -> da.Array:
         """Grow the copy of the first ``rows`` rows of X to all of X; return the grown copy, lazily.
 
         The caller has checked that X's first ``rows`` rows are the copy's
         (:meth:`changed_chunk`) and holds the store lock.  Only the chunks from
         the one the old end falls in are written (a rerun after a kill writes
-        them again); chunks wholly in the old rows are never touched.
+        them again); chunks wholly in the old rows are never touched.  ``seen``: as :meth:`store_data`'s, X's
+        chunks as the scan read them; a copy that wrote others stops there, as a killed one would.
         """
         g = self.open_for_write()[DATA]
         arr, attrs = writable(g["X"]), dict(g.attrs)
@@ -376,16 +381,14 @@ class StoredData:
         if arr.shape[0] != X.shape[0]:
             arr.resize((X.shape[0], arr.shape[1]))  # metadata only: no chunk of the old rows is rewritten
         first = rows // edge[0] * edge[0]
-        tail = X[first:]
+        tail, seen = X[first:], list(seen[first // edge[0]:] if X.chunks[0][0] == edge[0] else ())
         if rows % edge[0] and int(chunk_digest(np.asarray(X[first:rows]), edge)[0]) != old[-1]:
             # X's old rows there hold the copy's values in other bytes (changed_chunk): the copy keeps its own,
             # which the earlier row count's digest (prefixes) names
-            tail = da.concatenate([da.from_array(self._training_array(rows)[first:rows]), X[rows:]])
-        tail = tail.rechunk((edge[0], X.shape[1]))
+            tail, seen[:1] = da.concatenate([da.from_array(self._training_array(rows)[first:rows]), X[rows:]]), [None]
         target = arr if lease is None else Fenced(arr, lease)
-        digests = tail.map_blocks(copy_block, target, edge, first, dtype=np.uint64, drop_axis=1,
-                                  chunks=((1,) * len(tail.chunks[0]),), name=f"dkpca-grow-{uuid.uuid4().hex}")
-        (values,) = compute(digests, label="copying the new rows into the store", progress=progress)
+        values = write_rows(tail.rechunk((edge[0], X.shape[1])), target, edge, "copying the new rows into the store",
+                            progress, first, seen)
         prefixes = dict(attrs.get("prefixes") or {})
         prefixes[str(rows)] = encode_digests([old[-1]])[0] if rows % edge[0] else None
         # the last write: the grown copy is complete, and every earlier row count still readable
