@@ -21,6 +21,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from scipy.sparse.linalg import ArpackNoConvergence
 
 from .eigensolve import (
     in_memory_operator,
@@ -40,7 +41,7 @@ from .kernels import Kernel
 from .linalg import Centering
 from .model import KPCAModel
 from .operator import CenteredKernelOperator, MatrixFreeKernelOperator, StoredKernelOperator
-from .planning import FitPlan, GramMode, PrecisionWarning, decide
+from .planning import FitPlan, GramMode, PrecisionWarning, decide, instead_of_arpack
 from .report import fit_report
 from .request import DEFAULTS, FitOptions, FitRequest, as_generator, beside_input, make_request
 from .solvers import ConvergenceWarning, EigResult, postprocess
@@ -242,7 +243,7 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
             ckpt.clear()
         # the kernel whose blocks the fit evaluates: req.kernel, or its compiled-exp variant (same spec)
         evaluator = req.kernel.compiled() if plan.compiled_exp else req.kernel
-        op, gram_report, res = _build_and_solve(req, plan, evaluator, Xs, fp, rng, ckpt, timings, lease, update)
+        op, gram_report, res, plan = _build_and_solve(req, plan, evaluator, Xs, fp, rng, ckpt, timings, lease, update)
         t = time.perf_counter()
         ritz = res.info.pop("ritz", None)  # arrays for the store (save_ritz), not for the report
         centering = res.info.pop("centering", None)
@@ -292,8 +293,9 @@ GRAM_REPAIRS = 2
 def _build_and_solve(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.Array, fp: Fingerprint,
                      rng: np.random.Generator, ckpt: SolverCheckpoint, timings: dict[str, float],
                      lease: Lease, update: Update | None = None,
-                     ) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult]:
-    """Operator, Gram report and solver result (``timings``: "gram", "solve"); damaged Gram chunks are rebuilt.
+                     ) -> tuple[CenteredKernelOperator, dict[str, Any], EigResult, FitPlan]:
+    """Operator, Gram report, solver result (``timings``: "gram", "solve") and the plan the solve ran (the
+    plan's, or block Lanczos's where ARPACK chosen by ``auto`` did not converge); damaged Gram chunks are rebuilt.
 
     Every read of K is verified (:class:`~dkpca.storage.CorruptChunkError`
     names a missing, truncated or corrupt chunk).  A Gram chunk's block gets
@@ -314,10 +316,18 @@ def _build_and_solve(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.A
             serial = plan.start is not None and plan.start.serial
             with warnings.catch_warnings(), serial_blas() if serial else contextlib.nullcontext():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                res = solve(plan.solver, op, plan.k, req.fraction, tol=req.tol,
-                            max_passes=req.max_passes, rng=rng, callback=log_pass, **solver_opts)
+                try:
+                    res = solve(plan.solver, op, plan.k, req.fraction, tol=req.tol,
+                                max_passes=req.max_passes, rng=rng, callback=log_pass, **solver_opts)
+                except ArpackNoConvergence as exc:  # K in memory: no start block, no checkpoint to carry over
+                    if (instead := instead_of_arpack(plan, req.solver, str(exc))) is None:
+                        raise
+                    plan = instead
+                    logger.info("%s", plan.reasons["solver"])
+                    res = solve(plan.solver, op, plan.k, req.fraction, tol=req.tol, max_passes=req.max_passes,
+                                rng=rng, callback=log_pass)
             timings["solve"] = time.perf_counter() - t
-            return op, gram_report, res
+            return op, gram_report, res, plan
         except CorruptChunkError as exc:
             stored = plan.gram is GramMode.STORE
             repaired = 0 if attempt == GRAM_REPAIRS or not stored else GramStore(req.store).repair(exc)

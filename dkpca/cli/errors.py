@@ -60,6 +60,7 @@ def explain(exc: BaseException) -> str | None:
     """The one-line message for an error the user caused and can fix; None for a bug (keep the traceback)."""
     # imported only once an error happened: importing them costs ``dkpca --help`` seconds
     from distributed.scheduler import KilledWorker
+    from scipy.sparse.linalg import ArpackNoConvergence
 
     from ..cluster import ClusterError
     from ..execution import LostComputationError
@@ -84,6 +85,9 @@ def explain(exc: BaseException) -> str | None:
     if unreachable(exc):
         return (f"cannot reach the storage ({exc}); check the endpoint (for s3://, AWS_ENDPOINT_URL) and the "
                 "network, then rerun")
+    if isinstance(exc, ArpackNoConvergence):  # --solver arpack asked for by name (auto moves to block Lanczos)
+        return (f"{exc}: ARPACK's tolerance is relative to each eigenvalue, which near-zero ones never meet; use "
+                "--solver lanczos (or auto), or ask for fewer components")
     if isinstance(exc, KilledWorker):
         return (f"a task kept killing its worker ({exc}); it probably ran out of memory: use a smaller "
                 "--chunk-size or give the workers more memory, then rerun (finished blocks are kept)")
