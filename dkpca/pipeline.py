@@ -217,8 +217,8 @@ def _fit_request(req: FitRequest, source: Any, t_start: float, update: Update | 
         if names is None and update is not None and update.model is not None:  # grown rows of the fitted columns
             names = update.model.feature_names
         source = absolute(path) if path is not None else None
-        held = held_as(req.store, req.X, fp.to_dict()) if update is None and not req.overwrite else fp.to_dict()
-        if held != fp.to_dict():  # the copy holds X's values in other bytes (-0.0 for 0.0): the same data
+        # the copy holds X's values in other bytes (-0.0 for 0.0): the same data, under the copy's fingerprint
+        if update is None and not req.overwrite and (held := held_as(req.store, req.X, fp.to_dict())) is not None:
             fp = Fingerprint.from_dict(held)
         Xs = (grow_store(req, update, fp, lease, plan.gram is GramMode.STORE, source) if update is not None else
               req.store.store_data(req.X, fp.to_dict(), req.overwrite, progress=req.progress, source=source,

@@ -41,6 +41,16 @@ def reference_eigh(K: np.ndarray, k: int):
     return lam[::-1], U[:, ::-1]
 
 
+def assert_rbf_eigenvalues(model, X: np.ndarray, gamma: float, k: int, atol: float = 1e-8) -> None:
+    """``model`` fitted X's n rows, with the top-k eigenvalues of eigh of X's centred rbf kernel (``atol``: relative
+    to lambda_1; 1e-8 where block Lanczos at tol 1e-6 solves a separated spectrum: errors ~ tol^2)."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=gamma), k)
+    assert model.n_samples == len(X)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=0, atol=atol * lam[0])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def dask_scratch(tmp_path_factory):
     """Dask's scratch space (``dask-scratch-space``: a LocalCluster's lock files) in pytest's temporary directory.

@@ -4,7 +4,7 @@ A fit reads its input twice: the scan (finite? the fingerprint) and the copy int
 being written, or rewritten meanwhile, gives two different reads; before, the store recorded the scan's
 fingerprint over a copy of other data -- a later fit of the scanned data would have reused that copy, its K
 and its model without a word.  Simulated here by writing a changed row into the Zarr input right after the
-fit's scan.  Reference: ``scipy.linalg.eigh`` of the dense centred kernel (``conftest.reference_eigh``;
+fit's scan.  Reference: ``scipy.linalg.eigh`` of the dense centred kernel (``conftest.assert_rbf_eigenvalues``;
 block Lanczos at tol 1e-6 on this separated spectrum: eigenvalues within 1e-8 lambda_1).
 """
 
@@ -13,23 +13,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import zarr
-from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca import pipeline
 from dkpca.storage import FitStore
 
-from .conftest import cli_error, make_data, reference_eigh
+from .conftest import assert_rbf_eigenvalues, cli_error, make_data
 
 GAMMA, K = 0.2, 3
 KW = dict(n_components=K, gamma=GAMMA, chunk_size=64, dtype="float64", solver="lanczos")
 SAID = "the input changed while this fit read it: its rows 320 to 383 differ between dkpca's check of them and its copy"
-
-
-def _check(model, X):
-    lam, _ = reference_eigh(rbf_kernel(X, gamma=GAMMA), K)
-    assert model.n_samples == len(X)
-    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=0, atol=1e-8 * lam[0])
 
 
 def _written_after_the_scan(monkeypatch, path: str, row: int) -> np.ndarray:
@@ -62,7 +55,7 @@ def test_a_fit_whose_input_changes_after_its_scan_is_refused_and_the_rerun_fits_
     X, store = make_data(400, seed=3), str(tmp_path / "s.dkpca.zarr")
     path, changed = _refused_mid_fit(tmp_path, monkeypatch, X, store)
     assert "data" not in FitStore.at(store).open()  # the copy of neither reading is kept
-    _check(dkpca.fit(path, store=store, **KW), changed)
+    assert_rbf_eigenvalues(dkpca.fit(path, store=store, **KW), changed, GAMMA, K)
     # the store's fingerprint is its copy's: the data the first scan read is other data now
     with pytest.raises(ValueError, match="was fitted on different data"):
         dkpca.fit(X, store=store, **KW)
@@ -76,7 +69,7 @@ def test_an_update_whose_new_rows_change_after_its_scan_is_refused_and_the_rerun
     np.testing.assert_allclose(dkpca.load(store).eigenvalues_, old.eigenvalues_, rtol=0, atol=0)
     model = dkpca.fit(path, store=store, **KW)
     assert model.report["update"]["rows_before"] == 300
-    _check(model, changed)
+    assert_rbf_eigenvalues(model, changed, GAMMA, K)
 
 
 def test_the_cli_says_it_in_one_line(tmp_path, monkeypatch, capsys):

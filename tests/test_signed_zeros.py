@@ -6,7 +6,7 @@ program's writer turns one into the other.  Every kernel gives them the same ent
 of such data must not be refused as "changed" (it was: "row chunk 0 ... of the input differs from the store's
 copy", "store ... was fitted on different data").  A value that really changed still is refused.
 
-Reference: ``scipy.linalg.eigh`` of the dense centred kernel (``conftest.reference_eigh``), as in
+Reference: ``scipy.linalg.eigh`` of the dense centred kernel (``conftest.assert_rbf_eigenvalues``), as in
 ``tests/test_grow.py``: block Lanczos at tol 1e-6 on this well separated spectrum gives eigenvalues within
 1e-8 lambda_1.  300 rows in tiles of 64 end inside a tile (rows 256-299), so the update rewrites that chunk of
 the copy: row 5 lies in a chunk it never touches, row 270 in that boundary chunk.
@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca.storage import FitStore, verify_store
 from dkpca.storage import datachunks as datachunks_module
 
-from .conftest import make_data, reference_eigh
+from .conftest import assert_rbf_eigenvalues, make_data
 
 GAMMA, K = 0.2, 3
 KW = dict(n_components=K, gamma=GAMMA, chunk_size=64, dtype="float64", solver="lanczos")
@@ -37,12 +36,6 @@ def _data(sign: float) -> np.ndarray:
     return X
 
 
-def _check(model, X):
-    lam, _ = reference_eigh(rbf_kernel(X, gamma=GAMMA), K)
-    assert model.n_samples == len(X)
-    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=0, atol=1e-8 * lam[0])
-
-
 def _stored_signs(store: str) -> list[bool]:
     """The sign bits of the copy's entries at ZEROS."""
     X = FitStore.at(store).training_array()
@@ -55,7 +48,7 @@ def test_an_update_whose_old_rows_differ_only_in_the_sign_of_zeros_is_an_update(
     old = dkpca.fit(_data(stored)[:300], store=store, **KW)
     model = dkpca.fit(_data(given), store=store, **KW)
     assert model.report["update"]["rows_added"] == 100
-    _check(model, _data(given))
+    assert_rbf_eigenvalues(model, _data(given), GAMMA, K)
     # the copy keeps its own bytes for its old rows, the boundary chunk's too, which the update wrote again
     assert _stored_signs(store) == [stored < 0] * 2
     # the model fitted before reads its own rows, each verified against the digests recorded for them
@@ -69,7 +62,7 @@ def test_a_refit_of_data_that_differs_only_in_the_sign_of_zeros_reuses_k(tmp_pat
     dkpca.fit(_data(stored), store=store, **KW)
     model = dkpca.fit(_data(given), store=store, **KW)
     assert model.report["gram"]["computed_blocks"] == 0 and "update" not in model.report
-    _check(model, _data(given))
+    assert_rbf_eigenvalues(model, _data(given), GAMMA, K)
     assert _stored_signs(store) == [stored < 0] * 2
     again = dkpca.fit(_data(stored), store=store, **KW)  # the copy's own bytes, as before
     assert again.report["gram"]["computed_blocks"] == 0
@@ -101,7 +94,7 @@ def test_an_update_killed_after_it_wrote_the_boundary_chunk_resumes_keeping_the_
     assert all(f.ok for f in verify_store(store))
     model = dkpca.fit(_data(1.0), store=store, **KW)
     assert model.report["update"]["rows_before"] == 300
-    _check(model, _data(1.0))
+    assert_rbf_eigenvalues(model, _data(1.0), GAMMA, K)
     assert _stored_signs(store) == [True, True]
 
 

@@ -21,7 +21,7 @@ import zarr
 
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
-from ..storage.datachunks import chunk_digest
+from ..storage.datachunks import chunk_digest, copy_edge
 from .csvfile import is_csv, not_numeric, text_fields
 from .formats import open_path, table_columns, zarr_input
 
@@ -255,10 +255,7 @@ def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
     ValueError
         X holds NaN or infinity; the message names the first bad row.
     """
-    heights, widths = X.chunks
-    # blocks as a store's data copy writes them: their digests are the copy's (Fingerprint.chunks)
-    regular = len(widths) == 1 and len(set(heights[:-1])) <= 1 and heights[-1] <= heights[0]
-    edge = (heights[0], X.shape[1]) if regular else None
+    edge = copy_edge(X)  # blocks as a store's data copy writes them: their digests are the copy's
     parts = [dask.delayed(_scan_block, pure=True)(b, edge) for b in X.to_delayed().ravel()]
     results = compute(*parts, local=for_the_client(X.nbytes))
     offset = 0
@@ -273,5 +270,5 @@ def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
         h.update(digest.encode())
         offset += rows
     h.update(str(X.chunks[0]).encode())
-    copied = tuple(r[3] for r in results) if regular else ()
+    copied = tuple(r[3] for r in results) if edge is not None else ()
     return Fingerprint(tuple(int(s) for s in X.shape), str(X.dtype), h.hexdigest(), copied)

@@ -29,8 +29,8 @@ from ..execution import compute, for_the_client
 from .integrity import CorruptChunkError, VerifiedArray, padded_digest
 from .lock import Fenced, Lease
 
-__all__ = ["InputChangedError", "chunk_digest", "copy_block", "damaged_chunks", "held_as", "rewrite_chunks",
-           "same_values", "write_rows"]
+__all__ = ["InputChangedError", "chunk_digest", "copy_block", "copy_edge", "damaged_chunks", "held_as",
+           "rewrite_chunks", "same_values", "write_rows"]
 
 logger = logging.getLogger("dkpca")
 
@@ -38,6 +38,15 @@ logger = logging.getLogger("dkpca")
 def chunk_digest(block: np.ndarray, edge: tuple[int, int]) -> np.ndarray:
     """The digest a chunk holding ``block`` (zero-padded) records: written with it, compared with an input's rows."""
     return np.array([padded_digest(np.ascontiguousarray(block), edge)], dtype=np.uint64)
+
+
+def copy_edge(X: da.Array) -> tuple[int, int] | None:
+    """The chunk shape a data copy writes X's row blocks as, one block a chunk (tasks writing parts of one chunk
+    would race); None where X's blocks are not such chunks (uneven rows, split columns): the copy re-chunks X
+    first, and a scan's digests of its blocks are not the copy's."""
+    heights, widths = X.chunks
+    regular = len(widths) == 1 and len(set(heights[:-1])) <= 1 and heights[-1] <= heights[0]
+    return (heights[0], X.shape[1]) if regular else None
 
 
 def copy_block(block: np.ndarray, target: Any, edge: tuple[int, int], offset: int = 0,
@@ -92,20 +101,20 @@ def same_values(data: VerifiedArray, X: da.Array, start: int, stop: int) -> bool
     return bool(np.array_equal(held, np.asarray(X[start:stop])))
 
 
-def held_as(store: Any, X: da.Array, fingerprint: dict) -> dict:
+def held_as(store: Any, X: da.Array, fingerprint: dict) -> dict | None:
     """The fingerprint of ``store``'s data copy where the copy holds X's values in other bytes
-    (:meth:`~.datacopy.StoredData.changed_chunk`), else ``fingerprint`` (X's): a refit of the same values keeps
-    the copy, K and the model bound to it.  Reads X and the copy only where the fingerprints differ and shape,
-    dtype and tile agree."""
+    (:meth:`~.datacopy.StoredData.changed_chunk`), for a refit of the same values to keep the copy, K and the
+    model bound to it; None otherwise (``fingerprint``, X's, stands).  Reads X and the copy only where the
+    fingerprints differ and shape, dtype and tile agree."""
     try:
         ext = store.data_extent()
     except (OSError, ValueError, KeyError):  # no copy, or one the fit judges and names
-        return fingerprint
+        return None
     old = ext.fingerprint or {}
     if (old == fingerprint or ext.growing is not None or not ext.digested or ext.tile != X.chunks[0][0]
             or any(old.get(key) != fingerprint.get(key) for key in ("shape", "dtype"))):
-        return fingerprint
-    return old if store.changed_chunk(X, ext.rows) is None else fingerprint
+        return None
+    return old if store.changed_chunk(X, ext.rows) is None else None
 
 
 def damaged_chunks(data: VerifiedArray) -> dict[int, CorruptChunkError]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import dask.array as da
@@ -26,7 +27,7 @@ import numpy as np
 import zarr
 
 from ..execution import compute
-from .datachunks import InputChangedError, chunk_digest, rewrite_chunks, same_values, write_rows
+from .datachunks import InputChangedError, chunk_digest, copy_edge, rewrite_chunks, same_values, write_rows
 from .integrity import (
     DIGEST,
     CorruptChunkError,
@@ -108,8 +109,7 @@ class StoredData:
         ``<store>/data/X`` with a new kernel replaces K and the model only).
         With the fit's ``lease`` every chunk write checks it first: a copy task
         that outlives its fit writes nothing (:class:`~dkpca.storage.Lease`).
-        ``seen``: the scan's digests of X's chunks; a copy that wrote others is removed and refused
-        (:func:`~.datachunks.write_rows`), for a rerun to copy afresh.
+        ``seen``: the scan's digests of X's chunks; a copy that wrote others is removed (a rerun copies afresh).
         """
         root = self.open_for_write()
         if DATA in root:
@@ -165,9 +165,9 @@ class StoredData:
             self.discard_data(root)
         g = root.create_group(DATA)
         g.attrs.update({"fingerprint": fingerprint, "complete": False})
-        edge = (X.chunks[0][0], X.shape[1])
-        if len(set(X.chunks[0][:-1])) > 1 or X.chunks[0][-1] > edge[0] or len(X.chunks[1]) > 1:
-            X = X.rechunk(edge)  # one task a chunk: two tasks writing parts of one chunk would race
+        if copy_edge(X) is None:  # one task a chunk: two tasks writing parts of one chunk would race
+            X = X.rechunk((X.chunks[0][0], X.shape[1]))
+        edge = copy_edge(X)
         arr = create_array(g, "X", shape=X.shape, chunks=edge, dtype=X.dtype)
         target = arr if lease is None else Fenced(arr, lease)
         try:  # each task writes its block and returns the digest of the chunk as stored, recorded with `complete`
@@ -354,9 +354,10 @@ class StoredData:
         got = head.map_blocks(chunk_digest, edge, dtype=np.uint64, drop_axis=1,
                               chunks=((1,) * len(head.chunks[0]),), name=f"dkpca-rows-{uuid.uuid4().hex}")
         (values,) = compute(got, label="checking the stored rows")
+        held = cache(lambda: self._training_array(rows))  # the copy's rows, opened at the first digest that differs
         for c, (a, b) in enumerate(zip(values, recorded, strict=True)):
             start, stop = c * edge[0], min((c + 1) * edge[0], rows)
-            if int(a) != b and not same_values(self._training_array(rows), X, start, stop):
+            if int(a) != b and not same_values(held(), X, start, stop):
                 return c, start, stop - 1
         return None
 
