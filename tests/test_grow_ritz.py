@@ -23,6 +23,7 @@ import pytest
 import dkpca
 from dkpca import gram as gram_module
 from dkpca import operator as operator_module
+from dkpca.cli import main
 from dkpca.linalg import Centering
 from dkpca.operator import StoredKernelOperator
 from dkpca.storage import FitStore, GramStore, verify_store
@@ -119,6 +120,22 @@ def test_a_damaged_record_is_harmless_verify_says_so_and_the_update_starts_witho
         model = _fit(X, store)
     _check(model, X)
     assert not model.report["update"]["first_pass_fused"]
+    assert any("Ritz record cannot start the update" in r.getMessage() for r in caplog.records)
+
+
+def test_a_record_whose_metadata_is_unreadable_is_harmless_too(grown, capsys, caplog):
+    """Before: zarr's ``name in root`` parsed the record's cut ``zarr.json``: ``dkpca verify`` said only json's
+    'Expecting value: ...' (exit 2) and the update raised json's ``JSONDecodeError``."""
+    X, store = grown
+    path = os.path.join(store, FitStore.at(store).model_group("ritz"), "zarr.json")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    assert main(["verify", store]) == 0
+    out = capsys.readouterr().out
+    assert "has metadata zarr cannot read" in out and "harmless: an update of this fit starts as a fresh" in out
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
+        model = _fit(X, store)
+    _check(model, X)
     assert any("Ritz record cannot start the update" in r.getMessage() for r in caplog.records)
 
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pytest
 import zarr
 from sklearn.metrics.pairwise import rbf_kernel
 
 import dkpca
 from dkpca.cli import main
-from dkpca.storage import SolverCheckpoint, verify_store
+from dkpca.storage import CorruptChunkError, DamagedModelError, FitStore, SolverCheckpoint, verify_store
+from dkpca.storage.slots import RITZ
 
-from .conftest import reference_eigh
+from .conftest import make_data, reference_eigh
 
 
 def _cut(path) -> None:
@@ -131,3 +133,38 @@ def test_verify_judges_a_checkpoint_as_the_solvers_start_does(stored_fit):
     (store / "solver" / slot / "Q" / "zarr.json").unlink()
     assert "its arrays Q are missing; harmless" in said()
     assert SolverCheckpoint(str(store), {"fit": 1}).load() is None
+
+
+def test_an_unreadable_data_record_is_named_and_refused_until_overwrite(stored_fit, capsys):
+    """Before: ``verify`` said only json's 'Expecting value: line 1 ...' and a refit raised json's
+    ``JSONDecodeError`` (zarr's ``'data' in root`` parses ``data/zarr.json``).  Now as a lost ``data/zarr.json``:
+    nothing says what data the copy held, so a refit is refused, naming the file and the fix."""
+    X, store, refit = stored_fit
+    _cut(store / "data" / "zarr.json")
+    assert main(["verify", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert "BAD  data/X: array 'data/X'" in out and "has metadata zarr cannot read" in out
+    with pytest.raises(CorruptChunkError, match=r"metadata zarr cannot read \(data/zarr.json\).*overwrite=True"):
+        refit()
+    dkpca.fit(X, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense",
+              overwrite=True)
+    _assert_reference(X, store)
+    assert all(f.ok for f in verify_store(str(store)))
+
+
+def test_an_unreadable_model_group_record_is_named_and_a_refit_replaces_it(tmp_path, capsys):
+    """Before: ``verify`` of a store with a Ritz record (block Lanczos writes one) said only json's error, through
+    zarr's ``name in root`` (the record is checked against the model's name); the load named it already."""
+    X, store = make_data(300, d=4), tmp_path / "s.dkpca.zarr"
+    kw = dict(n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="lanczos")
+    dkpca.fit(X, **kw)
+    assert FitStore.at(str(store)).model_group(RITZ) is not None
+    (group,) = [p for p in store.iterdir() if p.name.startswith("model.")]
+    _cut(group / "zarr.json")
+    assert main(["verify", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert f"BAD  model: store '{store}': model group '{group.name}' has metadata zarr cannot read" in out
+    with pytest.raises(DamagedModelError, match="has metadata zarr cannot read"):
+        dkpca.load(str(store))
+    assert dkpca.fit(X, **kw).report["gram"]["computed_blocks"] == 0  # K is intact: solved again from it
+    _assert_reference(X, store)

@@ -44,7 +44,7 @@ from .lock import Fenced, Lease
 from .modelrecord import DamagedModelError
 from .paths import exists, relation
 from .rowview import RowPrefix
-from .slots import remove_member
+from .slots import present, remove_member
 
 __all__ = ["DATA", "RECOPY", "DataExtent", "StoredData"]
 
@@ -112,7 +112,7 @@ class StoredData:
         ``seen``: the scan's digests of X's chunks; a copy that wrote others is removed (a rerun copies afresh).
         """
         root = self.open_for_write()
-        if DATA in root:
+        if present(root, DATA, damaged=False):
             attrs = dict(root[DATA].attrs)
             growing = attrs.get("growing")
             if growing is not None and not overwrite:
@@ -159,9 +159,9 @@ class StoredData:
                     "choose another store."
                 )
             self.discard_data(root)
-        elif self.orphaned_data(root):
+        elif (why := self.orphaned_data(root)) is not None:
             if not overwrite:  # its attributes are gone: nothing says what data it held, nor whether K matches it
-                raise CorruptChunkError(self.path, f"{DATA}/X", None, f"is missing (no {DATA}/zarr.json); {RECOPY}")
+                raise CorruptChunkError(self.path, f"{DATA}/X", None, f"{why}; {RECOPY}")
             self.discard_data(root)
         g = root.create_group(DATA)
         g.attrs.update({"fingerprint": fingerprint, "complete": False})
@@ -243,15 +243,12 @@ class StoredData:
     def _training_array(self, rows: int | None = None) -> VerifiedArray:
         """:meth:`training_array` unbound.
 
-        ``rows``: a model's own rows (default: all the copy holds, complete):
-        the first ``rows`` of a copy that an update grew since, read as they
-        were (:class:`~.rowview.RowPrefix`); a count the copy never held is
-        refused (``ValueError``, one line).  Refused first
-        (:class:`CorruptChunkError`, one line) when ``data/X``'s metadata
-        disagrees with the data's fingerprint, or the digests recorded do not
-        cover its chunks.  Copies made before dkpca recorded digests (no
-        ``digests`` attribute) still load: their reads check presence and
-        the CRC-32C only.
+        ``rows``: a model's own rows (default: all the copy holds, complete): the first ``rows`` of a copy that
+        an update grew since, read as they were (:class:`~.rowview.RowPrefix`); a count the copy never held is
+        refused (``ValueError``, one line).  Refused first (:class:`CorruptChunkError`, one line) when
+        ``data/X``'s metadata disagrees with the data's fingerprint, or the digests recorded do not cover its
+        chunks.  Copies made before dkpca recorded digests (no ``digests`` attribute) still load: their reads
+        check presence and the CRC-32C only.
         """
         arr, attrs, complete, growing = self._data_record()
         rows = complete if rows is None else rows
@@ -306,9 +303,12 @@ class StoredData:
                           growing=growing, digested=attrs.get("digests") is not None and bool(attrs.get("complete")),
                           tile=tile if type(tile) is int and tile > 0 else int(arr.chunks[0]))
 
-    def orphaned_data(self, root: zarr.Group) -> bool:
-        """Keys under ``data/`` without the group's metadata: a copy whose ``zarr.json`` was lost."""
-        return DATA not in root and exists(f"{self.path}/{DATA}")
+    def orphaned_data(self, root: zarr.Group) -> str | None:
+        """Why keys under ``data/`` are no copy -- the group's ``zarr.json`` lost or unreadable -- or None."""
+        if present(root, DATA, damaged=False) or not exists(f"{self.path}/{DATA}"):
+            return None
+        return f"has metadata zarr cannot read ({DATA}/zarr.json)" if present(root, DATA) else \
+            f"is missing (no {DATA}/zarr.json)"
 
     def check_data(self) -> VerifiedArray:
         """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it.

@@ -70,7 +70,7 @@ from ..jsonsafe import json_safe
 from .integrity import create_array
 from .modelrecord import DamagedModelError, check_pointer, digests_key, read_group, record
 
-__all__ = ["FORMAT_VERSION", "MODEL", "RITZ", "SPARSE_MODEL", "ModelSlots", "remove_member"]
+__all__ = ["FORMAT_VERSION", "MODEL", "RITZ", "SPARSE_MODEL", "ModelSlots", "present", "remove_member"]
 
 #: the store's format version (2: models switched by pointer; see "Format versions")
 FORMAT_VERSION = 2
@@ -81,6 +81,19 @@ MODEL = "model"
 SPARSE_MODEL = "sparse_model"
 #: the model's leading Ritz pairs with their products with K: a later update's first product (dkpca.growth)
 RITZ = "ritz"
+
+
+def present(group: zarr.Group, name: str, *, damaged: bool = True) -> bool:
+    """Whether ``group`` has a member ``name``; one whose metadata zarr cannot parse is there (``damaged``).
+
+    zarr's ``name in group`` parses the member's ``zarr.json``, so one cut short or garbled raises json's error
+    where the caller asked only whether it is there: ``damaged=True`` (there, and its reader names the damage) or
+    ``False`` (no readable member: keys without usable metadata).
+    """
+    try:
+        return name in group
+    except (ValueError, TypeError):  # json's and UTF-8's decoding errors, zarr's parsing of the fields
+        return damaged
 
 
 def remove_member(group: zarr.Group, name: str) -> None:
@@ -188,13 +201,16 @@ class ModelSlots:
         """Name of the group holding the current ``kind`` (``model``/``sparse_model``) model, if any."""
         root = self.open()
         _, name, _ = self._current(root, kind)
-        return name if name is not None and name in root else None
+        return name if name is not None and present(root, name) else None
 
     def model_attrs(self, kind: str = MODEL) -> dict[str, Any] | None:
         """The current ``kind`` model's attributes as they are (what callers compare with, not compute with: a
-        load checks them), or None where there is none."""
+        load checks them), or None where there is none; ``{}`` where its metadata is unreadable (a load says so)."""
         name = self.model_group(kind)
-        return None if name is None else self.open()[name].attrs.asdict()
+        try:
+            return None if name is None else self.open()[name].attrs.asdict()
+        except (ValueError, TypeError):  # its zarr.json cut short or garbled: nothing to compare with
+            return {}
 
     def remove_model(self) -> None:
         """Withdraw the model (data or Gram matrix replaced): readers then see "no complete model".

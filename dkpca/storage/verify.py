@@ -26,6 +26,7 @@ from .gramstore import GramStore, read_done_markers, unreadable_gram
 from .integrity import CorruptChunkError, check_chunks, chunk_coords, has_checksum, read_verified
 from .modelrecord import EDITED, DamagedModelError, edited
 from .paths import exists
+from .slots import present
 
 __all__ = ["Finding", "verify_store"]
 
@@ -58,12 +59,12 @@ def _verify_group(group: zarr.Group) -> None:
 
 def _data(store: FitStore, root: zarr.Group) -> Finding:
     try:
-        absent = DATA not in root or "X" not in root[DATA]
+        absent = not present(root, DATA, damaged=False) or "X" not in root[DATA]
     except (TypeError, ValueError):  # zarr cannot parse data/X's metadata (an edited data_type): check_data says so
         absent = False
     # none yet (or killed before data/X was created) -- unless a model was fitted on it or its keys are left
-    if absent and store.model_group() is None and not store.orphaned_data(root) and not (
-            DATA in root and root[DATA].attrs.get("complete")):
+    if absent and store.model_group() is None and store.orphaned_data(root) is None and not (
+            present(root, DATA, damaged=False) and root[DATA].attrs.get("complete")):
         return Finding("data", True, "data/X: no data copy yet; a rerun of the fit copies the data")
     if not absent and not root[DATA].attrs.get("complete"):
         return Finding("data", True, "data/X: the copy was interrupted; a rerun of the fit copies the data again")
@@ -84,7 +85,7 @@ def _data(store: FitStore, root: zarr.Group) -> Finding:
 
 def _foreign(root: zarr.Group, g: zarr.Group) -> str | None:
     """Why K is not of the store's data copy (its data fingerprint is another's), or None: what a fit refuses."""
-    data = root[DATA].attrs.asdict() if DATA in root else {}
+    data = root[DATA].attrs.asdict() if present(root, DATA, damaged=False) else {}
     have, want = g.attrs.get("fingerprint"), data.get("fingerprint")
     if not data.get("complete") or isinstance(data.get("growing"), dict) or not isinstance(want, dict) or have == want:
         return None  # no copy to compare with (it names its own state), or an update under way
@@ -247,7 +248,8 @@ def verify_store(path: str | os.PathLike | FitStore) -> list[Finding]:
     store = FitStore.at(path)
     root = store.open()
     sparse = _model(store, SPARSE_MODEL)
-    if sparse is not None and not any(m in root for m in (DATA, GRAM, CHECKPOINT)) and store.model_group() is None:
+    fit_parts = any(present(root, m) for m in (DATA, GRAM, CHECKPOINT))
+    if sparse is not None and not fit_parts and store.model_group() is None:
         # SparseKernelPCA.save's store: no kernel PCA fit, whose parts "a rerun of the fit" would make
         return [Finding("store", True, "a sparse model's store: no data copy, Gram matrix or kernel PCA model"),
                 sparse]
