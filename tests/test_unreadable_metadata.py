@@ -168,3 +168,21 @@ def test_an_unreadable_model_group_record_is_named_and_a_refit_replaces_it(tmp_p
         dkpca.load(str(store))
     assert dkpca.fit(X, **kw).report["gram"]["computed_blocks"] == 0  # K is intact: solved again from it
     _assert_reference(X, store)
+
+
+@pytest.mark.parametrize("record", ["gram/zarr.json", "gram/done/zarr.json"])
+def test_an_update_over_an_unreadable_gram_record_builds_k_anew(stored_fit, record, caplog):
+    """Before: json's ``JSONDecodeError`` from the update growing K (``done/zarr.json``), or the grown data refused
+    as other data (``gram/zarr.json``: the update was not recognised).  Now K's record lost is no K to grow: the
+    update copies only the new rows and builds K anew, warm-started from the old model."""
+    X, store, _ = stored_fit
+    _cut(store / record)
+    grown = np.vstack([X, make_data(100, seed=1, d=4)])
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
+        model = dkpca.fit(grown, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64",
+                          solver="dense", gram="store")
+    assert any("K is built anew" in r.getMessage() for r in caplog.records)
+    assert model.report["update"]["rows_before"] == 300 and model.report["gram"]["computed_blocks"] == 10
+    lam, _ = reference_eigh(rbf_kernel(grown, gamma=0.2), 3)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
+    assert all(f.ok for f in verify_store(str(store)))

@@ -23,6 +23,7 @@ does it again.  Nothing here deletes or rewrites a chunk of the old rows.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..linalg.grid import default_block_size, n_blocks
 from .datacopy import DATA, DataExtent
 from .fitstore import FitStore
 from .gramcheck import GROUP, gram_layout, read_done_markers
-from .gramstore import GramStore
+from .gramstore import GramStore, unreadable_gram
 from .integrity import CorruptChunkError, writable
 from .paths import exists
 from .slots import remove_member
@@ -109,9 +110,12 @@ def _recorded(store: FitStore | None) -> tuple[DataExtent | None, dict | None]:
         return None, None
     try:
         root = store.open()
-        return (store.data_extent() if DATA in root else None), (dict(root[GROUP].attrs) if GROUP in root else None)
+        data = store.data_extent() if DATA in root else None
     except (CorruptChunkError, ValueError, TypeError, KeyError):
         return None, None
+    if unreadable_gram(root) is not None:  # K's record lost: no K to grow; retire_gram removes it, the build warns
+        return data, None
+    return data, (dict(root[GROUP].attrs) if GROUP in root else None)
 
 
 def stored_tile(store: FitStore | None, n: int, d: int) -> int | None:
@@ -265,14 +269,18 @@ def built_entries(store: FitStore | None, n: int, kernel: dict, dtype: str, bloc
 
 def retire_gram(store: FitStore, block: int, dtype: Any) -> None:
     """Remove the store's K where it is of another tile than ``block`` or another precision than ``dtype``, or keys
-    of one whose metadata a kill took (an update that builds K anew, :attr:`Growth.rebuilt`; under the lock).
+    of one whose metadata a kill took or cannot be read (an update that builds K anew, :attr:`Growth.rebuilt`;
+    under the lock).
 
     The model stays: it is derived from the data, not from K, and an update keeps it loadable until the new one
     is switched in (as while K grows).  A K of this tile and precision (a rerun's, part built) stays for the
     build to resume.
     """
     root = store.open_for_write()
-    if GROUP in root:
+    if (why := unreadable_gram(root)) is not None:
+        logging.getLogger("dkpca").warning("store %s: %s; K is built anew", store.path, why)
+        other = True
+    elif GROUP in root:
         attrs = root[GROUP].attrs
         other = attrs.get("block") != block or attrs.get("dtype") != np.dtype(dtype).name
     else:
@@ -304,7 +312,7 @@ def grow_gram(store: FitStore, n_old: int, want: dict[str, Any]) -> bool:
     and has checked kernel, block and dtype against the store's.
     """
     root = store.open_for_write()
-    if GROUP not in root:
+    if unreadable_gram(root) is not None or GROUP not in root:  # K's record lost: the build makes K anew
         return False
     g = root[GROUP]
     a = dict(g.attrs)
