@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 import re
 import subprocess
@@ -327,6 +328,22 @@ def test_an_update_recomputes_old_blocks_whose_sums_are_a_stale_copy(grown, tmp_
     model = _fit(X, store)
     _check(model, X)
     assert model.report["update"]["blocks_computed"] == 19  # the 18 of the update and the stale one
+
+
+@pytest.mark.parametrize("chunk", ["1", "4"], ids=["inside", "boundary"])
+def test_a_damaged_chunk_of_the_old_rows_is_written_again_from_the_grown_input(grown, chunk, caplog):
+    """Before: the build's read of the old rows refused the update midway ('the store's copy of the data is
+    damaged: rerun the fit on the same input'), though the grown input holds the rows the chunk's recorded digest
+    names, as a refit's repair uses.  Chunk 4 holds the last 44 old rows (300 = 4 x 64 + 44) and grows."""
+    X, store = grown
+    path = os.path.join(store, "data", "X", "c", chunk, "0")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
+        model = _fit(X, store)
+    assert any("written again from the input" in r.getMessage() for r in caplog.records)
+    _check(model, X)
+    assert model.report["update"]["rows_before"] == 300 and all(f.ok for f in verify_store(store))
 
 
 @pytest.mark.parametrize("kill", [_kill_data_copy, _kill_gram_resize, _kill_blocks, _kill_sums, _kill_solve,

@@ -99,17 +99,15 @@ class StoredData:
 
     def store_data(self, X: da.Array, fingerprint: dict, overwrite: bool, progress: bool = False,
                    source: str | None = None, lease: Lease | None = None, seen: Sequence[int] = ()) -> da.Array:
-        """Copy X into ``data/X`` once (kept if the fingerprint matches); return the copy, lazily.
+        """Copy X into ``data/X`` once (kept if the fingerprint matches: :meth:`mend_data`); return it, lazily.
 
-        A copy of other data is an error unless ``overwrite``; then the data,
-        the Gram store and the model (all derived from it) are replaced --
-        but never while X is being read from this very store (``source``, the
-        input's absolute path): that would turn the input into zeros.
-        Identical data is kept even with ``overwrite`` (a refit from
-        ``<store>/data/X`` with a new kernel replaces K and the model only).
-        With the fit's ``lease`` every chunk write checks it first: a copy task
-        that outlives its fit writes nothing (:class:`~dkpca.storage.Lease`).
-        ``seen``: the scan's digests of X's chunks; a copy that wrote others is removed (a rerun copies afresh).
+        A copy of other data is an error unless ``overwrite``; then the data, the Gram store and the model (all
+        derived from it) are replaced -- but never while X is being read from this very store (``source``, the
+        input's absolute path): that would turn the input into zeros.  Identical data is kept even with
+        ``overwrite`` (a refit from ``<store>/data/X`` with a new kernel replaces K and the model only).  With the
+        fit's ``lease`` every chunk write checks it first: a copy task that outlives its fit writes nothing
+        (:class:`~dkpca.storage.Lease`).  ``seen``: the scan's digests of X's chunks; a copy that wrote others is
+        removed (a rerun copies afresh).
         """
         root = self.open_for_write()
         if present(root, DATA, damaged=False):
@@ -122,14 +120,10 @@ class StoredData:
                                  "(CLI: --overwrite) to fit this data from scratch.")
             if attrs.get("fingerprint") == fingerprint and attrs.get("complete"):
                 try:  # nothing reads data/X once K is built: damage is found here or never
-                    return self._lazy(self.check_data())
-                except CorruptChunkError as exc:
-                    try:  # the input is the copy's data (the fingerprints agree): its damaged chunks written again
-                        rewrite_chunks(X, self.training_array(), writable(root[DATA]["X"]), lease, exc, self.path)
-                        return self.training_data()
-                    except CorruptChunkError:
-                        if not overwrite:  # the error names the chunk and the fix
-                            raise
+                    return self._lazy(self.mend_data(X, lease))
+                except CorruptChunkError:
+                    if not overwrite:  # the error names the chunk and the fix
+                        raise
             if source is not None and relation(source, self.path) in ("same", "inside"):
                 raise ValueError(
                     f"the input {source!r} lies inside the store {self.path!r}, whose data it would have to "
@@ -310,6 +304,14 @@ class StoredData:
         return f"has metadata zarr cannot read ({DATA}/zarr.json)" if present(root, DATA) else \
             f"is missing (no {DATA}/zarr.json)"
 
+    def mend_data(self, X: da.Array, lease: Lease | None = None) -> VerifiedArray:
+        """:meth:`check_data`, damaged chunks first written again from X where its rows are the recorded (or raised)."""
+        try:
+            return self.check_data()
+        except CorruptChunkError as exc:
+            rewrite_chunks(X, self.training_array(), writable(self.open_for_write()[DATA]["X"]), lease, exc, self.path)
+            return self.training_array()
+
     def check_data(self) -> VerifiedArray:
         """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it.
 
@@ -337,9 +339,8 @@ class StoredData:
         """``data`` (checked present) as a dask array, every chunk verified when read."""
         # named by store, content and rows, so graphs reading the same data share their keys
         digest = dict(self.open()[DATA].attrs).get("fingerprint", {}).get("checksum", uuid.uuid4().hex)
-        return da.from_array(data, chunks=data.array.chunks, asarray=True, lock=False,
-                             name=f"dkpca-data-{uuid.uuid5(uuid.NAMESPACE_URL, self.path).hex}-{digest}-"
-                                  f"{data.shape[0]}")
+        name = f"dkpca-data-{uuid.uuid5(uuid.NAMESPACE_URL, self.path).hex}-{digest}-{data.shape[0]}"
+        return da.from_array(data, chunks=data.array.chunks, asarray=True, lock=False, name=name)
 
     # -- an update: the copy grown by new rows -------------------------------
     def changed_chunk(self, X: da.Array, rows: int) -> tuple[int, int, int] | None:
@@ -365,11 +366,10 @@ class StoredData:
                   lease: Lease | None = None, seen: Sequence[int] = ()) -> da.Array:
         """Grow the copy of the first ``rows`` rows of X to all of X; return the grown copy, lazily.
 
-        The caller has checked that X's first ``rows`` rows are the copy's
-        (:meth:`changed_chunk`) and holds the store lock.  Only the chunks from
-        the one the old end falls in are written (a rerun after a kill writes
-        them again); chunks wholly in the old rows are never touched.  ``seen``: as :meth:`store_data`'s, X's
-        chunks as the scan read them; a copy that wrote others stops there, as a killed one would.
+        The caller has checked that X's first ``rows`` rows are the copy's (:meth:`changed_chunk`), mended any
+        damaged chunk of them (:meth:`mend_data`) and holds the store lock.  Only the chunks from the one the old
+        end falls in are written (a rerun after a kill writes them again); chunks wholly in the old rows are never
+        touched.  ``seen``: as :meth:`store_data`'s; a copy that wrote other chunks stops, as a killed one would.
         """
         g = self.open_for_write()[DATA]
         arr, attrs = writable(g["X"]), dict(g.attrs)
