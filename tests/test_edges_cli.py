@@ -561,6 +561,25 @@ def test_an_output_holding_only_zarr_s_temporary_of_a_killed_creation_is_written
     np.testing.assert_allclose(zarr.open_array(str(out), mode="r")[:], dkpca.load(store).transform(X), atol=1e-12)
 
 
+@pytest.mark.parametrize("lost", ["missing", "unreadable"])
+def test_an_output_whose_record_is_lost_is_said_as_that_and_kept(tmp_path, capsys, fitted, lost):
+    """Before: transform said 'a directory of other files', verify and info 'not a dkpca store ... it holds no Zarr
+    group' (or json's error) of an output whose ``zarr.json`` was lost or cut short.  Still refused -- dkpca cannot
+    tell it wrote the chunks -- but said as what it is, with the fix, and nothing removed, even with --overwrite."""
+    X, data, store = fitted
+    out = tmp_path / "z.zarr"
+    assert main(["transform", store, data, str(out), "-q"]) == 0
+    meta = out / "zarr.json"
+    meta.unlink() if lost == "missing" else meta.write_bytes(meta.read_bytes()[:40])
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    for argv in (["transform", store, data, str(out), "-q"], ["transform", store, data, str(out), "--overwrite"],
+                 ["verify", str(out)], ["info", str(out)]):
+        err = cli_error(capsys, argv)
+        assert f"holds a Zarr array's chunk files, but its metadata (zarr.json) is {lost}" in err, err
+        assert "remove the directory yourself" in err, err
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
 def test_a_damaged_data_copy_is_found_before_any_output_is_made(tmp_path, capsys, fitted):
     """Before: one line, but an empty incomplete output (its zarr.json) was left behind."""
     X, data, store = fitted

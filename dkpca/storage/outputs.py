@@ -63,7 +63,15 @@ from .integrity import (
 )
 from .lock import Fenced, Lease, exclusive
 from .lockfiles import UnlockableStoreError, lock_files
-from .outputstate import KEY, OUTPUT_FORMAT_VERSION, NotAnOutputError, OutputState, chunk_grid, output_state
+from .outputstate import (
+    KEY,
+    OUTPUT_FORMAT_VERSION,
+    HeadlessOutputError,
+    NotAnOutputError,
+    OutputState,
+    chunk_grid,
+    output_state,
+)
 from .paths import exists, is_url, url_fs
 from .verify import Finding
 
@@ -300,9 +308,12 @@ def readable(node: Any, shown: str) -> Any:
 
 
 def _found(path: str) -> OutputState | None:
-    """The transform output at ``path``, or None if there is none (nothing, or something else)."""
+    """The transform output at ``path``, or None if there is none (nothing, or something else); one whose record
+    is lost is said as that (:class:`HeadlessOutputError`), not as a path that is no store."""
     try:
         return output_state(path)
+    except HeadlessOutputError:
+        raise
     except NotAnOutputError:
         return None
 

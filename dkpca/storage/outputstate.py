@@ -18,7 +18,8 @@ import zarr
 from .lock import LOCK_NAME
 from .paths import exists, is_url, url_fs
 
-__all__ = ["KEY", "OUTPUT_FORMAT_VERSION", "NotAnOutputError", "OutputState", "chunk_grid", "output_state"]
+__all__ = ["KEY", "OUTPUT_FORMAT_VERSION", "HeadlessOutputError", "NotAnOutputError", "OutputState", "chunk_grid",
+           "output_state"]
 
 #: the attribute that marks a Zarr array as a dkpca transform output
 KEY = "dkpca_transform"
@@ -34,6 +35,11 @@ _LOCK = re.compile(re.escape(LOCK_NAME) + r"(\..*)?")
 
 class NotAnOutputError(ValueError):
     """The output path holds something that dkpca did not write as a transform output."""
+
+
+class HeadlessOutputError(NotAnOutputError):
+    """The output path holds a 2-D Zarr array's chunk files whose metadata (``zarr.json``) is lost or unreadable:
+    perhaps a transform output, which dkpca can no longer tell (``dkpca verify`` and ``info`` say so too)."""
 
 
 def chunk_grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
@@ -84,6 +90,14 @@ def _not_ours(shown: str, what: str) -> NotAnOutputError:
         "remove it yourself.")
 
 
+def _headless(shown: str, files: list[str]) -> HeadlessOutputError:
+    lost = "unreadable" if "zarr.json" in files else "missing"
+    return HeadlessOutputError(
+        f"output {shown!r} holds a Zarr array's chunk files, but its metadata (zarr.json) is {lost}, so dkpca "
+        "cannot tell whether it is a transform output it wrote, and neither reads nor replaces it: restore that "
+        "file from a backup, or remove the directory yourself and run the transform again.")
+
+
 def output_state(path: str, shown: str | None = None) -> OutputState | None:
     """The transform output at ``path`` (``shown``: the path as the user wrote it); None if nothing is there.
 
@@ -105,6 +119,9 @@ def output_state(path: str, shown: str | None = None) -> OutputState | None:
         files = [f for f in _files(path) if not _LOCK.fullmatch(f)]
         if all(_PARTIAL.fullmatch(f) for f in files):  # nothing, or only zarr's temporary of a killed creation
             return None
+        if any(_CHUNK.fullmatch(f) for f in files) and all(
+                f == "zarr.json" or _CHUNK.fullmatch(f) or _PARTIAL.fullmatch(f) for f in files):
+            raise _headless(shown, files) from None
         raise _not_ours(shown, "a file" if files == [""] else "a directory of other files") from None
     if isinstance(node, zarr.Group):
         raise _not_ours(shown, "a dkpca store" if node.attrs.get("format") == "dkpca-store" else "a Zarr group")
