@@ -515,7 +515,20 @@ def test_data_whose_kernel_overflows_is_refused_before_any_work_in_one_line(tmp_
     store = tmp_path / "s.zarr"
     err = cli_error(capsys, ["fit", str(tmp_path / "big.npy"), "-k", "2", "--store", str(store), "--no-progress"])
     assert "non-finite values (overflow or NaN) on a 256-point sample" in err
+    assert "(its largest |value|: " in err and "e+20" in err, err  # data read wrong (a damaged file) shows here
     assert not (store / "data").exists()
+
+
+def test_a_parquet_file_with_damaged_pandas_metadata_is_named(tmp_path, capsys):
+    """Before: 'dkpca: error: 'utf-8' codec can't decode byte 0xb0 in position 724' -- no file, no format (a bit
+    flipped in the footer's JSON; found by an input-damage fuzzer)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"a": make_data(50, d=1)[:, 0]}).replace_schema_metadata({b"pandas": b'{"index_columns": [\xb0]}'})
+    pq.write_table(table, tmp_path / "x.parquet")
+    err = cli_error(capsys, ["fit", str(tmp_path / "x.parquet"), "-k", "2", "--no-progress"])
+    assert f"input '{tmp_path / 'x.parquet'}' is not a readable Parquet file (" in err, err
 
 
 def test_a_non_finite_row_to_transform_says_before_transform(tmp_path, capsys, fitted):
@@ -548,6 +561,7 @@ def test_a_damaged_zarr_input_chunk_is_named(tmp_path, capsys, fitted):
     chunk.write_bytes(bytes(raw))
     err = cli_error(capsys, ["transform", store, str(inp), str(tmp_path / "z.zarr")])
     assert "chunk (1, 0)" in err and str(inp) in err and "unreadable" in err, err
+    assert f"chunk (1, 0) of array '{inp}' is unreadable" in err, err  # not "of array '' in ...": it is the store
 
 
 def test_an_output_holding_only_zarr_s_temporary_of_a_killed_creation_is_written(tmp_path, fitted):

@@ -104,8 +104,10 @@ def _schema(pq: Any, path: str, source: str, part: bool) -> Any:
     try:
         with fsspec.open(path, "rb") as f:
             meta = pq.ParquetFile(f)
-            return meta.schema_arrow, [meta.metadata.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            schema = meta.schema_arrow
+            _ = schema.pandas_metadata  # JSON in the footer, parsed here: damage there is the file's to name
+            return schema, [meta.metadata.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid, json's and UTF-8's errors are ValueErrors
         where = f" (its part {path!r})" if part else ""
         raise ValueError(f"input {source!r}{where} is not a readable Parquet file ({exc}).") from None
 

@@ -29,8 +29,10 @@ class CorruptChunkError(ValueError):
     def __init__(self, store: str, array: str, chunk: tuple[int, ...] | None, problem: str) -> None:
         self.store, self.array, self.problem = store, array, problem
         self.chunk = None if chunk is None else tuple(chunk)
+        # a user's array at the root of its store (``x.zarr``) has the path '': the array is the store
+        what = f"array {array!r} in {store!r}" if array else f"array {store!r}"
         if self.chunk is None:
-            super().__init__(f"array {array!r} in {store!r} {problem}")
+            super().__init__(f"{what} {problem}")
             return
         where = ", ".join(map(str, self.chunk))
         top = array.split("/", 1)[0].split(".", 1)[0]
@@ -38,7 +40,7 @@ class CorruptChunkError(ValueError):
                        "again (a copy without recorded chunk digests: with overwrite=True, CLI --overwrite)",
                "model": "; the model is damaged: rerun the fit to solve again",
                "gram": "; a rerun of the fit recomputes that block"}.get(top, "")
-        super().__init__(f"chunk ({where}) of array {array!r} in {store!r} is {problem}{fix}")
+        super().__init__(f"chunk ({where}) of {what} is {problem}{fix}")
 
     def __reduce__(self) -> tuple:
         return type(self), (self.store, self.array, self.chunk, self.problem)
