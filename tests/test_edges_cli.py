@@ -531,6 +531,52 @@ def test_a_parquet_file_with_damaged_pandas_metadata_is_named(tmp_path, capsys):
     assert f"input '{tmp_path / 'x.parquet'}' is not a readable Parquet file (" in err, err
 
 
+def test_a_parquet_row_group_that_cannot_be_read_is_named(tmp_path, capsys):
+    """Before: pyarrow's OSError ('Couldn't deserialize thrift ... Deserializing page header failed') escaped the
+    CLI as a traceback.  Junk over the second row group's first page header; the footer is intact."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"a": make_data(300, d=1)[:, 0]}), path, row_group_size=100)
+    at = pq.ParquetFile(path).metadata.row_group(1).column(0).data_page_offset
+    raw = bytearray(path.read_bytes())
+    raw[at:at + 16] = b"\xff" * 16
+    path.write_bytes(bytes(raw))
+    err = cli_error(capsys, ["fit", str(path), "-k", "2", "--no-progress"])
+    assert f"Parquet file '{path}': row group 1 is not readable (" in err, err
+
+
+def test_a_damaged_netcdf_file_is_one_line_without_the_readers_teardown_traceback(tmp_path):
+    """Before: after the one line, h5netcdf's half-opened ``File`` printed 'Exception ignored in: <function
+    File.close ...> ... AttributeError: 'File' object has no attribute '_writable'' from its finaliser.  In a
+    subprocess: pytest turns such finaliser errors into warnings, so in process they would not show."""
+    xr = pytest.importorskip("xarray")
+    path = tmp_path / "x.nc"
+    xr.Dataset({"v": (("r", "c"), make_data(50, d=3))}).to_netcdf(path, engine="h5netcdf")
+    raw = bytearray(path.read_bytes())
+    raw[100] ^= 0x10  # in the root group's object header
+    path.write_bytes(bytes(raw))
+    proc = subprocess.run([sys.executable, "-m", "dkpca", "fit", f"{path}:v", "-k", "2", "--no-progress"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"dkpca: error: input '{path}:v' cannot be read by xarray ("), proc.stderr
+
+
+def test_a_parquet_row_group_of_other_rows_than_its_footer_says_is_refused(tmp_path):
+    """Dask was promised the footer's row count for the group's chunk: another count would shift every later row
+    (before: dask's 'Array chunk size or shape is unknown', or a misaligned matrix)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dkpca.io.parquet import ParquetRows
+
+    pq.write_table(pa.table({"a": np.arange(50.0)}), tmp_path / "x.parquet")
+    rows = ParquetRows(groups=((str(tmp_path / "x.parquet"), 0, 51),), columns=("a",), dtype=np.dtype("float64"))
+    with pytest.raises(ValueError, match="row group 0 holds 50 rows where its footer says 51; the file is damaged"):
+        rows.read_group(0)
+
+
 def test_a_non_finite_row_to_transform_says_before_transform(tmp_path, capsys, fitted):
     X, data, store = fitted
     Xt = make_data(20, seed=3, d=4)

@@ -31,7 +31,7 @@ from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
 from ..storage.paths import unreachable
 from .csvfile import RowIndexWarning, csv_columns, is_csv, open_csv
-from .optional import require
+from .optional import quiet_teardown, require
 from .parquet import SUFFIXES as PARQUET_SUFFIXES
 from .parquet import is_parquet_directory, open_parquet, parquet_columns
 
@@ -351,10 +351,13 @@ def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
 
 def _open_xarray(path: str, member: str | None, source: str) -> Any:
     xr = require("xarray", "netcdf", "netCDF and other xarray-readable files")
-    try:
-        ds = xr.open_dataset(path, cache=False)  # lazy: nothing is read until a block is computed
-    except Exception as exc:  # xarray's message names the backends it tried: what to install
-        raise ValueError(f"input {source!r} cannot be read by xarray ({exc}); dkpca reads {READABLE}.") from None
+    with quiet_teardown("h5netcdf"):  # a damaged file's half-opened File: its finaliser's traceback, not ours
+        try:
+            ds, why = xr.open_dataset(path, cache=False), None  # lazy: nothing is read until a block is computed
+        except Exception as exc:  # xarray's message names the backends it tried: what to install
+            ds, why = None, str(exc)  # raised below: this exception would keep the half-opened file alive
+    if ds is None:
+        raise ValueError(f"input {source!r} cannot be read by xarray ({why}); dkpca reads {READABLE}.")
     if member is None:
         member = _pick(source, "netCDF", "variable", {str(v): ds[v].shape if ds[v].dtype.kind in "biuf" else
                                                       f"of {ds[v].dtype}" for v in ds.data_vars})

@@ -1,11 +1,15 @@
-"""Optional readers: import one, or say which extra installs it."""
+"""Optional readers: import one, or say which extra installs it; quiet a reader's failed open."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
+import sys
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["require"]
+__all__ = ["quiet_teardown", "require"]
 
 
 def require(module: str, extra: str, what: str) -> Any:
@@ -15,3 +19,26 @@ def require(module: str, extra: str, what: str) -> Any:
     except ImportError as exc:
         raise ImportError(f"reading {what} needs {module.split('.')[0]}, which is not installed: "
                           f"pip install 'dkpca[{extra}]' (or 'dkpca[formats]' for every format).") from exc
+
+
+@contextlib.contextmanager
+def quiet_teardown(module: str) -> Iterator[None]:
+    """Drop the errors that finalisers of ``module``'s objects raise while the block runs and as it ends.
+
+    h5netcdf's ``File`` half-made by an open that failed (a damaged netCDF file) raises ``AttributeError:
+    '_writable'`` from its ``__del__``, which Python prints as a traceback on stderr -- after dkpca's one-line
+    refusal.  The block's objects are collected before the hook is restored; a caller raises its refusal after
+    the block, so no exception keeps them alive.
+    """
+    hook = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:
+        if not getattr(unraisable.object, "__module__", "").startswith(module):
+            hook(unraisable)
+
+    sys.unraisablehook = quiet
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = hook

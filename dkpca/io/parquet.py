@@ -77,9 +77,15 @@ class ParquetRows:
     def read_group(self, index: int) -> np.ndarray:
         """One row group as a ``(rows, columns)`` array of :attr:`dtype`, a null as NaN."""
         pa, pq = _pyarrow()
-        path, group, _ = self.groups[index]
-        with fsspec.open(path, "rb") as f:
-            table = pq.ParquetFile(f).read_row_group(group, columns=list(self.columns))
+        path, group, rows = self.groups[index]
+        try:
+            with fsspec.open(path, "rb") as f:
+                table = pq.ParquetFile(f).read_row_group(group, columns=list(self.columns))
+        except (OSError, ValueError) as exc:  # a damaged page: pyarrow's OSError, ArrowInvalid (a ValueError)
+            raise ValueError(f"Parquet file {path!r}: row group {group} is not readable ({exc}).") from None
+        if table.num_rows != rows:  # the chunk dask was promised: another length would shift every later row
+            raise ValueError(f"Parquet file {path!r}: row group {group} holds {table.num_rows} rows where its footer "
+                             f"says {rows}; the file is damaged.")
         target = pa.from_numpy_dtype(self.dtype)
         out = np.empty((table.num_rows, len(self.columns)), dtype=self.dtype)
         for j, column in enumerate(table.columns):
