@@ -347,6 +347,47 @@ def test_member_must_exist_and_be_named_when_ambiguous(tmp_path, data):
         dkpca.fit(str(tmp_path / "two.h5") + ":/c", store=tmp_path / "s.dkpca.zarr")
 
 
+def test_a_damaged_hdf5_link_name_is_listed_as_it_decodes(tmp_path, data):
+    """Before: h5py gives a name that is no longer UTF-8 as bytes, and listing the file's datasets raised
+    ``TypeError: can only concatenate str (not "bytes") to str`` (found by an input-damage fuzzer)."""
+    path = tmp_path / "x.h5"
+    with h5py.File(path, "w") as f:
+        f["features_matrix"] = data
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"features_matrix")
+    raw[at + 1] |= 0x80  # 'e' -> 0xe5: a lead byte without its continuation
+    path.write_bytes(bytes(raw))
+    listed = r"its datasets are \['/f\ufffdatures_matrix'\]"
+    with pytest.raises(ValueError, match=r"no dataset '/features_matrix'; " + listed):
+        dkpca.fit(f"{path}:/features_matrix")
+
+
+def test_a_damaged_hdf5_chunk_is_refused_naming_the_file_and_dataset(tmp_path, data):
+    """Before: h5py's ``OSError`` (no errno: HDF5's own) from a dask task, a traceback through the CLI."""
+    path = tmp_path / "x.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("X", data=data, chunks=(10, data.shape[1]), compression="gzip")
+        info = f["X"].id.get_chunk_info(1)
+    raw = bytearray(path.read_bytes())
+    raw[info.byte_offset:info.byte_offset + info.size] = b"\xff" * info.size
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=rf"HDF5 file '{re.escape(str(path))}': dataset '/X' cannot be read \("):
+        dkpca.fit(f"{path}:/X")
+
+
+def test_an_hdf5_fill_value_is_read_only_where_chunks_were_never_written(tmp_path, data, monkeypatch):
+    """h5py crashed the process (SIGSEGV) reading a damaged fill-value message: a dataset whose chunks are all
+    written (the common case) no longer reads it."""
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f.create_dataset("X", data=data, chunks=(10, data.shape[1]))
+
+    def crash(self):
+        raise AssertionError("fillvalue read")
+
+    monkeypatch.setattr(h5py.Dataset, "fillvalue", property(crash))
+    assert as_dask(f"{tmp_path / 'x.h5'}:/X").shape == data.shape
+
+
 @pytest.mark.parametrize("module, writer, extra", [
     ("h5py", _h5, "h5"), ("xarray", _netcdf4, "netcdf"), ("pyarrow", _parquet, "tables"),
     ("dask.dataframe", _csv, "tables"),

@@ -8,17 +8,15 @@ dkpca reads
 * **netCDF** and other files xarray reads, ``file.nc:variable`` (the ``netcdf`` extra);
 * **Parquet** and **CSV** of numeric columns, through dask.dataframe (the ``tables`` extra).
 
-None of them is loaded whole: every reader returns either a dask array or a
-small picklable object with ``shape``, ``dtype`` and ``__getitem__`` that
-opens the file and reads only the rows asked for, so dask tasks (also on
-another machine's workers) read one row block each.  Paths are made
-absolute when opened, for workers in another working directory.
+None of them is loaded whole: every reader returns either a dask array or a small picklable object with
+``shape``, ``dtype`` and ``__getitem__`` that opens the file and reads only the rows asked for, so dask tasks
+(also on another machine's workers) read one row block each.  Paths are made absolute when opened, for workers
+in another working directory.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,16 +29,14 @@ from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
 from ..storage.paths import unreachable
 from .csvfile import RowIndexWarning, csv_columns, is_csv, open_csv
+from .hdf5 import open_h5
+from .members import READABLE, AbsentChunksWarning, file_stamp, pick_member, two_dimensional, warn_absent
 from .optional import quiet_teardown, require
 from .parquet import SUFFIXES as PARQUET_SUFFIXES
 from .parquet import is_parquet_directory, open_parquet, parquet_columns
 
 __all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "open_path", "split_member", "input_path",
            "table_columns", "zarr_input", "named_kind", "SAID"]
-
-#: what dkpca reads, for messages about inputs it cannot read
-READABLE = ("Zarr (a directory or URL), NumPy .npy, HDF5 'file.h5:/dataset', netCDF and other xarray-readable "
-            "files 'file.nc:variable', Parquet, and CSV of numeric columns")
 
 H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf")
@@ -189,10 +185,6 @@ def zarr_input(node: zarr.Array, source: str) -> Any:
     return node
 
 
-class AbsentChunksWarning(UserWarning):
-    """Chunks of a user's Zarr array are not stored: zarr reads each as the array's fill value."""
-
-
 def warn_absent_chunks(arr: zarr.Array, source: str) -> None:
     """Warn (:class:`AbsentChunksWarning`) where chunks of ``arr`` are not in its store: zarr reads an absent
     chunk as the fill value and writes no chunk equal to it, so it may be data -- or the part a writer killed
@@ -202,27 +194,9 @@ def warn_absent_chunks(arr: zarr.Array, source: str) -> None:
         absent = arr.nchunks - arr.nchunks_initialized
     except Exception:  # a store that cannot list (an HTTP server without listings): nothing to say
         return
-    _absent(source, "Zarr array", absent, arr.nchunks, arr.fill_value,
+    warn_absent(source, "Zarr array", absent, arr.nchunks, arr.fill_value,
             "if the array was written in full (zarr stores no chunk equal to the fill value) this is the data, but a "
             "writer that stopped part way leaves the same gap")
-
-
-def _absent(source: str, kind: str, absent: int, total: int, fill: Any, why: str) -> None:
-    if absent > 0:
-        warnings.warn(f"input {source!r}: {absent} of {total} chunks of the {kind} are not stored, and each reads "
-                      f"as its fill value {fill}; {why}: check the writer finished", AbsentChunksWarning, stacklevel=4)
-
-
-def _warn_unwritten_h5(node: Any, source: str) -> None:
-    """Warn where parts of an HDF5 dataset were never written (h5py stores every chunk written, fill values too:
-    one not stored was never written, and reads as the fill value)."""
-    if node.chunks is None:  # contiguous: its storage is allocated when first written
-        absent, total = int(node.id.get_storage_size() == 0 and node.size > 0), 1
-    else:
-        total = int(np.prod([-(-s // c) for s, c in zip(node.shape, node.chunks, strict=True)]))
-        absent = total - node.id.get_num_chunks()
-    _absent(source, "HDF5 dataset", absent, total, node.fillvalue, "h5py stores every chunk written, so those "
-            "were never written (a writer that stopped part way, or space only reserved)")
 
 
 @dataclass(frozen=True)
@@ -233,34 +207,6 @@ class ZarrInput(VerifiedArray):
 
     def __getitem__(self, key: Any) -> np.ndarray:
         return read_verified(self.array, key)
-
-
-def _pick(source: str, kind: str, example: str, every: dict[str, tuple[int, ...] | str]) -> str:
-    """The member to read when none is named (``every``: each member's shape, or what it holds if not numbers):
-    ``X`` of any shape, as in a Zarr group (a wrong one is refused by its shape, not passed over for another),
-    else the only 2-D one -- unless a member of more dimensions is beside it: a 3-D cube's 2-D bounds or
-    calibration are no data to fit quietly."""
-    x = next((m for m in every if m.lstrip("/") == "X"), None)
-    if x is not None:
-        return x
-    names = sorted(m for m, shape in every.items() if isinstance(shape, tuple) and len(shape) == 2)
-    bigger = sorted(m for m, shape in every.items() if isinstance(shape, tuple) and len(shape) > 2)
-    if len(names) == 1 and not bigger:
-        return names[0]
-    if not names:  # naming one would not help: say what there is
-        said = ", ".join(f"{m} {shape}" for m, shape in sorted(every.items())) or "none"
-        raise ValueError(f"{kind} file {source!r} holds no 2-D {example} of numbers (its {example}s: {said}); "
-                         f"write the data as one 2-D {example} (n_samples, n_features).")
-    which = f"{len(names)} 2-D {example}s {names}" if len(names) > 1 else \
-        f"one 2-D {example} {names[0]!r} {every[names[0]]} beside the larger {bigger}"
-    raise ValueError(f"{kind} file {source!r} holds {which}; name the one to fit, e.g. '{source}:{names[0]}'.")
-
-
-def _two_dimensional(source: str, example: str, member: str, shape: tuple[int, ...]) -> None:
-    """Refuse a named or picked member that is not 2-D, naming it (as_dask would say only "X")."""
-    if len(shape) != 2:
-        raise ValueError(f"input {source!r}: the {example} {member!r} has shape {shape}; dkpca fits a 2-D {example} "
-                         f"(n_samples, n_features): reshape it, or name another, e.g. '{source}:name'.")
 
 
 @dataclass(frozen=True)
@@ -280,11 +226,6 @@ class NpyFile:
         return np.array(np.load(self.path, mmap_mode="r")[key])
 
 
-def _stamp(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_mtime_ns, st.st_size
-
-
 def _open_npy(path: str, member: str | None, source: str) -> NpyFile:
     try:
         m = np.load(path, mmap_mode="r")
@@ -295,58 +236,7 @@ def _open_npy(path: str, member: str | None, source: str) -> NpyFile:
         raise ValueError(f"input {source!r} is empty, not a .npy array; save the data with np.save.") from None
     if not isinstance(m, np.ndarray):
         raise ValueError(f"input {source!r} is not a single .npy array.")
-    return NpyFile(path, tuple(m.shape), m.dtype, _stamp(path))
-
-
-@dataclass(frozen=True)
-class H5Dataset:
-    """An HDF5 dataset read by rows: each read opens the file (h5py objects do not travel to workers)."""
-
-    path: str
-    name: str  # the path the user named in ``path``: a link's own target may lie in another file
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    stamp: tuple[int, ...]  # the file's and, through an external link, the target file's
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        h5py = require("h5py", "h5", "HDF5 files")
-        with h5py.File(self.path, "r") as f:
-            return f[self.name][key]
-
-
-def _open_h5(path: str, member: str | None, source: str) -> H5Dataset:
-    h5py = require("h5py", "h5", "HDF5 files")
-    try:
-        f = h5py.File(path, "r")
-    except OSError:
-        raise ValueError(f"input {source!r} is not a readable HDF5 file; dkpca reads {READABLE}.") from None
-    with f:
-        if member is None:
-            found: dict[str, h5py.Dataset] = {}
-            f.visititems(lambda name, obj: found.update({"/" + name: obj}) if isinstance(obj, h5py.Dataset) else None)
-            every = {m: f"of records {list(d.dtype.names)}" if d.dtype.names else
-                     "empty" if d.shape is None else d.shape
-                     for m, d in found.items()}
-            member = _pick(source, "HDF5", "dataset", every)
-        node = f.get(member)
-        if not isinstance(node, h5py.Dataset):
-            names: list[str] = []
-            f.visititems(lambda name, obj: names.append("/" + name) if isinstance(obj, h5py.Dataset) else None)
-            raise ValueError(f"input {source!r}: the HDF5 file has no dataset {member!r}; its datasets are "
-                             f"{sorted(names)}.")
-        if node.shape is None:  # a null dataspace: h5py's Empty, no values at all
-            raise ValueError(f"input {source!r}: the HDF5 dataset {node.name!r} is empty (a null dataspace: no "
-                             "values).")
-        if not node.dtype.names:  # records: as_dask names their fields as the columns to stack
-            _two_dimensional(source, "dataset", member, node.shape)
-        _warn_unwritten_h5(node, source)
-        # an external link's dataset lives in another file under its own name: keep the path named here
-        stamp = _stamp(path) + (_stamp(node.file.filename) if node.file.filename != f.filename else ())
-        return H5Dataset(path, member, tuple(node.shape), node.dtype, stamp)
+    return NpyFile(path, tuple(m.shape), m.dtype, file_stamp(path))
 
 
 def _open_xarray(path: str, member: str | None, source: str) -> Any:
@@ -359,13 +249,13 @@ def _open_xarray(path: str, member: str | None, source: str) -> Any:
     if ds is None:
         raise ValueError(f"input {source!r} cannot be read by xarray ({why}); dkpca reads {READABLE}.")
     if member is None:
-        member = _pick(source, "netCDF", "variable", {str(v): ds[v].shape if ds[v].dtype.kind in "biuf" else
+        member = pick_member(source, "netCDF", "variable", {str(v): ds[v].shape if ds[v].dtype.kind in "biuf" else
                                                       f"of {ds[v].dtype}" for v in ds.data_vars})
     if member not in ds.variables:
         raise ValueError(f"input {source!r}: the file has no variable {member!r}; its variables are "
                          f"{sorted(str(v) for v in ds.variables)}.")
     var = ds[member]
-    _two_dimensional(source, "variable", member, var.shape)
+    two_dimensional(source, "variable", member, var.shape)
     # xarray reads each dask chunk by itself: row blocks of the Gram block's edge
     return var.chunk({var.dims[0]: default_block_size(var.shape[0]), var.dims[1]: -1}).data
 
@@ -396,5 +286,5 @@ def table_columns(source: Any) -> tuple[str, ...] | None:
     return None
 
 
-READERS = {"zarr": _open_zarr, "npy": _open_npy, "h5": _open_h5, "netcdf": _open_xarray, "parquet": _open_parquet,
+READERS = {"zarr": _open_zarr, "npy": _open_npy, "h5": open_h5, "netcdf": _open_xarray, "parquet": _open_parquet,
            "csv": _open_csv}
