@@ -391,9 +391,11 @@ def test_verify_of_a_damaged_data_copy_names_the_fix(stored_fit, capsys):
 
 
 @pytest.mark.parametrize("lost", ["data/X/zarr.json", "data/zarr.json"])
-def test_a_data_copy_without_its_metadata_is_refused_in_one_line(stored_fit, lost, capsys):
+def test_a_data_copy_without_its_metadata_is_named_and_copied_again(stored_fit, lost, capsys):
     """A KeyError traceback from verify, info, transform and even ``fit --overwrite`` before: now the data finding
-    and the refusals name data/X and the fix, and ``--overwrite`` copies the data again (reference to 1e-8)."""
+    and the refusals name data/X and the fix, and ``--overwrite`` copies the data again (reference to 1e-8).
+    Without the group's record (``data/zarr.json``) nothing but K says what data the copy held: a refit of the
+    data K was built from copies it again and keeps K, as where ``data/`` was deleted whole (before: refused)."""
     X, store, refit = stored_fit
     (store / lost).unlink()
     assert main(["verify", str(store)]) == 1
@@ -401,6 +403,13 @@ def test_a_data_copy_without_its_metadata_is_refused_in_one_line(stored_fit, los
     assert f"BAD  data/X: array 'data/X' in {str(store)!r} is missing (no {lost})" in out
     assert "model: its arrays verified, but it cannot load without its training data" in out
     assert "is missing" in cli_error(capsys, ["info", str(store)])
+    if lost == "data/zarr.json":
+        with pytest.raises(CorruptChunkError, match=r"is missing \(no data/zarr.json\).*overwrite=True"):
+            dkpca.fit(X + 1.0, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64")
+        model = refit()
+        assert model.report["gram"]["computed_blocks"] == 0
+        _agrees_with_reference(X, model)
+        return
     with pytest.raises(CorruptChunkError, match="is missing.*overwrite=True"):
         refit()
     _agrees_with_reference(X, dkpca.fit(X, n_components=3, gamma=0.2, store=store, chunk_size=100,

@@ -135,19 +135,22 @@ def test_verify_judges_a_checkpoint_as_the_solvers_start_does(stored_fit):
     assert SolverCheckpoint(str(store), {"fit": 1}).load() is None
 
 
-def test_an_unreadable_data_record_is_named_and_refused_until_overwrite(stored_fit, capsys):
+def test_an_unreadable_data_record_is_named_and_copied_again_where_k_is_of_the_input(stored_fit, capsys, caplog):
     """Before: ``verify`` said only json's 'Expecting value: line 1 ...' and a refit raised json's
     ``JSONDecodeError`` (zarr's ``'data' in root`` parses ``data/zarr.json``).  Now as a lost ``data/zarr.json``:
-    nothing says what data the copy held, so a refit is refused, naming the file and the fix."""
+    named; other data refused, naming the file and the fix; the data K was built from copied again, K kept."""
     X, store, refit = stored_fit
     _cut(store / "data" / "zarr.json")
     assert main(["verify", str(store)]) == 1
     out = capsys.readouterr().out
     assert "BAD  data/X: array 'data/X'" in out and "has metadata zarr cannot read" in out
     with pytest.raises(CorruptChunkError, match=r"metadata zarr cannot read \(data/zarr.json\).*overwrite=True"):
-        refit()
-    dkpca.fit(X, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64", solver="dense",
-              overwrite=True)
+        dkpca.fit(X + 1.0, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64")
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
+        model = refit()
+    assert any("copied again from the input, whose fingerprint is its Gram matrix's" in r.getMessage()
+               for r in caplog.records)
+    assert model.report["gram"]["computed_blocks"] == 0
     _assert_reference(X, store)
     assert all(f.ok for f in verify_store(str(store)))
 

@@ -94,7 +94,8 @@ class StoredData:
     """The training data's copy in a store: :meth:`store_data` writes it, the other methods read it, verified.
 
     The class it is mixed into provides ``path``, ``open``, ``open_for_write``,
-    ``model_group``, ``model_attrs`` and ``discard_data`` (withdraw the model, delete the old copy and K).
+    ``model_group``, ``model_attrs``, ``discard_data`` (withdraw the model, delete the old copy and K) and
+    ``recopy_orphan``.
     """
 
     def store_data(self, X: da.Array, fingerprint: dict, overwrite: bool, progress: bool = False,
@@ -154,9 +155,10 @@ class StoredData:
                 )
             self.discard_data(root)
         elif (why := self.orphaned_data(root)) is not None:
-            if not overwrite:  # its attributes are gone: nothing says what data it held, nor whether K matches it
+            if overwrite:
+                self.discard_data(root)
+            elif not self.recopy_orphan(root, fingerprint, why):  # its record lost: only a K of X's says what it held
                 raise CorruptChunkError(self.path, f"{DATA}/X", None, f"{why}; {RECOPY}")
-            self.discard_data(root)
         g = root.create_group(DATA)
         g.attrs.update({"fingerprint": fingerprint, "complete": False})
         if copy_edge(X) is None:  # one task a chunk: two tasks writing parts of one chunk would race
@@ -173,12 +175,9 @@ class StoredData:
         return self.training_data()
 
     def _data_record(self) -> tuple[zarr.Array, dict, int, dict | None]:
-        """``data/X``, its attributes, its complete rows and the update under way (if any), the layout checked.
-
-        Before anything walks the chunk grid an edited ``zarr.json`` may
-        claim, the array's shape is checked against the fingerprint (or, mid-update,
-        against the update's two row counts).
-        """
+        """``data/X``, its attributes, its complete rows and the update under way (if any), the layout checked:
+        before anything walks the chunk grid an edited ``zarr.json`` may claim, the array's shape is checked
+        against the fingerprint (or, mid-update, against the update's two row counts)."""
         try:
             group = self.open()[DATA]
             arr, attrs = group["X"], dict(group.attrs)

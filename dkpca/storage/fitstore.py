@@ -44,6 +44,7 @@ attribute each, so readers never see half a model: the mix-in :class:`~dkpca.sto
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ from ..version import __version__
 from .datacopy import DATA, StoredData
 from .lock import LOCK_NAME, Lease, exclusive
 from .paths import check_segments, free_bytes, is_url, url_fs, without_local_scheme
-from .slots import FORMAT_VERSION, MODEL, RITZ, SPARSE_MODEL, ModelSlots, remove_member
+from .slots import FORMAT_VERSION, MODEL, RITZ, SPARSE_MODEL, ModelSlots, present, remove_member
 
 __all__ = ["DATA", "FitStore", "FORMAT", "FORMAT_VERSION", "MODEL", "RITZ", "SPARSE_MODEL", "json_safe",
            "remove_member"]
@@ -194,6 +195,22 @@ class FitStore(StoredData, ModelSlots):
     def members(self) -> list[str]:
         """Names under the root: members, groups whose metadata a crash left unwritten, files (never a model's)."""
         return self._listing() or []
+
+    def recopy_orphan(self, root: zarr.Group, fingerprint: dict, why: str) -> bool:
+        """Whether the store's K (complete or part built) is of data of ``fingerprint``: then the data copy whose
+        record is lost (``why``) is removed -- the fit copies its input again -- and K and the model are kept.
+
+        Nothing else says what data such a copy held; K's record does, as a refit's reuse of K trusts it.
+        """
+        try:
+            ours = present(root, "gram", damaged=False) and root["gram"].attrs.get("fingerprint") == fingerprint
+        except (ValueError, TypeError):  # K's arrays' metadata unreadable: K is built anew, says nothing
+            ours = False
+        if ours:
+            logging.getLogger("dkpca").warning("store %s: the data copy %s; copied again from the input, whose "
+                                               "fingerprint is its Gram matrix's (kept)", self.path, why)
+            remove_member(root, DATA)
+        return ours
 
     def discard_data(self, root: zarr.Group) -> None:
         """Before new data is copied in: withdraw the model, safely for readers, then delete the old copy and K.
