@@ -253,3 +253,38 @@ def test_unscaled_pixels_whose_kernel_is_nearly_the_identity_plan_and_fit_with_d
     model = dkpca.fit(X, 2, store=tmp_path / "s.dkpca.zarr", solver="dense")
     lam, _ = reference_eigh(rbf_kernel(X.astype(np.float64), gamma=1 / 4), 2)
     np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
+
+
+def test_a_build_that_overflows_names_its_rows_largest_value(tmp_path):
+    """Which is to blame, the parameters or the data (a damaged file reads as huge numbers), shows in the
+    refusal: here the rows' values are ordinary (|x| < 10) and the degree overflows."""
+    from .conftest import make_data
+
+    with pytest.raises(NonFiniteKernelError, match=r"kernel block \(0, 0\) has non-finite values .*\(its rows' "
+                                                     r"largest \|value\|: \d\.\d+\)"):
+        dkpca.fit(make_data(300, d=4), n_components=2, kernel="poly", degree=400, dtype="float64",
+                  store=tmp_path / "s.dkpca.zarr", gram="store")
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_rows_whose_kernel_overflows_are_refused_by_transform_not_projected_as_nan(tmp_path, stored):
+    """A training row of 1e200: the fit's K is exact (k(x, x) = 1, 0 to every other row: eigh's eigenvalues of
+    that K to 1e-8), but an rbf block of new rows against it is inf - inf in the squared distance.  Before:
+    transform returned NaN scores for that row without a word (scikit-learn's KernelPCA does too)."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from .conftest import make_data
+
+    X = make_data(300, d=4)
+    X[-1] = 1e200
+    K = np.zeros((300, 300))
+    K[:299, :299], K[299, 299] = rbf_kernel(X[:299], gamma=0.25), 1.0
+    lam, _ = reference_eigh(K, 2)
+    store = {"store": tmp_path / "s.dkpca.zarr", "gram": "store"} if stored else {}
+    model = dkpca.fit(X, n_components=2, gamma=0.25, dtype="float64", **store)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=1e-8)
+    assert np.isfinite(model.transform(X[:5])).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's overflow in the kernel block, refused below
+        with pytest.raises(NonFiniteKernelError, match=r"\(their largest \|value\|: 1e\+200\)"):
+            model.transform(X[-3:])
