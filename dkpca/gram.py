@@ -32,7 +32,7 @@ import numpy as np
 
 from .execution import compute, placed, placement
 from .io import Fingerprint
-from .kernels import Kernel, NonFiniteKernelError
+from .kernels import Kernel, NonFiniteKernelError, largest_value
 from .linalg import (
     TaskGraph,
     block_bounds,
@@ -88,9 +88,8 @@ def _build_block(out: GramWriters, I: int, J: int, XI: np.ndarray, XJ: np.ndarra
         # a non-finite entry makes its row's (float64) sum non-finite: the
         # check costs nothing beyond the sums the build takes anyway
         if not (np.isfinite(row_sums).all() and (col_sums is None or np.isfinite(col_sums).all())):
-            big = max(float(np.abs(XI).max()), float(np.abs(XJ).max()))  # huge data (a damaged file) or parameters
             raise NonFiniteKernelError.of(f"kernel block ({I}, {J})", kernel.to_dict(),
-                                          f" (its rows' largest |value|: {big:.3g})")
+                                          largest_value("its rows'", XI, XJ))
 
     out.write_block(I, J, blk, row_sums, col_sums, visit=None if formed is not None else sums, check=finite)
     if probe_I is None or products is not None:

@@ -20,7 +20,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
-from .kernels import Kernel, NonFiniteKernelError
+from .kernels import Kernel, NonFiniteKernelError, largest_value
 from .linalg import Centering, ProjectionWeights, block_bounds, kernel_product, rows_per_block
 from .storage import FitStore
 
@@ -58,10 +58,9 @@ def project_blocks(X: Any, weights: ProjectionWeights, centering: Centering, pro
 def _not_finite(rows: Any) -> NonFiniteKernelError:
     """The refusal of finite rows whose kernel values against the training rows overflow (an rbf of values near
     1e200: inf - inf in the squared distance), naming their magnitude: a damaged input reads as huge numbers."""
-    big = f" (their largest |value|: {np.abs(rows).max():.3g})" if isinstance(rows, np.ndarray) and rows.size else ""
     return NonFiniteKernelError.of("the kernel of rows of X with the model's training rows", "of this model",
-                                   big, "check those rows (a damaged input reads as huge numbers), or refit with "
-                                   "other kernel parameters")
+                                   largest_value("their", rows), "check those rows (a damaged input reads as huge "
+                                   "numbers), or refit with other kernel parameters")
 
 
 def project_rows(X: Any, X_fit: Any, weights: ProjectionWeights, centering: Centering, evaluator: Kernel | None,

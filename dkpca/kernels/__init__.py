@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import Kernel, NonFiniteKernelError, Product, Scaled, Sum
+from .base import Kernel, NonFiniteKernelError, Product, Scaled, Sum, largest_value
 from .library import RBF, Cosine, Laplacian, Linear, Polynomial, Sigmoid
 from .registry import KERNEL_NAMES, from_dict, make_kernel
 
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from .adapters import CallableKernel, SparseInputKernel
 
 __all__ = ["Kernel", "RBF", "Laplacian", "Polynomial", "Linear", "Sigmoid", "Cosine", "Sum", "Product", "Scaled",
-           "make_kernel", "from_dict", "KERNEL_NAMES", "NonFiniteKernelError", "CallableKernel", "SparseInputKernel"]
+           "make_kernel", "from_dict", "KERNEL_NAMES", "NonFiniteKernelError", "CallableKernel", "SparseInputKernel",
+           "largest_value"]
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 __all__ = ["Kernel", "Sum", "Product", "Scaled", "NonFiniteKernelError", "check_positive", "check_real",
-           "field_names", "as_float"]
+           "field_names", "as_float", "largest_value"]
 
 
 class NonFiniteKernelError(ValueError):
@@ -39,6 +39,14 @@ class NonFiniteKernelError(ValueError):
         values ``where`` (e.g. " on a 256-point sample of the data"); ``kernel``: its spec or words."""
         return cls(f"{subject} has non-finite values (overflow or NaN){where}: the kernel {kernel} is not usable on "
                    f"this data; {fix}.")
+
+
+def largest_value(whose: str, *arrays: Any) -> str:
+    """`` (<whose> largest |value|: m)`` of the rows a :class:`NonFiniteKernelError` names, or "" where none is a
+    dense array: huge values point at the data (a damaged file reads as huge numbers), ordinary ones at the
+    kernel's parameters."""
+    big = [float(np.abs(a).max()) for a in arrays if isinstance(a, np.ndarray) and a.size]
+    return f" ({whose} largest |value|: {max(big):.3g})" if big else ""
 
 
 def check_positive(name: str, value: Any, kernel: str, allow_none: bool = False) -> None:

@@ -26,7 +26,7 @@ import scipy.linalg
 import scipy.sparse.linalg
 
 from ..execution import compute, for_the_client, n_workers_threads, serial_blas
-from ..kernels import Kernel, NonFiniteKernelError
+from ..kernels import Kernel, NonFiniteKernelError, largest_value
 from ..linalg import Centering, block_products, scratch
 from ..storage import ChunkReader, ChunkWriter, gram_bytes, probe_array, write_direct
 
@@ -104,8 +104,8 @@ def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype:
     with np.errstate(over="ignore", invalid="ignore"):  # refused below, in one line, before any work
         t_kernel = _best_time(lambda: kernel.block(XI, XJ, dtype, out=out))
     if not np.isfinite(out).all() and np.isfinite(rows).all():  # non-finite data: the scan names its row
-        raise NonFiniteKernelError.of("the kernel", kernel.to_dict(), " on the first rows of the data (their "
-                                      f"largest |value|: {np.abs(rows).max():.3g})")
+        raise NonFiniteKernelError.of("the kernel", kernel.to_dict(),
+                                      " on the first rows of the data" + largest_value("their", rows))
     V = np.random.default_rng(0).standard_normal((out.shape[1], ell))
     t_prod = _best_time(lambda: block_products(out, V[: out.shape[0]], V, True))
     V32 = V.astype(np.float32)  # a single-precision pass (the randomized solver's early ones)

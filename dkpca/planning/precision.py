@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from scipy.spatial.distance import pdist
 
 from ..execution import active_client, compute, for_the_client, serial_blas
-from ..kernels import RBF, Kernel, Laplacian, NonFiniteKernelError
+from ..kernels import RBF, Kernel, Laplacian, NonFiniteKernelError, largest_value
 from ..linalg import Centering, top_eigh
 from ..request.options import DTYPES  # the values ``dtype`` takes: ``auto`` decides by choose_precision
 from ..solvers.spectrum import zero_threshold
@@ -314,7 +314,7 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
         # polynomial: K up to 1e227, block Lanczos's eigh failed)
         single = " in float32" if got["finite"] == "float64" else ""
         raise NonFiniteKernelError.of("the kernel", kernel.to_dict(), f"{single} on a {S.shape[0]}-point sample of "
-                                      f"the data (its largest |value|: {np.abs(S).max():.3g})")
+                                      f"the data{largest_value('its', S)}")
     if got["finite"] == "constant":
         # identical points, or a kernel constant on them: K~ is rounding noise, float32's up to ~1e-4 of n c
         # (ARPACK's single-precision products, 300 identical points), above the zero rule's bound; float64's

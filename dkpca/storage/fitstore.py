@@ -202,10 +202,8 @@ class FitStore(StoredData, ModelSlots):
 
         Nothing else says what data such a copy held; K's record does, as a refit's reuse of K trusts it.
         """
-        try:
-            ours = present(root, "gram", damaged=False) and root["gram"].attrs.get("fingerprint") == fingerprint
-        except (ValueError, TypeError):  # K's arrays' metadata unreadable: K is built anew, says nothing
-            ours = False
+        # K's group record, read where zarr can parse it (where its arrays' cannot, the build then makes K anew)
+        ours = present(root, "gram", damaged=False) and root["gram"].attrs.get("fingerprint") == fingerprint
         if ours:
             logging.getLogger("dkpca").warning("store %s: the data copy %s; copied again from the input, whose "
                                                "fingerprint is its Gram matrix's (kept)", self.path, why)

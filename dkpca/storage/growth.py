@@ -312,7 +312,7 @@ def grow_gram(store: FitStore, n_old: int, want: dict[str, Any]) -> bool:
     and has checked kernel, block and dtype against the store's.
     """
     root = store.open_for_write()
-    if unreadable_gram(root) is not None or GROUP not in root:  # K's record lost: the build makes K anew
+    if GROUP not in root:
         return False
     g = root[GROUP]
     a = dict(g.attrs)
