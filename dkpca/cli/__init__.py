@@ -39,7 +39,7 @@ import warnings
 
 from .commands import COMMANDS, model_facts
 from .demo import held_out_centroid_accuracy, make_demo_data
-from .errors import error, explain, hush_abandoned_reads
+from .errors import error, explain, hush_abandoned_io
 from .parser import build_parser
 
 __all__ = ["main", "build_parser", "COMMANDS", "explain", "model_facts", "make_demo_data",
@@ -201,10 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         if message is None:
             held.release()
             raise  # a genuine bug or an unexpected system failure: keep the traceback
-        hush_abandoned_reads()
+        hush_abandoned_io()
         return error(held.into(message))
     except KeyboardInterrupt as exc:
         held.release()
+        hush_abandoned_io()
         what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(f"dkpca: {what}{_INTERRUPTED.get(a.command, '').format(a=a)}", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130

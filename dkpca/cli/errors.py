@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import errno
 import inspect
+import logging
 import sys
 from typing import Any
 
-__all__ = ["error", "error_line", "explain", "hush_abandoned_reads"]
+__all__ = ["error", "error_line", "explain", "hush_abandoned_io"]
 
 
 #: system errors a user causes and can fix, with what to do
 _USER_ERRNOS = {
-    errno.ENOSPC: "the filesystem is full; free space or choose a store on a larger filesystem (--store), then "
-                  "rerun to resume",
+    errno.ENOSPC: "the filesystem is full; free space, or write the store (--store) or transform's output on a larger "
+                  "filesystem, then rerun to resume",
     errno.EDQUOT: "the disk quota is exceeded; free space or choose another store (--store), then rerun to resume",
     # a read (the input) or a write (the store, an output): the path the error names says which
     errno.EACCES: "dkpca may not read or write it: check its permissions, or choose another path",
@@ -38,10 +39,21 @@ def error(message: str) -> int:
     return 2
 
 
-def hush_abandoned_reads() -> None:
-    """After a user's error: zarr's reads still pending when one of them failed (an unreachable endpoint, whose
-    client retries) are garbage at exit, and Python prints each as "Exception ignored in: <coroutine ...>"
-    after the error line.  Those, and only those, are dropped (installed once, for the process)."""
+#: what asyncio says at exit of work a command left unfinished when it stopped (an error, Ctrl-C, SIGTERM): zarr's
+#: reads and writes, distributed's comms, still pending on their event loops' threads, or failed unread (an exclusive
+#: create whose file another create made first, which zarr would have taken as done)
+_ABANDONED = ("Task was destroyed but it is pending!", "Future exception was never retrieved")
+
+
+def _not_abandoned(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_ABANDONED)
+
+
+def hush_abandoned_io() -> None:
+    """Once a command has stopped early, what it left in flight is garbage at exit, and Python would print each piece
+    after the one line: zarr's reads still pending when one of them failed (an unreachable endpoint, whose client
+    retries), as "Exception ignored in: <coroutine ...>", and asyncio's reports of tasks destroyed while pending.
+    Those, and only those, are dropped (installed once, for the process)."""
     previous = sys.unraisablehook
     if getattr(previous, "dkpca", False):
         return
@@ -54,6 +66,7 @@ def hush_abandoned_reads() -> None:
 
     hook.dkpca = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_not_abandoned)
 
 
 def explain(exc: BaseException) -> str | None:

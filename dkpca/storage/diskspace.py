@@ -17,6 +17,9 @@ __all__ = ["InsufficientDiskSpace", "gram_bytes", "fit_footprint", "check_disk_s
 class InsufficientDiskSpace(OSError):
     """The Gram store would not fit in the free space of its filesystem."""
 
+    def __str__(self) -> str:  # the message alone: OSError's "[Errno 28] " prefix says nothing to a user
+        return str(self.strerror)
+
 
 def gram_bytes(n: int, block: int, dtype: Any) -> int:
     """Bytes on disk of the upper-triangular blocks of K (uncompressed)."""
@@ -60,8 +63,8 @@ def check_disk_space(store: FitStore, needed: int) -> None:
     if free is not None and needed > free:
         raise InsufficientDiskSpace(
             errno.ENOSPC,
-            f"the fit's store needs {needed / 1e9:.2f} GB (K, its sums and markers, the data copy, model, checkpoints "
-            f"and temporaries) but {store.path!r} has {free / 1e9:.2f} GB free; "
-            "choose a store on a larger filesystem (store=...), use dtype='float32', "
-            "or gram='recompute', which stores no Gram matrix",
+            f"the fit's store needs {needed / 1e9:.3g} GB (K, its sums and markers, the data copy, model, checkpoints "
+            f"and temporaries) but {store.path!r} has {free / 1e9:.3g} GB free; "
+            "choose a store on a larger filesystem (store=..., CLI: --store), use dtype='float32' (--dtype float32), "
+            "or gram='recompute' (--gram recompute), which stores no Gram matrix",
         )
