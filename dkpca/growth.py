@@ -324,8 +324,9 @@ def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, s
         Xs = store.store_data(req.X, fp.to_dict(), False, progress=req.progress, source=source, lease=lease,
                               seen=fp.chunks)
     if store_gram and update.growth.gram:
-        grow_gram(store, update.growth.gram_rows, {"fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(),
-                                                   "block": req.tile, "dtype": np.dtype(req.dtype).name, "n": req.n})
+        rows = update.growth.gram_rows
+        grow_gram(store, rows, {"fingerprint": fp.to_dict(), "kernel": req.kernel.to_dict(), "block": req.tile,
+                                "dtype": np.dtype(req.dtype).name, "n": req.n}, older=rows < update.n_old)
     elif store_gram:  # K is built anew: one of another tile or precision goes (Growth.rebuilt); the model stays
         retire_gram(store, req.tile, req.dtype)
     return Xs

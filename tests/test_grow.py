@@ -220,6 +220,9 @@ def test_an_update_after_one_that_did_not_store_k_grows_k_from_its_own_rows(tmp_
     store = str(tmp_path / "s.dkpca.zarr")
     _fit(X[:300], store)
     _fit(X[:400], store, **between)
+    # K of the copy's first 300 rows, checked by their values (before: "K was built from other data", damaged)
+    gram = {f.part: f for f in verify_store(store)}["gram"]
+    assert gram.ok and "of the data's first 300 of 400 rows" in gram.text, gram.text
     p = dkpca.plan(X, store=store, **KW, measure=False)
     model = _fit(X, store)
     _check(model, X)
@@ -227,6 +230,26 @@ def test_an_update_after_one_that_did_not_store_k_grows_k_from_its_own_rows(tmp_
     # K of 300 rows at tile 64: 4 whole row blocks kept (10 blocks), 8 row blocks for 450 rows (36 blocks)
     assert (u["rows_before"], u["blocks_reused"], u["blocks_computed"]) == (400, 10, 26), u
     assert "26 Gram blocks computed" in p.update and "store's K (300 rows)" in p.decision.reasons["gram"]
+
+
+def test_k_of_other_data_with_an_earlier_row_count_is_not_grown(tmp_path):
+    """K copied in from a store of other data with the row count this store had before an update that stored no K:
+    its fingerprint is no longer the copy's in either case, and only its rows' values tell the two apart.  Before,
+    the next update grew it as the store's own and returned another kernel's eigenpairs without a word; now
+    verify calls it another's and the update refuses it, as a refit refuses K of other data."""
+    import shutil
+
+    X = make_data(450, seed=6)
+    store, other = str(tmp_path / "s.dkpca.zarr"), str(tmp_path / "o.dkpca.zarr")
+    _fit(X[:300], store)
+    _fit(X[:400], store, gram="recompute")
+    _fit(make_data(300, seed=7), other)
+    shutil.rmtree(f"{store}/gram")
+    shutil.copytree(f"{other}/gram", f"{store}/gram")
+    gram = {f.part: f for f in verify_store(store)}["gram"]
+    assert not gram.ok and "K was built from other data" in gram.text, gram.text
+    with pytest.raises(ValueError, match="data X differs"):
+        _fit(X, store)
 
 
 def test_an_update_counts_the_entries_it_computes_as_a_fresh_fit_counts_its_own():

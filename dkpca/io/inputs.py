@@ -9,7 +9,6 @@ never held in memory as a whole -- whatever the format (:mod:`.formats`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ import zarr
 from ..execution import compute, for_the_client
 from ..linalg import default_block_size
 from ..storage.datachunks import chunk_digest, copy_edge
+from ..storage.integrity import block_checksum, rows_checksum
 from .csvfile import is_csv, not_numeric, text_fields
 from .formats import open_path, table_columns, zarr_input
 
@@ -241,7 +241,7 @@ def _scan_block(block: np.ndarray, edge: tuple[int, int] | None) -> tuple[str, i
     bad = -1 if rows.all() else int(np.argmin(rows))
     column = -1 if bad < 0 else int(np.argmin(finite[bad]))
     copied = None if edge is None else int(chunk_digest(block, edge)[0])
-    return hashlib.blake2b(block.view(np.uint8), digest_size=16).hexdigest(), bad, column, copied
+    return block_checksum(block), bad, column, copied
 
 
 def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
@@ -259,16 +259,14 @@ def scan(X: da.Array, purpose: str = "fitting") -> Fingerprint:
     parts = [dask.delayed(_scan_block, pure=True)(b, edge) for b in X.to_delayed().ravel()]
     results = compute(*parts, local=for_the_client(X.nbytes))
     offset = 0
-    h = hashlib.blake2b(digest_size=16)
-    for (digest, bad, column, _), rows in zip(results, X.chunks[0], strict=True):
+    for (_, bad, column, _), rows in zip(results, X.chunks[0], strict=True):
         if bad >= 0:  # a CSV's short row or empty field is read as NaN: the column says which field
             raise ValueError(
                 f"X contains NaN or infinity (first in row {offset + bad}, column {column}); "
                 f"remove or impute non-finite values before {purpose} (a CSV's empty or missing field, a Parquet "
                 "null, a data frame's NA or a netCDF fill value reads as NaN)."
             )
-        h.update(digest.encode())
         offset += rows
-    h.update(str(X.chunks[0]).encode())
+    checksum = rows_checksum((r[0] for r in results), X.chunks[0])
     copied = tuple(r[3] for r in results) if edge is not None else ()
-    return Fingerprint(tuple(int(s) for s in X.shape), str(X.dtype), h.hexdigest(), copied)
+    return Fingerprint(tuple(int(s) for s in X.shape), str(X.dtype), checksum, copied)

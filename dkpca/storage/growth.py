@@ -27,20 +27,22 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import numpy as np
 import zarr
 
+from ..execution import compute, for_the_client
 from ..linalg.grid import default_block_size, n_blocks
 from .datacopy import DATA, DataExtent
 from .fitstore import FitStore
 from .gramcheck import GROUP, gram_layout, read_done_markers
 from .gramstore import GramStore, unreadable_gram
-from .integrity import CorruptChunkError, writable
+from .integrity import CorruptChunkError, block_checksum, rows_checksum, writable
 from .paths import exists
 from .slots import remove_member
 
-__all__ = ["Growth", "built_entries", "find_growth", "grow_gram", "refit_conflicts", "retile", "retire_gram",
-           "stored_entries", "stored_tile", "update_blocks"]
+__all__ = ["Growth", "built_entries", "find_growth", "gram_of_prefix", "grow_gram", "refit_conflicts", "retile",
+           "retire_gram", "stored_entries", "stored_tile", "update_blocks"]
 
 
 @dataclass(frozen=True)
@@ -303,8 +305,35 @@ def update_blocks(n_old: int, n_new: int, block: int) -> tuple[int, int, int]:
     return reused, computed, stored_entries(n_new, block) - stored_entries(edge, block)
 
 
-def grow_gram(store: FitStore, n_old: int, want: dict[str, Any]) -> bool:
+def gram_of_prefix(store: FitStore, gram: dict[str, Any]) -> bool:
+    """Whether K (its attributes ``gram``) is of the data copy's first rows, fewer than it holds now: a row count the
+    copy had (``prefixes``) whose values, in K's tile, checksum to K's fingerprint.
+
+    An update that stores no K (``gram="recompute"``, ``"memory"``, ARPACK) leaves K of the rows before it, which
+    the next update that stores K grows; its fingerprint is then no longer the copy's, and only its rows' values
+    tell it from K of other data.  Reads those rows, verified.
+    """
+    fp, block = gram.get("fingerprint"), gram.get("block")
+    try:
+        ext = store.data_extent()
+    except (CorruptChunkError, ValueError, TypeError, KeyError):
+        return False
+    shape = fp.get("shape") if isinstance(fp, dict) else None
+    if not (isinstance(shape, list) and len(shape) == 2 and type(block) is int and block > 0
+            and shape == [gram.get("n"), ext.d] and shape[0] in ext.prefixes and shape[0] < ext.rows):
+        return False
+    X = store.training_data(shape[0])
+    X = X.rechunk((block, X.shape[1]))
+    terms = compute(*[dask.delayed(block_checksum, pure=True)(b) for b in X.to_delayed().ravel()],
+                    local=for_the_client(X.nbytes))
+    return fp == {"shape": shape, "dtype": str(X.dtype), "checksum": rows_checksum(terms, X.chunks[0])}
+
+
+def grow_gram(store: FitStore, n_old: int, want: dict[str, Any], older: bool = False) -> bool:
     """Grow the Gram store of ``n_old`` rows to ``want`` (fingerprint, kernel, block, dtype, n of the grown data).
+
+    ``older``: ``n_old`` is fewer rows than the model's (an update since stored no K), so K's fingerprint is no
+    longer the copy's: its rows' values are checked first (:func:`gram_of_prefix`).
 
     Returns whether the store was (or had been) grown for ``want``; False
     when it holds K of other rows, which the build then judges as any
@@ -319,7 +348,7 @@ def grow_gram(store: FitStore, n_old: int, want: dict[str, Any]) -> bool:
     growing = a.get("growing") if isinstance(a.get("growing"), dict) else None
     if a.get("fingerprint") == want["fingerprint"] and a.get("n") == want["n"] and growing is None:
         return True  # grown already (a rerun after a later stage's kill)
-    if growing is None and a.get("n") != n_old:
+    if growing is None and (a.get("n") != n_old or (older and not gram_of_prefix(store, a))):
         return False
     block, n_new = int(want["block"]), int(want["n"])
     # 1. one write: an update is under way, and the row sums are to be reduced again

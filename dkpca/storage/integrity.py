@@ -138,6 +138,21 @@ def padded_digest(data: np.ndarray, chunks: tuple[int, ...]) -> int:
     return digest(np.ascontiguousarray(data))
 
 
+def block_checksum(block: np.ndarray) -> str:
+    """BLAKE2b-128 (hex) of a row block's bytes (C order): one term of :func:`rows_checksum`."""
+    return hashlib.blake2b(np.ascontiguousarray(block).view(np.uint8), digest_size=16).hexdigest()
+
+
+def rows_checksum(block_checksums: Iterable[str], row_chunks: tuple[int, ...]) -> str:
+    """A data matrix's checksum, as its fingerprint records it: BLAKE2b-128 of its row blocks'
+    :func:`block_checksum` in order, then of the row blocking (taken in K's tiles, a store's)."""
+    h = hashlib.blake2b(digest_size=16)
+    for term in block_checksums:
+        h.update(term.encode())
+    h.update(str(tuple(row_chunks)).encode())
+    return h.hexdigest()
+
+
 def content_digest(arrays: Iterable[np.ndarray], extra: bytes = b"") -> str:
     """BLAKE2b-128 (hex) of the arrays' dtypes, shapes and bytes, then ``extra``: their content, not their names
     (a solver checkpoint's arrays, one each; the model a transform output was projected with)."""
