@@ -196,6 +196,35 @@ def test_io_left_in_flight_by_a_stopped_command_is_not_reported_after_its_line(s
     assert proc.stderr == f"dkpca: {said}\n", proc.stderr
 
 
+def test_sigterm_as_the_thread_pool_starts_ends_the_process():
+    """concurrent.futures records a pool's new thread for the interpreter's exit only after ``Thread.start``
+    returns: a SIGTERM between the two (found by killing transforms at random moments) left a thread nothing
+    woke, and the process, its line said, waited for it at exit until SIGKILL.  Here the signal is sent exactly
+    there; the pool now starts all its threads with signals held, and the process ends."""
+    child = textwrap.dedent("""
+        import os, signal, sys, threading
+        import dkpca.cli as cli
+        from dkpca.execution.threads import kept_pool
+
+        start = threading.Thread.start
+        def start_then_signal(thread):
+            start(thread)
+            if thread.name.startswith("ThreadPoolExecutor"):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread.start = start_then_signal
+        cli.COMMANDS["info"] = lambda args: kept_pool(2).submit(print, "ran").result()
+        sys.exit(cli.main(["info", "x"]))
+    """)
+    proc = spawn([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        pytest.fail("the process did not end after its SIGTERM line")
+    assert (proc.returncode, err, out) == (143, "dkpca: terminated (SIGTERM)\n", "")
+
+
 def test_ctrl_c_stops_a_sparse_fit_within_a_step_of_its_em():
     """Before: SIGINT 8 s into a SparseKernelPCA fit (2,500 x 6, max_iter=30,000) ended it 123.5 s later -- the
     fit waited for each candidate set's EM, one task of minutes.  Now each EM asks between steps and stops."""
@@ -247,7 +276,8 @@ def test_a_local_clusters_workers_never_take_ctrl_c(tmp_path):
 def test_a_ctrl_c_while_workers_start_is_held_then_raised():
     """While the workers start, SIGINT is held (the start finishes, so that the cluster can be closed), then
     raised; a second one is raised at once (a start or close that hangs can still be left)."""
-    from dkpca.cluster.spawning import holding_interrupts, starting_workers
+    from dkpca.cluster.spawning import starting_workers
+    from dkpca.signals import holding_interrupts
 
     went_on = False
     with pytest.raises(KeyboardInterrupt):

@@ -61,7 +61,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
     any work, unless ``--overwrite``) and the demo says how large they are; the
     workers' scratch space is still temporary.
     """
-    from ..cluster import holding_interrupts
+    from ..signals import holding_interrupts
 
     _check_demo(a)
     fig = _demo_figure() if a.dir else None  # matplotlib and its backend setting: refused before any work

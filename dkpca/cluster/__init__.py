@@ -7,7 +7,6 @@ the active client that :func:`connect` leaves behind (:mod:`dkpca.execution`).
 from .config import BACKENDS, ClusterConfigError, ClusterError, ClusterSpec, backend_class, cluster_spec
 from .connect import close, connect, connected, is_scheduler_address
 from .resources import worker_resources
-from .spawning import holding_interrupts
 
 __all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec", "close",
-           "connect", "connected", "holding_interrupts", "is_scheduler_address", "worker_resources"]
+           "connect", "connected", "is_scheduler_address", "worker_resources"]

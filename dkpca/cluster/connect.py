@@ -29,6 +29,7 @@ from dask.utils import format_bytes
 from distributed import Client, LocalCluster
 
 from ..config import check_settings, setting
+from ..signals import holding_interrupts
 from ..version import __version__, installed_version
 from .batch import need_command, start_batch, submit_jobs, warn_open_dashboard
 from .config import (
@@ -44,7 +45,7 @@ from .config import (
 from .reach import one_line, reach
 from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
 from .security import TLSOnlyNanny, run_security
-from .spawning import add_log_filter, holding_interrupts, quiet_interrupts, starting_workers
+from .spawning import add_log_filter, quiet_interrupts, starting_workers
 
 __all__ = ["connect", "close", "connected", "is_scheduler_address"]
 

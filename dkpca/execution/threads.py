@@ -23,6 +23,7 @@ from dask.threaded import ContextAwareThreadPoolExecutor
 from threadpoolctl import ThreadpoolController
 
 from ..linalg import RowBlocks
+from ..signals import holding_interrupts
 from .scheduler import local_thread_count
 
 __all__ = ["Joined", "StopRequested", "kept_pool", "local_threads", "serial_blas", "row_blocks", "stopping",
@@ -138,6 +139,26 @@ def kept_pool(threads: int) -> Executor:
     """This process's pool of ``threads`` threads, made once, as dask keeps its own.
 
     The threads must outlive a computation: each keeps its scratch buffers
-    (``linalg.workspace``) from one pass to the next.
+    (``linalg.workspace``) from one pass to the next.  All are started here,
+    with Ctrl-C and SIGTERM held (:func:`_start_all`).
     """
-    return ContextAwareThreadPoolExecutor(threads)
+    pool = ContextAwareThreadPoolExecutor(threads)
+    with holding_interrupts():
+        _start_all(pool, threads)
+    return pool
+
+
+def _start_all(pool: Executor, threads: int) -> None:
+    """Start every thread of ``pool`` now, each held at a barrier till all run.
+
+    concurrent.futures starts a pool's threads as tasks come, and records each
+    for the interpreter's exit (which wakes it to end) only once
+    ``Thread.start`` has returned; a signal's exception raised in between left
+    a thread that nothing wakes, and Python waited for it at exit for ever:
+    a transform given SIGTERM as its pool started said its line, then hung
+    till SIGKILL.  Started here, under :func:`holding_interrupts`, no later
+    task starts a thread.
+    """
+    barrier = threading.Barrier(threads)
+    for future in [pool.submit(barrier.wait, 60) for _ in range(threads)]:
+        future.result()
