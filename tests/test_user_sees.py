@@ -225,6 +225,34 @@ def test_sigterm_as_the_thread_pool_starts_ends_the_process():
     assert (proc.returncode, err, out) == (143, "dkpca: terminated (SIGTERM)\n", "")
 
 
+@pytest.mark.parametrize("sig, status, said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                               (signal.SIGINT, 130, "interrupted")])
+def test_a_signal_taken_inside_a_finaliser_still_stops_the_command(sig, status, said):
+    """Python runs the handler wherever the main thread is, a finaliser or weakref callback too (an import's module
+    lock), where its exception cannot propagate.  Before (found by SIGTERMing fits at random moments): "Exception
+    ignored in ... dkpca.cli.Terminated", and the fit ran to the end, exit 0.  Now the signal is taken again."""
+    child = textwrap.dedent(f"""
+        import gc, os, signal, sys, time
+        import dkpca.cli as cli
+
+        class Finalised:
+            def __del__(self):
+                os.kill(os.getpid(), {int(sig)})
+                sum(range(1000))  # the handler runs here, in the finaliser
+
+        def command(args):
+            Finalised()
+            time.sleep(0.5)
+            print("ran to the end")
+            return 0
+
+        cli.COMMANDS["info"] = command
+        sys.exit(cli.main(["info", "x"]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (status, f"dkpca: {said}\n", "")
+
+
 def test_ctrl_c_stops_a_sparse_fit_within_a_step_of_its_em():
     """Before: SIGINT 8 s into a SparseKernelPCA fit (2,500 x 6, max_iter=30,000) ended it 123.5 s later -- the
     fit waited for each candidate set's EM, one task of minutes.  Now each EM asks between steps and stops."""

@@ -36,6 +36,7 @@ import signal
 import sys
 import threading
 import warnings
+from typing import Any
 
 from .commands import COMMANDS, model_facts
 from .demo import held_out_centroid_accuracy, make_demo_data
@@ -132,15 +133,35 @@ def _terminate(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def _terminate_as_interrupt():
-    """SIGTERM raises :class:`Terminated` while a command runs (only the main thread can take a signal)."""
+    """SIGTERM raises :class:`Terminated` while a command runs (only the main thread can take a signal).
+
+    Python runs a signal's handler at whatever bytecode the main thread is at, a finaliser or a weakref callback
+    (an import's module lock) too, where an exception cannot propagate: it printed "Exception ignored in ...",
+    and the command ran on to the end, exit 0, as if no signal had come.  Such a swallowed interrupt is sent
+    again instead, a moment later, to be taken outside the callback.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGTERM, _terminate)
+    old, previous = signal.signal(signal.SIGTERM, _terminate), sys.unraisablehook
+
+    def again(unraisable: Any) -> None:
+        swallowed = unraisable.exc_value
+        if isinstance(swallowed, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            # from another thread, a moment later: raised here, the handler would run inside this hook at once
+            resend = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM if isinstance(swallowed, Terminated)
+                                                     else signal.SIGINT))
+            resend.daemon = True
+            resend.start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = again
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+        sys.unraisablehook = previous
 
 
 def _stdout_closed() -> bool:
