@@ -96,3 +96,28 @@ def test_an_output_holding_only_a_killed_transforms_lock_is_written(tmp_path, ca
     _lock_of(out, 1 << 22, "killed")  # no such pid (above Linux's default pid_max)
     assert main(["transform", store, data, str(out), "-q"]) == 0
     assert LOCK_NAME not in _files(out) and main(["verify", str(out)]) == 0
+
+
+def test_a_second_transform_that_sees_the_first_create_the_output_names_it_in_use(tmp_path, capsys, fitted,
+                                                                                 monkeypatch):
+    """The same transform submitted twice: the second looked while the first was creating the output -- no
+    metadata yet when it opened, ``zarr.json`` there when it listed -- and called it "not a dkpca transform
+    output (it is a directory of other files)" (found running two at once: 1 in 10).  The metadata is read again."""
+    from dkpca.storage import outputstate
+
+    X, data, store = fitted
+    out = str(tmp_path / "z.zarr")
+    opened = zarr.open
+    seen = []
+
+    def open_before_its_metadata(path, mode):
+        seen.append(path)
+        if len(seen) == 1:  # the first look, before the other transform's zarr.json was there
+            raise FileNotFoundError(path)
+        return opened(path, mode=mode)
+
+    with open_output(out, out, OTHER, (300, 3), (100, 3), False):
+        monkeypatch.setattr(outputstate.zarr, "open", open_before_its_metadata)
+        err = cli_error(capsys, ["transform", store, data, out, "-q"])
+    assert f"output {out!r} is in use by another transform (process {os.getpid()} on" in err, err
+    assert len(seen) >= 2

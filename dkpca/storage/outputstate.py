@@ -98,6 +98,29 @@ def _headless(shown: str, files: list[str]) -> HeadlessOutputError:
         "file from a backup, or remove the directory yourself and run the transform again.")
 
 
+def _open_node(path: str, shown: str) -> zarr.Array | zarr.Group | None:
+    """The Zarr node at ``path``; None for nothing there (only dkpca's lock, zarr's temporaries).
+
+    A ``zarr.json`` listed after the open failed was written meanwhile -- by another transform creating the same
+    output, which its lock then names -- and is read again; before, that transform was called "a directory of
+    other files".
+    """
+    listed: list[str] | None = None
+    while True:
+        try:
+            return zarr.open(path, mode="r")
+        except Exception:  # no Zarr metadata: a file, a directory of files, or an empty directory
+            first, listed = listed is None, [f for f in _files(path) if not _LOCK.fullmatch(f)]
+            if all(_PARTIAL.fullmatch(f) for f in listed):  # nothing, or only zarr's temporary of a killed creation
+                return None
+            if first and "zarr.json" in listed:
+                continue
+            if any(_CHUNK.fullmatch(f) for f in listed) and all(
+                    f == "zarr.json" or _CHUNK.fullmatch(f) or _PARTIAL.fullmatch(f) for f in listed):
+                raise _headless(shown, listed) from None
+            raise _not_ours(shown, "a file" if listed == [""] else "a directory of other files") from None
+
+
 def output_state(path: str, shown: str | None = None) -> OutputState | None:
     """The transform output at ``path`` (``shown``: the path as the user wrote it); None if nothing is there.
 
@@ -113,16 +136,9 @@ def output_state(path: str, shown: str | None = None) -> OutputState | None:
     shown = path if shown is None else shown
     if not exists(path):
         return None
-    try:
-        node = zarr.open(path, mode="r")
-    except Exception:  # no Zarr metadata: a file, a directory of files, or an empty directory
-        files = [f for f in _files(path) if not _LOCK.fullmatch(f)]
-        if all(_PARTIAL.fullmatch(f) for f in files):  # nothing, or only zarr's temporary of a killed creation
-            return None
-        if any(_CHUNK.fullmatch(f) for f in files) and all(
-                f == "zarr.json" or _CHUNK.fullmatch(f) or _PARTIAL.fullmatch(f) for f in files):
-            raise _headless(shown, files) from None
-        raise _not_ours(shown, "a file" if files == [""] else "a directory of other files") from None
+    node = _open_node(path, shown)
+    if node is None:
+        return None
     if isinstance(node, zarr.Group):
         raise _not_ours(shown, "a dkpca store" if node.attrs.get("format") == "dkpca-store" else "a Zarr group")
     record = node.attrs.get(KEY)
