@@ -252,6 +252,20 @@ def test_k_of_other_data_with_an_earlier_row_count_is_not_grown(tmp_path):
         _fit(X, store)
 
 
+def test_verify_of_k_of_earlier_rows_over_a_damaged_copy_reports_the_copy(tmp_path):
+    """The check of K against the copy's first rows reads them: a chunk of them missing is the data's finding, and
+    K is not called another's (before this was handled, verify ended in the read's error instead of its report)."""
+    X = make_data(450, seed=6)
+    store = str(tmp_path / "s.dkpca.zarr")
+    _fit(X[:300], store)
+    _fit(X[:400], store, gram="recompute")
+    os.remove(os.path.join(store, "data", "X", "c", "0", "0"))
+    found = {f.part: f for f in verify_store(store)}
+    assert not found["data"].ok and "chunk (0, 0) of array 'data/X'" in found["data"].text and "missing" in \
+        found["data"].text
+    assert found["gram"].ok and "first 300" not in found["gram"].text, found["gram"].text
+
+
 def test_an_update_counts_the_entries_it_computes_as_a_fresh_fit_counts_its_own():
     """Stored entries: the upper triangle of blocks, diagonal blocks whole (before, the new rows' square was counted
     whole: 180,000 for 300 -> 600 at tile 100, 86 % of a fresh fit's, where 150,000 are computed: 71 %; and

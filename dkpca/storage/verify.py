@@ -84,18 +84,24 @@ def _data(store: FitStore, root: zarr.Group) -> Finding:
                                  f"{_unchecked([arr]) or old}")
 
 
-def _foreign(store: FitStore, root: zarr.Group, g: zarr.Group) -> str | None:
-    """Why K is not of the store's data copy (its data fingerprint is another's), or None: what a fit refuses."""
+def _of_copy(store: FitStore, root: zarr.Group, g: zarr.Group) -> tuple[str | None, str]:
+    """Whether K is of the store's data copy: why not (its data fingerprint is another's: what a fit refuses), or
+    None; and what to say after its blocks -- that it is of the copy's first rows, where those rows' values
+    checked so (left by an update that stored no K; the next that does grows it)."""
     data = root[DATA].attrs.asdict() if present(root, DATA, damaged=False) else {}
     have, want = g.attrs.get("fingerprint"), data.get("fingerprint")
     if not data.get("complete") or isinstance(data.get("growing"), dict) or not isinstance(want, dict) or have == want:
-        return None  # no copy to compare with (it names its own state), or an update under way
-    if gram_of_prefix(store, g.attrs.asdict()):
-        return None  # K of the copy's first rows, left by an update that stored no K: the next that does grows it
+        return None, ""  # no copy to compare with (it names its own state), or an update under way
+    try:
+        if gram_of_prefix(store, g.attrs.asdict()):
+            return None, (f", of the data's first {have['shape'][0]} of {(want.get('shape') or ['?'])[0]} rows (an "
+                          "update since stored no K; the next fit that stores K grows it)")
+    except CorruptChunkError:
+        return None, ""  # those rows damaged: the data's finding names them; K is judged once they are mended
     have = have.get("checksum") if isinstance(have, dict) else have
     return (f"gram: K was built from other data (checksum {have}) than the store's copy, data/X (checksum "
             f"{want.get('checksum')}): copied from another store, or edited; a rerun of the fit refuses it -- "
-            "rerun it with --overwrite (overwrite=True) to build K anew")
+            "rerun it with --overwrite (overwrite=True) to build K anew"), ""
 
 
 def _gram(store: FitStore, root: zarr.Group) -> Finding:
@@ -117,7 +123,8 @@ def _gram(store: FitStore, root: zarr.Group) -> Finding:
         return Finding("gram", True, f"gram: caught mid-update from {growing.get('from')} to {growing.get('n')} "
                                      "rows while its arrays were being resized; a rerun of the same update "
                                      "finishes it and computes the blocks of the new rows")
-    if (other := _foreign(store, root, g)) is not None:
+    other, prefix = _of_copy(store, root, g)
+    if other is not None:
         return Finding("gram", False, other)
     try:
         GramStore(store).check_layout(g)  # before the markers are read: no shape of 10^12 is ever allocated
@@ -153,10 +160,6 @@ def _gram(store: FitStore, root: zarr.Group) -> Finding:
     if todo:  # a build killed part way
         return Finding("gram", True, f"gram: {total - todo} of {total} blocks built and verified; a rerun of the "
                                      f"fit builds the other {todo}{old}")
-    copied = root[DATA].attrs.get("fingerprint") if present(root, DATA, damaged=False) else None
-    rows = copied["shape"][0] if isinstance(copied, dict) and isinstance(copied.get("shape"), list) else n
-    prefix = "" if rows <= n else (f", of the data's first {n} of {rows} rows (an update since stored no K; the next "
-                                   "fit that stores K grows it)")
     return Finding("gram", True, f"gram: all {total} blocks of K ({n} x {n}) and their sums verified{prefix}{old}")
 
 
