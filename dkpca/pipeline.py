@@ -316,17 +316,15 @@ def _build_and_solve(req: FitRequest, plan: FitPlan, evaluator: Kernel, Xs: da.A
             serial = plan.start is not None and plan.start.serial
             with warnings.catch_warnings(), serial_blas() if serial else contextlib.nullcontext():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                def run(p: FitPlan, opts: dict[str, Any], op: CenteredKernelOperator = op) -> EigResult:
-                    return solve(p.solver, op, p.k, req.fraction, tol=req.tol, max_passes=req.max_passes, rng=rng,
-                                 callback=log_pass, **opts)
+                common = {"tol": req.tol, "max_passes": req.max_passes, "rng": rng, "callback": log_pass}
                 try:
-                    res = run(plan, solver_opts)
+                    res = solve(plan.solver, op, plan.k, req.fraction, **common, **solver_opts)
                 except ArpackNoConvergence as exc:  # K in memory: no start block, no checkpoint to carry over
                     if (instead := instead_of_arpack(plan, req.solver, str(exc))) is None:
                         raise
                     plan = instead
                     logger.info("%s", plan.reasons["solver"])
-                    res = run(plan, {})
+                    res = solve(plan.solver, op, plan.k, req.fraction, **common)
             timings["solve"] = time.perf_counter() - t
             return op, gram_report, res, plan
         except CorruptChunkError as exc:

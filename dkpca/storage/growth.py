@@ -314,12 +314,9 @@ def gram_of_prefix(store: FitStore, gram: dict[str, Any]) -> bool:
     tell it from K of other data.  Reads those rows, verified.
     """
     fp, block = gram.get("fingerprint"), gram.get("block")
-    try:
-        ext = store.data_extent()
-    except (CorruptChunkError, ValueError, TypeError, KeyError):
-        return False
+    ext = _recorded(store)[0]
     shape = fp.get("shape") if isinstance(fp, dict) else None
-    if not (isinstance(shape, list) and len(shape) == 2 and type(block) is int and block > 0
+    if not (ext is not None and isinstance(shape, list) and len(shape) == 2 and type(block) is int and block > 0
             and shape == [gram.get("n"), ext.d] and shape[0] in ext.prefixes and shape[0] < ext.rows):
         return False
     X = store.training_data(shape[0])

@@ -98,6 +98,13 @@ def _headless(shown: str, files: list[str]) -> HeadlessOutputError:
         "file from a backup, or remove the directory yourself and run the transform again.")
 
 
+def _zarr_node(path: str) -> zarr.Array | zarr.Group | None:
+    try:
+        return zarr.open(path, mode="r")
+    except Exception:  # no Zarr metadata (yet): a file, a directory of files, or an empty directory
+        return None
+
+
 def _open_node(path: str, shown: str) -> zarr.Array | zarr.Group | None:
     """The Zarr node at ``path``; None for nothing there (only dkpca's lock, zarr's temporaries).
 
@@ -105,20 +112,18 @@ def _open_node(path: str, shown: str) -> zarr.Array | zarr.Group | None:
     output, which its lock then names -- and is read again; before, that transform was called "a directory of
     other files".
     """
-    listed: list[str] | None = None
-    while True:
-        try:
-            return zarr.open(path, mode="r")
-        except Exception:  # no Zarr metadata: a file, a directory of files, or an empty directory
-            first, listed = listed is None, [f for f in _files(path) if not _LOCK.fullmatch(f)]
-            if all(_PARTIAL.fullmatch(f) for f in listed):  # nothing, or only zarr's temporary of a killed creation
-                return None
-            if first and "zarr.json" in listed:
-                continue
-            if any(_CHUNK.fullmatch(f) for f in listed) and all(
-                    f == "zarr.json" or _CHUNK.fullmatch(f) or _PARTIAL.fullmatch(f) for f in listed):
-                raise _headless(shown, listed) from None
-            raise _not_ours(shown, "a file" if listed == [""] else "a directory of other files") from None
+    node = _zarr_node(path)
+    if node is None and "zarr.json" in _files(path):
+        node = _zarr_node(path)
+    if node is not None:
+        return node
+    listed = [f for f in _files(path) if not _LOCK.fullmatch(f)]
+    if all(_PARTIAL.fullmatch(f) for f in listed):  # nothing, or only zarr's temporary of a killed creation
+        return None
+    if any(_CHUNK.fullmatch(f) for f in listed) and all(
+            f == "zarr.json" or _CHUNK.fullmatch(f) or _PARTIAL.fullmatch(f) for f in listed):
+        raise _headless(shown, listed)
+    raise _not_ours(shown, "a file" if listed == [""] else "a directory of other files")
 
 
 def output_state(path: str, shown: str | None = None) -> OutputState | None:
