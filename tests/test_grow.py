@@ -367,6 +367,17 @@ def test_an_update_recomputes_old_blocks_whose_sums_are_a_stale_copy(grown, tmp_
     assert model.report["update"]["blocks_computed"] == 19  # the 18 of the update and the stale one
 
 
+def test_an_update_over_k_whose_markers_lost_their_metadata_builds_k_anew(grown):
+    """Before: ``KeyError: 'done'`` from zarr, the update's only output, for ever.  Without the markers nothing
+    says which of K's blocks are built: all are computed, as a fit does when an array of K's is missing."""
+    X, store = grown
+    os.remove(os.path.join(store, "gram", "done", "zarr.json"))
+    model = _fit(X, store)
+    _check(model, X)
+    assert model.report["gram"]["computed_blocks"] == 28  # all of the 7 x 8 / 2 blocks of 400 rows
+    assert all(f.ok for f in verify_store(store))
+
+
 @pytest.mark.parametrize("chunk", ["1", "4"], ids=["inside", "boundary"])
 def test_a_damaged_chunk_of_the_old_rows_is_written_again_from_the_grown_input(grown, chunk, caplog):
     """Before: the build's read of the old rows refused the update midway ('the store's copy of the data is

@@ -10,6 +10,7 @@ array and the chunk; ``dkpca verify`` says what a rerun would do.
 from __future__ import annotations
 
 import errno
+import logging
 import shutil
 
 import numpy as np
@@ -20,7 +21,15 @@ from sklearn.metrics.pairwise import rbf_kernel
 import dkpca
 from dkpca.cli import main
 from dkpca.sparse import SparseKernelPCA
-from dkpca.storage import ChunkReader, ChunkWriter, CorruptChunkError, DamagedModelError, FitStore, create_array
+from dkpca.storage import (
+    ChunkReader,
+    ChunkWriter,
+    CorruptChunkError,
+    DamagedModelError,
+    FitStore,
+    create_array,
+    verify_store,
+)
 from dkpca.storage.corrupt import TrailerOnlyError
 from dkpca.storage.gramstore import GramStore
 
@@ -403,17 +412,34 @@ def test_a_data_copy_without_its_metadata_is_named_and_copied_again(stored_fit, 
     assert f"BAD  data/X: array 'data/X' in {str(store)!r} is missing (no {lost})" in out
     assert "model: its arrays verified, but it cannot load without its training data" in out
     assert "is missing" in cli_error(capsys, ["info", str(store)])
-    if lost == "data/zarr.json":
-        with pytest.raises(CorruptChunkError, match=r"is missing \(no data/zarr.json\).*overwrite=True"):
-            dkpca.fit(X + 1.0, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64")
+    with pytest.raises(CorruptChunkError, match=rf"is missing \(no {lost}\).*overwrite=True"):
+        dkpca.fit(X + 1.0, n_components=3, gamma=0.2, store=store, chunk_size=100, dtype="float64")
+    model = refit()
+    assert model.report["gram"]["computed_blocks"] == 0
+    _agrees_with_reference(X, model)
+    assert all(f.ok for f in verify_store(str(store)))
+
+
+@pytest.mark.parametrize("damage", ["delete", "cut"])
+def test_a_refit_writes_lost_data_metadata_again_from_the_copys_record_and_keeps_k(stored_fit, damage, caplog):
+    """Before: 'is missing (no data/X/zarr.json); rerun the fit with overwrite=True' -- all of K built again, though
+    the group's record (the fingerprint, every chunk's digest) says what the copy holds.  Now a refit of the same
+    input writes the array's metadata again (the chunk rows taken only where the input's first rows give the first
+    recorded digest), every chunk is then read verified, and K is kept."""
+    X, store, refit = stored_fit
+    meta = store / "data" / "X" / "zarr.json"
+    chunk = store / "data" / "X" / "c" / "0" / "0"
+    before = chunk.read_bytes()
+    if damage == "delete":
+        meta.unlink()
+    else:  # cut short: zarr cannot parse it
+        meta.write_bytes(meta.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
         model = refit()
-        assert model.report["gram"]["computed_blocks"] == 0
-        _agrees_with_reference(X, model)
-        return
-    with pytest.raises(CorruptChunkError, match="is missing.*overwrite=True"):
-        refit()
-    _agrees_with_reference(X, dkpca.fit(X, n_components=3, gamma=0.2, store=store, chunk_size=100,
-                                        dtype="float64", solver="dense", gram="store", overwrite=True))
+    assert any("data/X/zarr.json) was lost or unreadable; written again" in r.getMessage() for r in caplog.records)
+    assert model.report["gram"]["computed_blocks"] == 0 and chunk.read_bytes() == before
+    _agrees_with_reference(X, model)
+    assert all(f.ok for f in verify_store(str(store)))
 
 
 def test_a_data_copy_deleted_whole_is_copied_again_by_a_rerun(stored_fit, capsys):

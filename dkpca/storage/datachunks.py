@@ -24,13 +24,14 @@ import dask
 import dask.array as da
 import numpy as np
 import zarr
+from zarr.core.sync import sync
 
 from ..execution import compute, for_the_client
-from .integrity import CorruptChunkError, VerifiedArray, padded_digest
+from .integrity import DIGEST, CorruptChunkError, VerifiedArray, create_array, decode_digests, padded_digest
 from .lock import Fenced, Lease
 
 __all__ = ["InputChangedError", "chunk_digest", "copy_block", "copy_edge", "damaged_chunks", "held_as",
-           "rewrite_chunks", "same_values", "write_rows"]
+           "remake_meta", "rewrite_chunks", "same_values", "write_rows"]
 
 logger = logging.getLogger("dkpca")
 
@@ -162,3 +163,42 @@ def rewrite_chunks(X: da.Array, data: VerifiedArray, arr: zarr.Array, lease: Lea
     logger.warning("store %s: %d chunk(s) of its data copy were damaged (first: %s); written again from the "
                    "input, whose rows are those recorded for them; the Gram matrix built from them is kept", path,
                    len(bad), str(first).split(";")[0])
+
+
+def remake_meta(group: zarr.Group, X: da.Array, path: str) -> bool:
+    """Write the data copy's array metadata (``data/X/zarr.json``) again where it is lost or unreadable and the
+    copy's record (``group``'s attributes: complete, X's fingerprint, the chunks' digests) is intact; whether it did.
+
+    The chunks are kept: what they hold is judged by their recorded digests when read.  The metadata says only
+    shape, dtype and chunk rows; the fingerprint records the first two, the record the last (``edge``; a copy
+    written before dkpca recorded it: X's chunk rows, the fit's tile), taken only where X's first rows in them give
+    the first recorded digest.
+    """
+    try:
+        group["X"]
+        return False  # readable: its chunks are judged, not its metadata
+    except KeyError:
+        unreadable = False
+    except (TypeError, ValueError):  # zarr's metadata parsing: a zarr.json cut short or garbled
+        unreadable = True
+    attrs = dict(group.attrs)
+    fp = attrs.get("fingerprint") if isinstance(attrs.get("fingerprint"), dict) else {}
+    shape = fp.get("shape")
+    if not (attrs.get("complete") and attrs.get("growing") is None and attrs.get("digest") == DIGEST
+            and isinstance(shape, list) and list(X.shape) == shape and fp.get("dtype") == str(X.dtype)):
+        return False
+    try:
+        digests = decode_digests(attrs.get("digests"))
+    except ValueError:
+        return False
+    for rows in dict.fromkeys((attrs.get("edge"), X.chunks[0][0])):  # in order, once each
+        edge = (rows, shape[1]) if type(rows) is int and rows > 0 else None
+        if edge is not None and len(digests) == -(-shape[0] // rows) \
+                and int(chunk_digest(np.asarray(X[:rows]), edge)[0]) == digests[0]:
+            if unreadable:  # replaced only now that its replacement is known
+                sync(group.store.delete(f"{group.path}/X/zarr.json"))
+            create_array(group, "X", shape=tuple(shape), chunks=edge, dtype=X.dtype)
+            logger.warning("store %s: the data copy's metadata (data/X/zarr.json) was lost or unreadable; written "
+                           "again from its record, its chunks kept", path)
+            return True
+    return False

@@ -27,7 +27,7 @@ import numpy as np
 import zarr
 
 from ..execution import compute
-from .datachunks import InputChangedError, chunk_digest, copy_edge, rewrite_chunks, same_values, write_rows
+from .datachunks import InputChangedError, chunk_digest, copy_edge, remake_meta, rewrite_chunks, same_values, write_rows
 from .integrity import (
     DIGEST,
     CorruptChunkError,
@@ -171,7 +171,7 @@ class StoredData:
         except InputChangedError:
             remove_member(root, DATA)  # this fit's own copy, of no one reading of the input
             raise
-        g.attrs.update({"complete": True, "digest": DIGEST, "digests": encode_digests(values)})
+        g.attrs.update({"complete": True, "digest": DIGEST, "digests": encode_digests(values), "edge": edge[0]})
         return self.training_data()
 
     def _data_record(self) -> tuple[zarr.Array, dict, int, dict | None]:
@@ -304,18 +304,19 @@ class StoredData:
             f"is missing (no {DATA}/zarr.json)"
 
     def mend_data(self, X: da.Array, lease: Lease | None = None) -> VerifiedArray:
-        """:meth:`check_data`, damaged chunks first written again from X where its rows are the recorded (or raised)."""
+        """:meth:`check_data`, damaged chunks (or lost metadata) first written again from X where its rows are the
+        recorded (or raised)."""
         try:
             return self.check_data()
         except CorruptChunkError as exc:
+            if remake_meta(self.open_for_write()[DATA], X, self.path):  # its zarr.json lost: made again, judged
+                return self.mend_data(X, lease)
             rewrite_chunks(X, self.training_array(), writable(self.open_for_write()[DATA]["X"]), lease, exc, self.path)
             return self.training_array()
 
     def check_data(self) -> VerifiedArray:
-        """Read the whole data copy once, a chunk at a time, each verified; the first damage raises, naming it.
-
-        Returns the copy as :meth:`training_array` does, every chunk now known present.
-        """
+        """Read the whole data copy once, a chunk at a time, each verified (the first damage raises, naming it);
+        return it as :meth:`training_array` does, every chunk now known present."""
         data = self.training_array()
         self._check_present(data)
         edge = data.array.chunks[0]
@@ -328,8 +329,7 @@ class StoredData:
         check_chunks(data.array, data.chunk_coords if isinstance(data, RowPrefix) else None)
 
     def training_data(self, rows: int | None = None, bound: str | None = None) -> da.Array:
-        """The stored training data (``rows``, ``bound``: as :meth:`training_array`), lazily; chunks checked present
-        now."""
+        """The stored training data (``rows``, ``bound``: as :meth:`training_array`), lazily; chunks checked now."""
         data = self.training_array(rows, bound)
         self._check_present(data)
         return self._lazy(data)

@@ -351,7 +351,8 @@ def grow_gram(store: FitStore, n_old: int, want: dict[str, Any], older: bool = F
     # 1. one write: an update is under way, and the row sums are to be reduced again
     g.attrs.update({"growing": {"n": n_new, "fingerprint": want["fingerprint"], "from": n_old}, "complete": False})
     # 2. the partial row block's markers go before anything else changes: its chunks are recomputed whole
-    if n_old % block:
+    # (markers whose metadata is lost mark nothing built: the build finds the array missing and computes all)
+    if n_old % block and "done" in g:
         last = n_old // block
         done = writable(g["done"])
         done[: last + 1, last] = 0
