@@ -113,7 +113,9 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         ``n_components >= n / 10``; block Lanczos from 64 components (on
         USPS, 256 components: 7.5 s against ARPACK's 17.5 s); else ARPACK (scikit-learn's rule, dense
         whenever ``n_components >= 10``, took 12 s at n=5000 where ARPACK
-        takes 1 s).  ``"arpack"`` runs
+        takes 1 s); an ``"auto"`` ARPACK that does not converge (``max_iter``
+        not given) hands over to block Lanczos, as :func:`dkpca.fit`'s does
+        (scikit-learn raises ``ArpackNoConvergence``).  ``"arpack"`` runs
         ``scipy.sparse.linalg.eigsh`` on the centred operator (never forming
         K~; one K-vector product per ARPACK step).  ``"randomized"`` is
         dkpca's subspace iteration, stopped by residual, and

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.linalg import ArpackNoConvergence
 
 from .eigensolve import memory_kernel_matrix, solve_kernel_matrix
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
@@ -121,14 +122,22 @@ class SklearnParams:
         # arpack: scikit-learn's tolerance, iteration limit and starting vector
         tol, passes, budget = ((self.tol if limits else 0.0, None, "max_iter") if solver == Solver.ARPACK else
                                self._iteration_limits(in_memory=True, limits=limits))
-        res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes,
-                                             maxiter=self.max_iter if limits else None,
-                                             budget=budget,
-                                             random_state=self.random_state,
-                                             remove_zero=self.remove_zero_eig or self.n_components is None,
-                                             X=None if precomputed else X, kernel=self.kernel_,
-                                             kernel_name="precomputed" if precomputed else
-                                             f"callable {getattr(self.kernel, '__name__', self.kernel)!r}", start=start)
+        try:
+            res, centering = solve_kernel_matrix(K, k, solver, tol=tol, max_passes=passes,
+                                                 maxiter=self.max_iter if limits else None, budget=budget,
+                                                 random_state=self.random_state,
+                                                 remove_zero=self.remove_zero_eig or self.n_components is None,
+                                                 X=None if precomputed else X, kernel=self.kernel_,
+                                                 kernel_name="precomputed" if precomputed else
+                                                 f"callable {getattr(self.kernel, '__name__', self.kernel)!r}",
+                                                 start=start)
+        except ArpackNoConvergence:
+            # "auto"'s ARPACK, no iteration limit given: its tolerance is relative to each eigenvalue, which
+            # near-zero ones never meet; block Lanczos's is relative to the largest (dkpca.fit hands over alike,
+            # planning.instead_of_arpack).  Asked for by name, or limited by max_iter, its error stands.
+            if self.eigen_solver != "auto" or self.max_iter is not None:
+                raise
+            return self._solve_in_memory(K, X, k, Solver.LANCZOS, None, given)
         if solver == Solver.RANDOMIZED and precomputed:  # a given matrix: scikit-learn's error (see there)
             check_magnitude_ranking(res, K.dtype)
         # scikit-learn's fitted arrays are in the input's floating type; dtype="float64" asks for float64

@@ -50,3 +50,20 @@ def test_the_cli_says_arpack_s_failure_in_one_line_naming_the_fix(tmp_path, caps
     err = cli_error(capsys, [*args, "--solver", "arpack"])  # found mid-fit: the plan's lines come first without -q
     assert "7/9 eigenvectors converged" in err and "use --solver lanczos (or auto)" in err
     assert dkpca.cli.main([*args, "--overwrite"]) == 0  # auto
+
+
+def test_the_estimator_s_auto_arpack_that_does_not_converge_hands_over_to_block_lanczos(flat_tail):
+    """Before: scikit-learn's ``ArpackNoConvergence`` (its KernelPCA raises the same on this data); ``"auto"`` is
+    dkpca's choice, and ``dkpca.fit`` already handed over.  All 9 eigenvalues kept (``remove_zero_eig=False``):
+    the two near 1e-12 within the same 1e-6 lambda_1."""
+    est = dkpca.KernelPCA(n_components=9, kernel="sigmoid", gamma=0.3, coef0=0.54, random_state=0).fit(flat_tail)
+    assert est.eigen_solver_ == "lanczos"
+    lam, _ = reference_eigh(sigmoid_kernel(flat_tail, gamma=0.3, coef0=0.54), 9)
+    np.testing.assert_allclose(est.eigenvalues_, lam, rtol=0, atol=1e-6 * lam[0])
+
+
+@pytest.mark.parametrize("kw", [{"eigen_solver": "arpack"}, {"max_iter": 3381}], ids=["by-name", "max_iter"])
+def test_the_estimator_s_arpack_asked_for_or_limited_keeps_its_error(flat_tail, kw):
+    est = dkpca.KernelPCA(n_components=9, kernel="sigmoid", gamma=0.3, coef0=0.54, random_state=0, **kw)
+    with pytest.raises(ArpackNoConvergence, match="7/9 eigenvectors converged"):
+        est.fit(flat_tail)
