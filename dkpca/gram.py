@@ -45,6 +45,7 @@ from .linalg import (
     touched_rows,
 )
 from .storage import FitStore, GramInfo, GramStore, GramWriters, Lease, gram_bytes, use_direct_io
+from .storage.growth import damaged_gram_of_prefix
 
 __all__ = ["build_gram", "gram_identity", "refuse_other_gram"]
 
@@ -132,7 +133,9 @@ def gram_identity(X: da.Array, kernel: Kernel, fingerprint: Fingerprint, dtype: 
 def refuse_other_gram(store: FitStore, X: da.Array, kernel: Kernel, fingerprint: Fingerprint, dtype: Any) -> None:
     """Raise ``ValueError`` where ``store`` holds K of another kernel, precision, tile or data than this
     build's (what :func:`build_gram` refuses without ``overwrite``), before a fit says anything."""
-    GramStore(store).refuse_other(gram_identity(X, kernel, fingerprint, dtype))
+    want = gram_identity(X, kernel, fingerprint, dtype)
+    if not damaged_gram_of_prefix(store, want):  # this data's own K of earlier rows, damaged: the build remakes it
+        GramStore(store).refuse_other(want)
 
 
 def build_gram(

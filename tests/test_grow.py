@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import threading
+import warnings
 
 import dask.array as da
 import numpy as np
@@ -266,6 +267,33 @@ def test_verify_of_k_of_earlier_rows_over_a_damaged_copy_reports_the_copy(tmp_pa
     assert found["gram"].ok and "first 300" not in found["gram"].text, found["gram"].text
 
 
+@pytest.mark.parametrize("record, said", [
+    ("gram/zarr.json", "(gram/zarr.json) is missing; K is built anew"),
+    ("gram/K/zarr.json", "is unreadable (Expecting"),
+], ids=["group-deleted", "array-cut"])
+def test_a_refit_over_k_of_earlier_rows_whose_record_is_lost_builds_k_anew(tmp_path, caplog, record, said):
+    """K of the copy's first 300 rows (an update since stored none), its record damaged.  Before: the refit of the
+    400 rows refused K, for ever -- a new group record made over K's arrays of 300 rows ('array 'gram/K' ... claims
+    shape (300, 300) ... but dkpca recorded shape (400, 400)'), or K's group, readable, taken for another fit's
+    ('data X differs ... Pass overwrite=True'); now this data's own K with its record lost is built anew, as
+    where the record cannot be read."""
+    X = make_data(400, seed=6)
+    store = str(tmp_path / "s.dkpca.zarr")
+    _fit(X[:300], store)
+    _fit(X, store, gram="recompute")
+    path = os.path.join(store, *record.split("/"))
+    if record == "gram/zarr.json":
+        os.remove(path)
+    else:  # cut short
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
+        model = _fit(X, store)
+    assert any(said in r.getMessage() for r in caplog.records)
+    _check(model, X)
+    assert model.report["gram"]["computed_blocks"] == 28 and all(f.ok for f in verify_store(store))
+
+
 def test_an_update_counts_the_entries_it_computes_as_a_fresh_fit_counts_its_own():
     """Stored entries: the upper triangle of blocks, diagonal blocks whole (before, the new rows' square was counted
     whole: 180,000 for 300 -> 600 at tile 100, 86 % of a fresh fit's, where 150,000 are computed: 71 %; and
@@ -367,14 +395,26 @@ def test_an_update_recomputes_old_blocks_whose_sums_are_a_stale_copy(grown, tmp_
     assert model.report["update"]["blocks_computed"] == 19  # the 18 of the update and the stale one
 
 
-def test_an_update_over_k_whose_markers_lost_their_metadata_builds_k_anew(grown):
+@pytest.mark.parametrize("killed", [False, True], ids=["once", "killed-then-rerun"])
+def test_an_update_over_k_whose_markers_lost_their_metadata_builds_k_anew(grown, monkeypatch, killed, caplog):
     """Before: ``KeyError: 'done'`` from zarr, the update's only output, for ever.  Without the markers nothing
-    says which of K's blocks are built: all are computed, as a fit does when an array of K's is missing."""
+    says which of K's blocks are built: all are computed, as a fit does when an array of K's is missing.  The old
+    markers' chunks go too: the boundary row block's would otherwise still match its K chunk of the old rows after
+    a kill, and the rerun would take that block, without the new rows' entries, as built."""
     X, store = grown
     os.remove(os.path.join(store, "gram", "done", "zarr.json"))
-    model = _fit(X, store)
+    if killed:
+        with monkeypatch.context() as m:
+            _kill_blocks(m)
+            with pytest.raises(Killed):
+                _fit(X, store)
+    with warnings.catch_warnings(record=True) as seen, caplog.at_level(logging.WARNING, logger="dkpca"):
+        warnings.simplefilter("always")
+        model = _fit(X, store)
+    assert not [w for w in seen if "not recognized as a component" in str(w.message)]  # zarr's words, before
+    assert killed or any("lacks gram/done" in r.getMessage() for r in caplog.records)
     _check(model, X)
-    assert model.report["gram"]["computed_blocks"] == 28  # all of the 7 x 8 / 2 blocks of 400 rows
+    assert model.report["gram"]["computed_blocks"] == (23 if killed else 28)  # of the 7 x 8 / 2 blocks of 400 rows
     assert all(f.ok for f in verify_store(store))
 
 

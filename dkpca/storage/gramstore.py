@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,7 @@ from .integrity import (
     writable,
 )
 from .lock import Lease
+from .paths import exists
 
 __all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "fit_footprint", "InsufficientDiskSpace",
            "check_disk_space", "probe_array", "read_done_markers", "recorded_digests", "unreadable_gram"]
@@ -217,7 +219,9 @@ def unreadable_gram(root: zarr.Group) -> str | None:
     """Why K's metadata cannot be read (a ``zarr.json`` cut short or garbled), or None: readable, or no K."""
     try:
         if GROUP in root:
-            list(root[GROUP].members())
+            with warnings.catch_warnings():  # an array without zarr.json: zarr's words; prepare says it in dkpca's
+                warnings.filterwarnings("ignore", "Object at .* is not recognized", UserWarning)
+                list(root[GROUP].members())
     except ValueError as exc:  # json's and UTF-8's decoding errors
         return f"the Gram matrix's metadata ({GROUP}/zarr.json or an array's under it) is unreadable ({exc})"
     return None
@@ -264,7 +268,9 @@ class GramStore(GramChecks):
         root = self.store.open_for_write()
         n, block, dtype = want["n"], want["block"], np.dtype(want["dtype"])
         nb = n_blocks(n, block)
-        if (why := unreadable_gram(root)) is not None:  # K's record lost: K is built anew, as with no metadata
+        why = unreadable_gram(root) or (f"the Gram matrix's record ({GROUP}/zarr.json) is missing" if GROUP not in root
+                                        and exists(f"{self.store.path}/{GROUP}") else None)
+        if why is not None:  # K's record lost: its arrays (maybe of other rows: an update's) go, K is built anew
             logging.getLogger("dkpca").warning("store %s: %s; K is built anew", self.store.path, why)
             self.store.remove_model()  # derived from K: withdrawn first, as overwrite does
             remove_member(root, GROUP)
@@ -273,9 +279,13 @@ class GramStore(GramChecks):
             if not overwrite:
                 self.refuse_other(want, attrs)
                 g = root[GROUP]
-                if any(name not in g for name in gram_layout(n, block) if name != SUMS):
+                if missing := [f"{GROUP}/{name}" for name in gram_layout(n, block) if name != SUMS and name not in g]:
                     # killed while the arrays were being created (in the layout's order, before any block could
-                    # be built): finish it.  Older stores lack only the sums markers, and keep lacking them
+                    # be built), or an array's metadata lost: finish it.  Older stores lack only the sums markers,
+                    # and keep lacking them
+                    logging.getLogger("dkpca").warning("store %s: the Gram store lacks %s (a fit killed while creating "
+                                                       "it, or its zarr.json lost); every block is computed",
+                                                       self.store.path, ", ".join(missing))
                     _create_arrays(g, n, block, dtype)
                     return np.zeros((nb, nb), dtype=np.uint64)
                 if not self.store.is_url:

@@ -41,8 +41,8 @@ from .integrity import CorruptChunkError, block_checksum, rows_checksum, writabl
 from .paths import exists
 from .slots import remove_member
 
-__all__ = ["Growth", "built_entries", "find_growth", "gram_of_prefix", "grow_gram", "refit_conflicts", "retile",
-           "retire_gram", "stored_entries", "stored_tile", "update_blocks"]
+__all__ = ["Growth", "built_entries", "damaged_gram_of_prefix", "find_growth", "gram_of_prefix", "grow_gram",
+           "refit_conflicts", "retile", "retire_gram", "stored_entries", "stored_tile", "update_blocks"]
 
 
 @dataclass(frozen=True)
@@ -326,6 +326,20 @@ def gram_of_prefix(store: FitStore, gram: dict[str, Any]) -> bool:
     return fp == {"shape": shape, "dtype": str(X.dtype), "checksum": rows_checksum(terms, X.chunks[0])}
 
 
+def damaged_gram_of_prefix(store: FitStore, want: dict[str, Any]) -> bool:
+    """Whether the store's K, an array's metadata under it unreadable, is of the copy's first rows with ``want``'s
+    kernel, tile and precision (:func:`gram_of_prefix`): this data's own K with its record lost, which the build
+    makes anew -- not K of another fit, which a fit refuses without ``overwrite``."""
+    root = store.open()
+    if unreadable_gram(root) is None:
+        return False
+    try:
+        attrs = dict(root[GROUP].attrs)
+    except (KeyError, ValueError):  # its group's own record unreadable: nothing says whose K it is to refuse
+        return False
+    return not GramStore.describe_mismatch(attrs, want, ("kernel", "block", "dtype")) and gram_of_prefix(store, attrs)
+
+
 def grow_gram(store: FitStore, n_old: int, want: dict[str, Any], older: bool = False) -> bool:
     """Grow the Gram store of ``n_old`` rows to ``want`` (fingerprint, kernel, block, dtype, n of the grown data).
 
@@ -350,9 +364,12 @@ def grow_gram(store: FitStore, n_old: int, want: dict[str, Any], older: bool = F
     block, n_new = int(want["block"]), int(want["n"])
     # 1. one write: an update is under way, and the row sums are to be reduced again
     g.attrs.update({"growing": {"n": n_new, "fingerprint": want["fingerprint"], "from": n_old}, "complete": False})
-    # 2. the partial row block's markers go before anything else changes: its chunks are recomputed whole
-    # (markers whose metadata is lost mark nothing built: the build finds the array missing and computes all)
-    if n_old % block and "done" in g:
+    # 2. the partial row block's markers go before anything else changes: its chunks are recomputed whole.
+    # Markers whose metadata is lost go whole (the build then computes every block): their boundary chunks,
+    # left, would still match that block's K chunk of the old rows after a kill, and pass for built
+    if "done" not in g:
+        remove_member(g, "done")
+    elif n_old % block:
         last = n_old // block
         done = writable(g["done"])
         done[: last + 1, last] = 0
