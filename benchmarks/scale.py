@@ -127,7 +127,9 @@ def cmd_workers(a) -> str:
     setups = [("threads (no cluster)", {}), ("1 thread (no cluster)", {"threads": 1}),
               ("LocalCluster 1 worker", {"workers": 1}), ("LocalCluster 2 workers", {"workers": 2}),
               # before dkpca's housekeeping intervals (cluster.resources.LOCAL_HOUSEKEEPING): distributed's own
-              ("LocalCluster 2 workers, distributed's housekeeping", {"workers": 2, "housekeeping": "distributed"})]
+              ("LocalCluster 2 workers, distributed's housekeeping", {"workers": 2, "housekeeping": "distributed"}),
+              # before dkpca's allocator setting (cluster.resources.LOCAL_MALLOC): distributed's trim threshold
+              ("LocalCluster 2 workers, distributed's MALLOC_TRIM_THRESHOLD_", {"workers": 2, "malloc": "distributed"})]
     # Rounds run the setups in turn and the table gives each one's median: on
     # this shared 2-core VM one fit's build or pass varies by +-10 % from run
     # to run, as much as the differences measured here.
@@ -143,20 +145,25 @@ def cmd_workers(a) -> str:
             runs[label].append(r)
             print(label, f"fit {r.get('fit_s', float('nan')):.2f} s, build {r['gram_s']:.2f} s, "
                   f"pass {r['pass_s']:.3f} s", flush=True)
-    med = {label: {key: float(np.median([r[key] for r in rs])) for key in ("fit_s", "gram_s", "solve_s", "pass_s")}
+    med = {label: {key: float(np.median([r.get(key, float("nan")) for r in rs]))
+                   for key in ("fit_s", "gram_s", "solve_s", "pass_s", "peak_rss_gb", "teardown_s")}
            for label, rs in runs.items()}
     base = med["threads (no cluster)"]
     lines = [f"Median of {a.rounds} rounds (each round runs the setups in turn, each fit in its own process; "
-             "a cluster's start-up and its workers' imports are not timed, as the client's are not"
+             "a cluster's start-up and its workers' imports are not timed, as the client's are not, nor its close "
+             "(distributed's, given apart)"
              + ("" if a.no_warm else f"; before each fit the child touches and frees {warm / 2**30:.1f} "
                 f"GiB, untimed: {WARM_WHY}, and a cluster's processes use up the pages freed before them; "
                 "`--no-warm` leaves that out") + ").", "",
-             "| Dask setup | fit time | Gram build (vs threads) | solve | pass, median (vs threads) | passes |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| Dask setup | fit time (vs threads) | Gram build (vs threads) | solve | pass, median (vs threads) "
+             "| passes | peak RSS | cluster close |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for label, _ in setups:
         m, passes = med[label], runs[label][-1].get("report", {}).get("passes_over_K")
-        lines.append(f"| {label} | {m['fit_s']:.2f} s | {m['gram_s']:.2f} s ({m['gram_s'] / base['gram_s']:.2f}x) | "
-                     f"{m['solve_s']:.2f} s | {m['pass_s']:.3f} s ({m['pass_s'] / base['pass_s']:.2f}x) | {passes} |")
+        close = f"{m['teardown_s']:.2f} s" if m["teardown_s"] == m["teardown_s"] else "-"
+        lines.append(f"| {label} | {m['fit_s']:.2f} s ({m['fit_s'] / base['fit_s']:.2f}x) | {m['gram_s']:.2f} s "
+                     f"({m['gram_s'] / base['gram_s']:.2f}x) | {m['solve_s']:.2f} s | {m['pass_s']:.3f} s "
+                     f"({m['pass_s'] / base['pass_s']:.2f}x) | {passes} | {m['peak_rss_gb']:.2f} GB | {close} |")
     one, two = med["LocalCluster 1 worker"], med["LocalCluster 2 workers"]
     solo = med["1 thread (no cluster)"]
     lines += ["", "1 -> 2 workers, parallel efficiency (time with 1 / (2 x time with 2)): Gram build "
@@ -170,6 +177,12 @@ def cmd_workers(a) -> str:
               "`dkpca.cluster.resources.LOCAL_HOUSEKEEPING`): "
               f"fit {before['fit_s'] / two['fit_s']:.2f}x, Gram build {before['gram_s'] / two['gram_s']:.2f}x, "
               f"pass {before['pass_s'] / two['pass_s']:.2f}x dkpca's time."]
+    trim = med["LocalCluster 2 workers, distributed's MALLOC_TRIM_THRESHOLD_"]
+    lines += ["", "2 workers with distributed's `MALLOC_TRIM_THRESHOLD_=65536` in their environment instead of "
+              "glibc's own thresholds (`dkpca.cluster.resources.LOCAL_MALLOC`): "
+              f"fit {trim['fit_s'] / two['fit_s']:.2f}x, Gram build {trim['gram_s'] / two['gram_s']:.2f}x, "
+              f"pass {trim['pass_s'] / two['pass_s']:.2f}x dkpca's time; peak RSS of the process tree "
+              f"{trim['peak_rss_gb']:.2f} GB against {two['peak_rss_gb']:.2f} GB."]
     report2 = runs["LocalCluster 2 workers"][-1]["report"]
     return "\n".join(lines + ["", projection(a, X, report2, two["gram_s"], two["pass_s"])])
 

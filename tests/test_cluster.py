@@ -32,7 +32,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 import dkpca
 from dkpca import cluster as dc
 from dkpca.cluster.config import k8s_quantity, walltime_seconds, worker_lifetime_args
-from dkpca.cluster.resources import LOCAL_HOUSEKEEPING, local_housekeeping, sizing_job
+from dkpca.cluster.resources import LOCAL_HOUSEKEEPING, LOCAL_MALLOC, local_housekeeping, sizing_job
 
 from .conftest import ROOT, dkpca_cmd, gram_writers, make_data, reference_eigh, write_data, written_block
 
@@ -423,6 +423,9 @@ def test_local_example_starts_and_its_dask_settings_reach_the_workers(tmp_path, 
         # dkpca's housekeeping intervals reach the worker processes too (through their nannies)
         profile = client.run(lambda: dask.config.get("distributed.worker.profile.interval"))
         assert set(profile.values()) == {"100ms"}
+        # and glibc's allocator as it is: no MALLOC_TRIM_THRESHOLD_ from distributed in the workers' environment
+        trim = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+        assert set(trim.values()) == {os.environ.get("MALLOC_TRIM_THRESHOLD_")}
         model = dkpca.fit(blobs, n_components=3, gamma=0.1, solver="randomized", chunk_size=200, dtype="float64",
                           tol=1e-10, store=tmp_path / "s.zarr")
     assert caplog.text.count("dashboard: http://127.0.0.1:") == 1
@@ -431,10 +434,11 @@ def test_local_example_starts_and_its_dask_settings_reach_the_workers(tmp_path, 
 
 
 def test_local_housekeeping_applies_where_the_dask_config_keeps_distributeds_defaults():
-    assert local_housekeeping() == LOCAL_HOUSEKEEPING
-    with dask.config.set({"distributed.worker.profile.interval": "20ms"}):
+    assert local_housekeeping() == {**LOCAL_HOUSEKEEPING, **LOCAL_MALLOC}
+    trim = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+    with dask.config.set({"distributed.worker.profile.interval": "20ms", trim: 1 << 20}):
         lean = local_housekeeping()
-    assert "distributed.worker.profile.interval" not in lean
+    assert "distributed.worker.profile.interval" not in lean and trim not in lean
     assert lean == {k: v for k, v in LOCAL_HOUSEKEEPING.items() if k != "distributed.worker.profile.interval"}
 
 

@@ -20,8 +20,8 @@ from distributed.config import defaults as distributed_defaults
 
 from .config import ClusterConfigError, ClusterSpec, backend_class, jobs_for, k8s_quantity, memory_bytes
 
-__all__ = ["local_arguments", "local_housekeeping", "distributed_default", "LOCAL_HOUSEKEEPING", "worker_resources",
-           "sizing_job"]
+__all__ = ["local_arguments", "local_housekeeping", "distributed_default", "LOCAL_HOUSEKEEPING", "LOCAL_MALLOC",
+           "worker_resources", "sizing_job"]
 
 
 #: the module a LocalCluster's workers import as they start (by name: this layer does not import it)
@@ -81,20 +81,30 @@ LOCAL_HOUSEKEEPING = {
 }
 
 
+#: glibc's allocator as it is, where distributed sets ``MALLOC_TRIM_THRESHOLD_=65536`` in every worker it spawns
+#: (to hand freed memory back at once).  Setting it turns off glibc's dynamic mmap threshold, so each temporary
+#: of 128 KiB or more -- a kernel block's strips, dozens a block -- is mapped afresh and faulted in page by page:
+#: at n = 20,000 on 2 cores a worker's blocks took 0.13 s against a thread's 0.107 s, and the 2 workers' Gram
+#: build 1.21 s against 1.02 s without it (the same fit, the key unset).  Its 64 MiB blocks are mapped either way
+#: (above glibc's 32 MiB ceiling), so what a worker keeps is its strips' buffers, not K.
+LOCAL_MALLOC = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
+
 def distributed_default(key: str) -> Any:
     """The value distributed ships for Dask config ``key`` (whatever the configuration now says)."""
     return dask.config.get(key, config=distributed_defaults)
 
 
-def local_housekeeping() -> dict[str, str]:
-    """:data:`LOCAL_HOUSEKEEPING`, less every setting the Dask configuration has changed from distributed's default.
+def local_housekeeping() -> dict[str, str | None]:
+    """:data:`LOCAL_HOUSEKEEPING` and :data:`LOCAL_MALLOC`, less every setting the Dask configuration has changed
+    from distributed's default.
 
     Applied while a LocalCluster starts (its scheduler and nannies read
     them then, and each nanny hands its worker the configuration), so a
     value set by the user -- in their Dask config or the cluster file --
     always wins.
     """
-    return {key: value for key, value in LOCAL_HOUSEKEEPING.items()
+    return {key: value for key, value in {**LOCAL_HOUSEKEEPING, **LOCAL_MALLOC}.items()
             if dask.config.get(key) == distributed_default(key)}
 
 
