@@ -369,6 +369,26 @@ def test_a_ctrl_c_before_a_cluster_wait_started_is_not_reported(caplog):
     assert [r.exc_info[1] for r in caplog.records] == [errors[1]]
 
 
+def test_a_workers_heartbeat_cut_off_by_its_close_is_not_reported(caplog):
+    """A worker whose heartbeat was under way as the cluster closed logged "Failed to communicate with scheduler
+    during heartbeat" with a ``CommClosedError: ConnectionPool closing.`` traceback, after a finished fit's last
+    line (a random-kill fuzzer: the last, successful run's stderr, 1 of 13 LocalCluster cases); a scheduler that
+    cannot be reached still is."""
+    import logging
+
+    from distributed.comm.core import CommClosedError
+
+    from dkpca.cluster.spawning import QuietClose
+
+    QuietClose().setup(None)  # what each worker runs as it joins
+    log = logging.getLogger("distributed.worker")
+    closing, gone = CommClosedError("ConnectionPool closing."), OSError("Timed out trying to connect to tls://...")
+    with caplog.at_level(logging.ERROR, logger="distributed.worker"):
+        for exc in (closing, gone):
+            log.error("Failed to communicate with scheduler during heartbeat.", exc_info=(type(exc), exc, None))
+    assert [r.exc_info[1] for r in caplog.records] == [gone]
+
+
 # -- 5. a fit's stderr: one plan line, consistent with dkpca plan; errors alone; a short summary -------------
 def test_fit_plan_is_one_line_and_agrees_with_dkpca_plan(tmp_path, capsys):
     """Before: an 11-line plan saying "passes: ~60 ... not estimated" and "estimate: not measured"."""
