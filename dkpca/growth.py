@@ -309,6 +309,10 @@ def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, s
     """
     store: FitStore = req.store
     if update.growth.copy_data:
+        # the build reads every old row: a damaged chunk of them (or the copy's lost metadata) is written again from
+        # the input, which holds the rows its digest names (the refit's repair), rather than refused midway through
+        # the build; first, so that the comparison below reads an intact copy
+        store.mend_data(req.X[:update.n_old], lease)
         changed = store.changed_chunk(req.X, update.n_old)
         if changed is not None:
             raise ValueError(
@@ -316,9 +320,6 @@ def grow_store(req: FitRequest, update: Update, fp: Fingerprint, lease: Lease, s
                 + f"the store's copy of the data fitted in {store.path!r}: the input does not extend that data, so "
                 "it cannot update the fit. Pass overwrite=True (CLI: --overwrite) to fit it from scratch, or "
                 "choose another store.")
-        # the build reads every old row: a damaged chunk of them is written again from the input, which holds
-        # the rows its digest names (the refit's repair), rather than refused midway through the build
-        store.mend_data(req.X[:update.n_old], lease)
         Xs = store.grow_data(req.X, fp.to_dict(), update.n_old, progress=req.progress, lease=lease, seen=fp.chunks)
     else:
         Xs = store.store_data(req.X, fp.to_dict(), False, progress=req.progress, source=source, lease=lease,

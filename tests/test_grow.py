@@ -294,6 +294,28 @@ def test_a_refit_over_k_of_earlier_rows_whose_record_is_lost_builds_k_anew(tmp_p
     assert model.report["gram"]["computed_blocks"] == 28 and all(f.ok for f in verify_store(store))
 
 
+@pytest.mark.parametrize("case", ["update", "k-of-earlier-rows"])
+def test_an_update_over_a_lost_data_array_record_writes_it_again_and_reuses_k(tmp_path, case, caplog):
+    """``data/X/zarr.json`` deleted.  Before: the update was refused ('is missing (no data/X/zarr.json); rerun the fit
+    with overwrite=True'), and a refit over K of the copy's first rows mended the copy and then refused K as
+    another fit's ('data X differs') -- the update had been planned from the metadata that was not there.  Now the
+    update is planned from the copy's group record (its chunk rows, ``edge``), the metadata written again first."""
+    X = make_data(400, seed=6)
+    store = str(tmp_path / "s.dkpca.zarr")
+    _fit(X[:300], store)
+    if case == "k-of-earlier-rows":
+        _fit(X[:400], store, gram="recompute")
+    rows = 400  # grown data, or the copy's own with K of its first 300 rows
+    os.remove(os.path.join(store, "data", "X", "zarr.json"))
+    with caplog.at_level(logging.WARNING, logger="dkpca"):
+        model = _fit(X[:rows], store)
+    assert any("data/X/zarr.json) was lost or unreadable; written again" in r.getMessage() for r in caplog.records)
+    _check(model, X[:rows])
+    u = model.report["update"]
+    assert u["rows_before"] == 300 and u["blocks_reused"] == 10, u
+    assert all(f.ok for f in verify_store(store))
+
+
 def test_an_update_counts_the_entries_it_computes_as_a_fresh_fit_counts_its_own():
     """Stored entries: the upper triangle of blocks, diagonal blocks whole (before, the new rows' square was counted
     whole: 180,000 for 300 -> 600 at tile 100, 86 % of a fresh fit's, where 150,000 are computed: 71 %; and

@@ -1,23 +1,18 @@
 """An update's store side: whether a fit grows the stored one (:func:`find_growth`), and the Gram store grown.
 
-:func:`find_growth` reads only attributes: the data copy's rows, earlier row
-counts and update under way, the Gram store's kernel, tile and precision, the
-model's rows.  It is what ``dkpca.fit`` and ``dkpca.plan`` both ask.
+:func:`find_growth` reads only attributes: the data copy's rows, earlier row counts and update under way, the Gram
+store's kernel, tile and precision, the model's rows.  It is what ``dkpca.fit`` and ``dkpca.plan`` both ask.
 
 The Gram store grown by new rows: the stored grid kept, only blocks touching new rows to compute.
 
-K's tiles keep their edge: new rows fill the last, partial row block and then
-new ones.  Blocks wholly in the old rows keep their chunks, sums and done
-markers; the blocks of the row block the old end falls in (partial, when
-``n_old`` is not a multiple of the tile) get their markers cleared first, so
-the build recomputes them; new blocks have no marker yet.  The build
-(:func:`dkpca.gram.build_gram`) then computes exactly the blocks without a
-marker, and its reduction recomputes the row sums and trace from the
-per-block sums.
+K's tiles keep their edge: new rows fill the last, partial row block and then new ones.  Blocks wholly in the
+old rows keep their chunks, sums and done markers; the blocks of the row block the old end falls in (partial, when
+``n_old`` is not a multiple of the tile) get their markers cleared first, so the build recomputes them; new blocks
+have no marker yet.  The build (:func:`dkpca.gram.build_gram`) then computes exactly the blocks without a marker,
+and its reduction recomputes the row sums and trace from the per-block sums.
 
-Crash safety: every step is idempotent and the ``growing`` attribute (the
-target rows and fingerprint), written first and cleared last, says a rerun
-(or ``dkpca verify``) found a store caught mid-step; the same update then
+Crash safety: every step is idempotent and the ``growing`` attribute (the target rows and fingerprint), written
+first and cleared last, says a rerun (or ``dkpca verify``) found a store caught mid-step; the same update then
 does it again.  Nothing here deletes or rewrites a chunk of the old rows.
 """
 
@@ -97,8 +92,7 @@ def retile(tile: int, n: int, chunk_size: int | None) -> int:
     rows clipped) and cuts K into more than :data:`RETILE_ROW_BLOCKS` row blocks.  A first fit of 100 rows has a
     tile of 100, and an update to 8,000 rows kept it: 3,240 blocks a pass where a fresh fit has 3 (25.4 s against
     a fresh fit's 1.75 s; re-tiled 2.0 s: 2-core machine, 2026-11-28).  A tile half a fresh fit's or more is
-    kept (4 times the blocks at most).  A function of the tile and rows alone, so a rerun after a kill decides as
-    the killed update did.
+    kept (4 times the blocks at most).  A function of the tile and rows alone: a rerun decides as the killed update.
     """
     want = default_block_size(n) if chunk_size is None else min(chunk_size, n)
     small = 2 * tile < want if chunk_size is None else tile < want
@@ -106,18 +100,39 @@ def retile(tile: int, n: int, chunk_size: int | None) -> int:
 
 
 def _recorded(store: FitStore | None) -> tuple[DataExtent | None, dict | None]:
-    """The store's data copy (its extent) and K's attributes, each None where absent -- or both None for no
-    store, a new one, or one whose records cannot be read (damaged or foreign: the fit's own checks judge it)."""
+    """The store's data copy (its extent) and K's attributes, each None where absent -- or both None for no store,
+    a new one, or one whose records cannot be read (damaged or foreign: the fit's own checks judge it)."""
     if store is None or store.is_new():
         return None, None
     try:
         root = store.open()
         data = store.data_extent() if DATA in root else None
-    except (CorruptChunkError, ValueError, TypeError, KeyError):
+    except CorruptChunkError:  # the copy's array metadata lost or unreadable: its group's record may say its extent
+        if (data := _extent_of_record(root)) is None:
+            return None, None
+    except (ValueError, TypeError, KeyError):
         return None, None
     if unreadable_gram(root) is not None:  # K's record lost: no K to grow; retire_gram removes it, the build warns
         return data, None
     return data, (dict(root[GROUP].attrs) if GROUP in root else None)
+
+
+def _extent_of_record(root: zarr.Group) -> DataExtent | None:
+    """The copy's extent from its group's record alone (fingerprint, the chunk rows it recorded: ``edge``, earlier
+    row counts), where ``data/X/zarr.json`` is lost or unreadable; None where the record cannot say (a copy written
+    before dkpca recorded ``edge``, an update under way).  The fit's first read of the copy writes the array's
+    metadata again (:func:`~.datachunks.remake_meta`), or refuses."""
+    try:
+        attrs = dict(root[DATA].attrs)
+    except (KeyError, ValueError, TypeError):
+        return None
+    fp, edge, tile, prefixes = attrs.get("fingerprint"), attrs.get("edge"), attrs.get("tile"), attrs.get("prefixes")
+    shape = fp.get("shape") if isinstance(fp, dict) else None
+    if not (isinstance(shape, list) and len(shape) == 2 and type(edge) is int and edge > 0 and attrs.get("complete")
+            and attrs.get("growing") is None and isinstance(prefixes or {}, dict) and attrs.get("digests")):
+        return None
+    return DataExtent(int(shape[0]), int(shape[1]), frozenset(int(p) for p in (prefixes or {}) if str(p).isdigit()),
+                      edge=edge, fingerprint=fp, digested=True, tile=tile if type(tile) is int and tile > 0 else edge)
 
 
 def stored_tile(store: FitStore | None, n: int, d: int) -> int | None:
