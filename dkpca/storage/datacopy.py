@@ -2,8 +2,7 @@
 
 The copy records each chunk's digest as it is written (``data`` attributes ``digest``, ``digests``), and every
 read of it checks it, so a chunk that is missing, stale or another chunk's is refused (:class:`CorruptChunkError`,
-naming the chunk); a refit that would reuse the copy reads it all first.  Each chunk write checks the fit's
-lease (:class:`~dkpca.storage.lock.Fenced`).
+naming the chunk); a refit that would reuse the copy reads it all first.  Chunk writes check the fit's lease.
 
 Growing the copy (an update, :mod:`dkpca.growth`): the input's first rows are checked against the recorded
 digests chunk by chunk (:meth:`StoredData.changed_chunk`); :meth:`StoredData.grow_data` records ``growing`` (from,
@@ -72,6 +71,14 @@ class DataExtent:
     def covers(self, n: int, d: int) -> bool:
         """Whether a model fitted on ``n`` rows of ``d`` features reads its own rows here."""
         return d == self.d and (n == self.rows or n in self.prefixes)
+
+    @classmethod
+    def of_record(cls, attrs: dict, rows: int, d: int, edge: int, growing: dict | None = None) -> DataExtent:
+        """The extent the copy's group record ``attrs`` gives, with its complete ``rows``, ``d``, chunk ``edge``."""
+        prefixes, fp, tile = attrs.get("prefixes") or {}, attrs.get("fingerprint"), attrs.get("tile")
+        return cls(rows, d, frozenset(int(p) for p in prefixes if str(p).isdigit()), edge,
+                   fp if isinstance(fp, dict) else None, growing, attrs.get("digests") is not None and
+                   bool(attrs.get("complete")), tile if type(tile) is int and tile > 0 else edge)
 
 
 def _growing(attrs: dict) -> dict | None:
@@ -289,12 +296,7 @@ class StoredData:
     def data_extent(self) -> DataExtent:
         """The complete rows, features and earlier row counts of the copy (a model load checks its own)."""
         arr, attrs, rows, growing = self._data_record()
-        prefixes = attrs.get("prefixes") or {}
-        fingerprint, tile = attrs.get("fingerprint"), attrs.get("tile")
-        return DataExtent(rows, int(arr.shape[1]), frozenset(int(p) for p in prefixes if str(p).isdigit()),
-                          edge=int(arr.chunks[0]), fingerprint=fingerprint if isinstance(fingerprint, dict) else None,
-                          growing=growing, digested=attrs.get("digests") is not None and bool(attrs.get("complete")),
-                          tile=tile if type(tile) is int and tile > 0 else int(arr.chunks[0]))
+        return DataExtent.of_record(attrs, rows, int(arr.shape[1]), int(arr.chunks[0]), growing)
 
     def orphaned_data(self, root: zarr.Group) -> str | None:
         """Why keys under ``data/`` are no copy -- the group's ``zarr.json`` lost or unreadable -- or None."""
@@ -304,8 +306,7 @@ class StoredData:
             f"is missing (no {DATA}/zarr.json)"
 
     def mend_data(self, X: da.Array, lease: Lease | None = None) -> VerifiedArray:
-        """:meth:`check_data`, damaged chunks (or lost metadata) first written again from X where its rows are the
-        recorded (or raised)."""
+        """:meth:`check_data`, damage (chunks, lost metadata) first written again from X where it holds the recorded."""
         try:
             return self.check_data()
         except CorruptChunkError as exc:

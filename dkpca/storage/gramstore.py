@@ -74,7 +74,8 @@ from .lock import Lease
 from .paths import exists
 
 __all__ = ["GramInfo", "GramStore", "GramWriters", "gram_bytes", "fit_footprint", "InsufficientDiskSpace",
-           "check_disk_space", "probe_array", "read_done_markers", "recorded_digests", "unreadable_gram"]
+           "check_disk_space", "lost_gram", "probe_array", "read_done_markers", "recorded_digests",
+           "unreadable_gram"]
 
 
 def _create_K(group: zarr.Group, shape: tuple[int, int], block: int, dtype: Any) -> zarr.Array:
@@ -227,6 +228,16 @@ def unreadable_gram(root: zarr.Group) -> str | None:
     return None
 
 
+def lost_gram(store: FitStore, root: zarr.Group) -> str | None:
+    """Why the store's K has lost its record -- its metadata unreadable (:func:`unreadable_gram`), or the group's
+    ``zarr.json`` missing over keys under ``gram/`` (a kill, a deletion) -- or None: K is built anew, its keys go."""
+    if (why := unreadable_gram(root)) is not None:
+        return why
+    if GROUP not in root and exists(f"{store.path}/{GROUP}"):
+        return f"the Gram matrix's record ({GROUP}/zarr.json) is missing"
+    return None
+
+
 class GramStore(GramChecks):
     """The ``gram/`` group of a store."""
 
@@ -268,9 +279,7 @@ class GramStore(GramChecks):
         root = self.store.open_for_write()
         n, block, dtype = want["n"], want["block"], np.dtype(want["dtype"])
         nb = n_blocks(n, block)
-        why = unreadable_gram(root) or (f"the Gram matrix's record ({GROUP}/zarr.json) is missing" if GROUP not in root
-                                        and exists(f"{self.store.path}/{GROUP}") else None)
-        if why is not None:  # K's record lost: its arrays (maybe of other rows: an update's) go, K is built anew
+        if (why := lost_gram(self.store, root)) is not None:  # its arrays (maybe of other rows: an update's) go
             logging.getLogger("dkpca").warning("store %s: %s; K is built anew", self.store.path, why)
             self.store.remove_model()  # derived from K: withdrawn first, as overwrite does
             remove_member(root, GROUP)

@@ -31,9 +31,8 @@ from ..linalg.grid import default_block_size, n_blocks
 from .datacopy import DATA, DataExtent
 from .fitstore import FitStore
 from .gramcheck import GROUP, gram_layout, read_done_markers
-from .gramstore import GramStore, unreadable_gram
+from .gramstore import GramStore, lost_gram, unreadable_gram
 from .integrity import CorruptChunkError, block_checksum, rows_checksum, writable
-from .paths import exists
 from .slots import remove_member
 
 __all__ = ["Growth", "built_entries", "damaged_gram_of_prefix", "find_growth", "gram_of_prefix", "grow_gram",
@@ -126,13 +125,12 @@ def _extent_of_record(root: zarr.Group) -> DataExtent | None:
         attrs = dict(root[DATA].attrs)
     except (KeyError, ValueError, TypeError):
         return None
-    fp, edge, tile, prefixes = attrs.get("fingerprint"), attrs.get("edge"), attrs.get("tile"), attrs.get("prefixes")
+    fp, edge = attrs.get("fingerprint"), attrs.get("edge")
     shape = fp.get("shape") if isinstance(fp, dict) else None
     if not (isinstance(shape, list) and len(shape) == 2 and type(edge) is int and edge > 0 and attrs.get("complete")
-            and attrs.get("growing") is None and isinstance(prefixes or {}, dict) and attrs.get("digests")):
+            and attrs.get("growing") is None and attrs.get("digests")):
         return None
-    return DataExtent(int(shape[0]), int(shape[1]), frozenset(int(p) for p in (prefixes or {}) if str(p).isdigit()),
-                      edge=edge, fingerprint=fp, digested=True, tile=tile if type(tile) is int and tile > 0 else edge)
+    return DataExtent.of_record(attrs, int(shape[0]), int(shape[1]), edge)
 
 
 def stored_tile(store: FitStore | None, n: int, d: int) -> int | None:
@@ -294,14 +292,14 @@ def retire_gram(store: FitStore, block: int, dtype: Any) -> None:
     build to resume.
     """
     root = store.open_for_write()
-    if (why := unreadable_gram(root)) is not None:
+    if (why := lost_gram(store, root)) is not None:
         logging.getLogger("dkpca").warning("store %s: %s; K is built anew", store.path, why)
         other = True
     elif GROUP in root:
         attrs = root[GROUP].attrs
         other = attrs.get("block") != block or attrs.get("dtype") != np.dtype(dtype).name
     else:
-        other = exists(f"{store.path}/{GROUP}")
+        other = False
     if other:
         remove_member(root, GROUP)
 
