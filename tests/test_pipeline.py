@@ -264,6 +264,46 @@ def test_an_arpack_solve_runs_on_one_blas_thread_only_for_small_n(tmp_path, monk
     assert blas_threads() == configured  # restored after the solve
 
 
+def test_overlapping_serial_blas_sections_give_the_process_its_blas_threads_back():
+    """Two threads' serial sections overlapping (fits in two threads; a grid search's threading backend): BLAS is
+    on one thread while either is inside, and on the threads it had before once both are out, whichever leaves
+    last (before: the last out restored the one thread it had found, for the rest of the process)."""
+    import threading
+
+    import threadpoolctl
+
+    from dkpca.execution import serial_blas
+
+    before = blas_threads()
+    if max(before) < 2:
+        pytest.skip("BLAS runs on one thread here: nothing to give back")
+    # no thread holds threadpoolctl's control of OpenBLAS (>= 3.7: the first thread to set it, until released)
+    threadpoolctl.OpenBLASController.clear_controlling_thread(force=True)
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with serial_blas():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with serial_blas():
+            second_in.set()
+            first_out.wait(10)
+            seen["second alone"] = blas_threads()
+
+    threads = [threading.Thread(target=f) for f in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen["second alone"] == {1}
+    assert blas_threads() == before
+
+
 @pytest.mark.parametrize("gram", ["store", "recompute"])
 def test_a_fit_with_the_compiled_exp_matches_the_reference(tmp_path, blobs, gram):
     """Planning compiles the exp from a size (here forced by Dask config dkpca.compiled-exp): the blocks it builds

@@ -18,6 +18,7 @@ from concurrent.futures import Executor, Future
 from concurrent.futures import wait as wait_all
 from typing import Any
 
+import threadpoolctl
 from dask.local import MultiprocessingPoolExecutor
 from dask.threaded import ContextAwareThreadPoolExecutor
 from threadpoolctl import ThreadpoolController
@@ -54,7 +55,14 @@ def wait_stopping(futures: list[Future], interrupted: bool) -> None:
         _STOP.clear()
 
 
-def serial_blas() -> contextlib.AbstractContextManager:
+#: the one serial-BLAS section of this process (:func:`serial_blas`): how many are inside, and the limiter that
+#: restores the BLAS threads the first of them found
+_SERIAL_LOCK = threading.Lock()
+_serial: dict[str, Any] = {"inside": 0, "limiter": None}
+
+
+@contextlib.contextmanager
+def serial_blas() -> Iterator[None]:
     """This process's BLAS on one thread: for an iterative solver's own algebra between passes.
 
     That algebra is tall-skinny products and small eigenproblems, which two
@@ -67,8 +75,36 @@ def serial_blas() -> contextlib.AbstractContextManager:
     k) are the opposite case: their algebra is GEMMs and eigenproblems that
     two threads run faster, so the planner's start policy asks for this only
     up to ``dkpca.planning.decision.SERIAL_ALGEBRA_MAX_WIDTH`` columns.
+
+    The limit is the process's (threadpoolctl's), so sections that overlap --
+    fits in two threads, a grid search's threading backend -- share it: the
+    first in limits, the last out gives back the threads the first found.
+    Each restoring what it found on entry left BLAS on one thread for good
+    after two overlapping fits (the second found the first's limit).
     """
-    return _blas_controller().limit(limits=1, user_api="blas")
+    with _SERIAL_LOCK:
+        if _serial["inside"] == 0:
+            _serial["limiter"] = _blas_controller().limit(limits=1, user_api="blas")
+        _serial["inside"] += 1
+    try:
+        yield
+    finally:
+        with _SERIAL_LOCK:
+            _serial["inside"] -= 1
+            if _serial["inside"] == 0:
+                # threadpoolctl >= 3.7 lets one thread at a time set OpenBLAS's (process-wide) pool, the first to
+                # set it: the last out may be another thread than the first in, so it takes the control to restore
+                _release_openblas()
+                _serial["limiter"].restore_original_limits()
+                _serial["limiter"] = None
+                _release_openblas()
+
+
+def _release_openblas() -> None:
+    """Let any thread set OpenBLAS's threads next (threadpoolctl's controlling thread; none before 3.7)."""
+    release = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    if release is not None:
+        release(force=True)
 
 
 def row_blocks() -> RowBlocks:
