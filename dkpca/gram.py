@@ -23,7 +23,6 @@ is stored uncompressed.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -44,6 +43,7 @@ from .linalg import (
     scratch,
     touched_rows,
 )
+from .machine import cores
 from .storage import FitStore, GramInfo, GramStore, GramWriters, Lease, gram_bytes, use_direct_io
 from .storage.growth import damaged_gram_of_prefix
 
@@ -209,7 +209,7 @@ def build_gram(
         out = gs.writers(direct, lease)
         # A direct write blocks its thread for the whole transfer without
         # using a core: twice as many threads as cores keep the cores busy.
-        threads = 2 * (os.cpu_count() or 1) if direct else None
+        threads = 2 * cores() if direct else None
         bounds = block_bounds(n, block)
         # partial: only where every row block gets a sum (a rerun may have left some without computed blocks)
         fuse = probe is not None and (len(todo) == total or partial and len({R for p in todo for R in p}) == nb)

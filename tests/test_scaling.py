@@ -418,3 +418,37 @@ def test_the_workers_of_a_cluster_dkpca_starts_import_the_fit_before_its_first_t
 
     with connected({"dkpca": {"cluster": {"local": {"n_workers": 1}}}}):
         assert list(get_client().run(_imported, PRELOAD).values()) == [True]
+
+
+def test_a_job_confined_to_fewer_cores_sizes_threads_and_workers_by_them():
+    """A batch job's allocation (SLURM's cpusets: the process's CPU affinity): this process's threads, the plan's
+    and a LocalCluster's workers count the cores the job may run on (before: os.cpu_count(), the node's every
+    core -- 128 threads on a job's 8 cores of a 128-core node)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core here: a job of fewer cores cannot be made")
+    code = ("import json, os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+            "import dkpca.cluster as dc\n"
+            "from dkpca.execution import local_thread_count\n"
+            "from dkpca.planning.resources import cluster_resources\n"
+            "print(json.dumps([local_thread_count(), dc.worker_resources(dc.cluster_spec('local'))['workers'],"
+            " cluster_resources(None)['threads_per_worker']]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == [1, 1, 1]
+
+
+def test_a_jobs_memory_limit_bounds_what_planning_puts_in_memory(monkeypatch):
+    """A batch job's or container's memory limit (cgroups, as distributed reads it): the plan's memory and the
+    room for a K held in memory are what the job may hold, not the node's (before: psutil's, the node's)."""
+    import distributed.system
+    import psutil
+
+    from dkpca.planning.auto import memory_gram_fits
+    from dkpca.planning.resources import cluster_resources
+
+    need = 2**26  # a 64 MiB K: within the in-memory budget (128 MiB)
+    assert memory_gram_fits(need)  # this machine's memory: it fits
+    limit = psutil.Process().memory_info().rss + 2**27  # a job limit 128 MiB above what this process holds
+    monkeypatch.setattr(distributed.system, "MEMORY_LIMIT", limit)
+    assert cluster_resources(None)["memory_per_worker"] == limit
+    assert not memory_gram_fits(need)  # more than a quarter of what the job has left

@@ -9,15 +9,14 @@ come from the pod resources, Dask Gateway's from its cluster options.
 from __future__ import annotations
 
 import inspect
-import os
 import tempfile
 from typing import Any
 
 import dask.config
-import psutil
 from distributed import LocalCluster, Nanny, Worker
 from distributed.config import defaults as distributed_defaults
 
+from ..machine import cores, memory_total
 from .config import ClusterConfigError, ClusterSpec, backend_class, jobs_for, k8s_quantity, memory_bytes
 
 __all__ = ["local_arguments", "local_housekeeping", "distributed_default", "LOCAL_HOUSEKEEPING", "LOCAL_MALLOC",
@@ -37,9 +36,9 @@ def local_arguments(spec: ClusterSpec) -> dict[str, Any]:
     kw = spec.dkpca("local")
     _check_local(kw, f"{spec.source}: dkpca.cluster.local")
     if "n_workers" not in kw and "threads_per_worker" not in kw:
-        kw["n_workers"], kw["threads_per_worker"] = os.cpu_count() or 1, 1
+        kw["n_workers"], kw["threads_per_worker"] = cores(), 1
     elif "n_workers" not in kw:
-        kw["n_workers"] = max(1, (os.cpu_count() or 1) // int(kw["threads_per_worker"]))
+        kw["n_workers"] = max(1, cores() // int(kw["threads_per_worker"]))
     elif "threads_per_worker" not in kw:
         kw["threads_per_worker"] = 1
     kw.setdefault("processes", True)
@@ -137,10 +136,10 @@ def worker_resources(spec: ClusterSpec) -> dict[str, Any]:
         kw = local_arguments(spec)
         threads = int(kw["threads_per_worker"])
         mem = memory_bytes(kw.get("memory_limit"))
-        total = psutil.virtual_memory().total
+        total = memory_total()
         out = {"workers": int(kw["n_workers"]), "threads_per_worker": threads,
                # distributed's "auto": the machine's memory shared out by threads
-               "memory_per_worker": mem or int(total * min(1.0, threads / (os.cpu_count() or 1)))}
+               "memory_per_worker": mem or int(total * min(1.0, threads / cores()))}
     elif spec.backend in ("slurm", "pbs"):
         job = sizing_job(spec)
         procs = job.worker_processes

@@ -9,7 +9,6 @@ and whether results come straight from a cluster's workers
 from __future__ import annotations
 
 import ipaddress
-import os
 from typing import Any
 
 import dask
@@ -17,6 +16,7 @@ from distributed import default_client
 from distributed.comm import get_address_host, parse_address
 
 from ..config import switch_setting as config_switch  # re-exported: dkpca's tri-state switches
+from ..machine import cores
 from .watch import SchedulerLostError, asking, scheduler_address
 
 __all__ = ["active_client", "config_switch", "local_thread_count", "n_workers_threads", "gathers_direct"]
@@ -39,8 +39,8 @@ def active_client() -> Any | None:
 
 
 def local_thread_count() -> int:
-    """Threads of this process's work: the Dask setting ``num_workers``, else one per core."""
-    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    """Threads of this process's work: the Dask setting ``num_workers``, else one per core it may run on."""
+    return int(dask.config.get("num_workers", None) or cores())
 
 
 def n_workers_threads() -> int:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import psutil
 
 from ..execution import n_workers_threads
+from ..machine import memory_available
 from ..solvers import Solver, subspace_width
 from ..solvers.fraction import DEFAULT_MAX_PASSES
 from ..solvers.randomized import iteration_width
@@ -53,7 +53,7 @@ MEMORY_GRAM_BYTES = 1 << 27
 def memory_gram_fits(need: int, memory_bytes: int | None = None, budget: int | None = MEMORY_GRAM_BYTES) -> bool:
     """Whether a K of ``need`` bytes fits ``budget`` (None: no budget, as when asked for) and a quarter of memory."""
     if memory_bytes is None:
-        memory_bytes = int(psutil.virtual_memory().available)
+        memory_bytes = memory_available()
     return (budget is None or need <= budget) and need <= 0.25 * memory_bytes
 
 
@@ -216,7 +216,7 @@ def _choose_modes(n: int, k: int, solver: str, gram: str, *, X, kernel, dtype: A
     """:func:`choose`'s solver rule, then its Gram rule, for K in ``dtype`` (float32 or float64)."""
     details: dict[str, Any] = {"dtype": np.dtype(dtype).name}
     if memory_bytes is None and (solver in ("auto", "arpack") or gram in ("auto", "memory")):
-        memory_bytes = int(psutil.virtual_memory().available)
+        memory_bytes = memory_available()
     kdtype = np.dtype(dtype)  # K's precision, in memory as in a store
     k_memory = kdtype.itemsize * n * n  # K held whole in memory
     if gram == "memory" or solver == "arpack":

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import psutil
-
+from ..machine import memory_available
 from ..request import FitRequest
 from ..solvers import spec_of
 from ..storage.gramstore import GramStore
@@ -74,7 +73,7 @@ def update_modes(req: FitRequest, growth: Growth | None) -> tuple[str, str, dict
                                       "touch its new rows are computed")
     if growth.model_rows == growth.n_old and solver == "auto":
         rule, _ = solver_rule(req.n, req.n_components, "auto", memory=False,
-                              memory_bytes=int(psutil.virtual_memory().available), fraction=False)
+                              memory_bytes=memory_available(), fraction=False)
         if rule == "lanczos":
             solver, why["solver"] = "lanczos", ("an update: block Lanczos keeps the start from the old fit's "
                                                 "eigenvectors in its Krylov space (fewer passes than subspace "

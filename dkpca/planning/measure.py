@@ -28,6 +28,7 @@ import scipy.sparse.linalg
 from ..execution import compute, for_the_client, n_workers_threads, serial_blas
 from ..kernels import Kernel, NonFiniteKernelError, largest_value
 from ..linalg import Centering, block_products, scratch
+from ..machine import cores
 from ..storage import ChunkReader, ChunkWriter, gram_bytes, probe_array, write_direct
 
 __all__ = ["measure_blocks", "measure_and_estimate", "disk_bandwidth", "dirty_threshold", "writeback_rates",
@@ -128,7 +129,7 @@ def _time_blocks(rows: np.ndarray, kernel: Kernel, block: int, edge: int, dtype:
         # a chunk of a few MB measures the files' fixed costs, not a bandwidth: small K is not bound by it.
         # At most this machine's cores write at once: a cluster's aggregate over many nodes is not
         # measured here (``fs_bandwidth``, an assumption, replaces it in the plan).
-        threads = min(n_workers_threads(), os.cpu_count() or 1)
+        threads = min(n_workers_threads(), cores())
         rates = dict(zip(("write_bandwidth", "read_bandwidth"), disk_bandwidth(tmp, out, threads),
                          strict=True)) if edge >= BANDWIDTH_EDGE else {}
         if rates:

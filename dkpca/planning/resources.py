@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import psutil
-
 from ..cluster import cluster_spec, connected, is_scheduler_address, worker_resources
-from ..execution import active_client
+from ..execution import active_client, local_thread_count
+from ..machine import memory_total
 
 __all__ = ["cluster_resources"]
 
@@ -39,8 +38,8 @@ def cluster_resources(cluster: Any) -> dict[str, Any]:
         out = _client_resources(client)
     out["distributed"] = True
     if out["workers"] is None and cluster is None and client is None:
-        out = {"workers": 1, "threads_per_worker": os.cpu_count() or 1,
-               "memory_per_worker": psutil.virtual_memory().total, "distributed": False}
+        out = {"workers": 1, "threads_per_worker": local_thread_count(), "memory_per_worker": memory_total(),
+               "distributed": False}
     out["workers"] = out["workers"] or 1
     out["threads_per_worker"] = out["threads_per_worker"] or 1
     return out

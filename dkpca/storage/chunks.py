@@ -29,7 +29,6 @@ from typing import Any
 
 import crc32c
 import numpy as np
-import psutil
 import xxhash
 import zarr
 from zarr.core.buffer.cpu import NDBuffer
@@ -37,6 +36,7 @@ from zarr.storage import LocalStore
 
 from ..execution import config_switch
 from ..linalg.workspace import ALIGN, scratch, tidy
+from ..machine import memory_total
 from .corrupt import size_problem, unreadable, verify_crc, verify_digest
 from .integrity import (
     CHECKSUM_BYTES,
@@ -91,7 +91,7 @@ def use_direct_io(nbytes: int) -> bool:
     workers'.
     """
     forced = config_switch("dkpca.direct-io")
-    return nbytes > DIRECT_IO_FRACTION * psutil.virtual_memory().total if forced is None else forced
+    return nbytes > DIRECT_IO_FRACTION * memory_total() if forced is None else forced
 
 
 def checksum(data: np.ndarray, crc: int = 0) -> int:

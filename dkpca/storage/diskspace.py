@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import errno
-import os
 from typing import Any
 
 import numpy as np
 
 from ..linalg.grid import block_bounds, n_blocks
+from ..machine import cores
 from .fitstore import FitStore
 
 __all__ = ["InsufficientDiskSpace", "gram_bytes", "fit_footprint", "check_disk_space", "FILE_OVERHEAD"]
@@ -51,7 +51,7 @@ def fit_footprint(n: int, d: int, block: int, dtype: Any, ell: int, data_itemsiz
         "data_copy": n * d * data_itemsize + nb * FILE_OVERHEAD,
         "model": n * (ell + 1) * 8 + 2 * nb * FILE_OVERHEAD,
         "checkpoints": 2 * 3 * n * ell * 8 + 6 * nb * FILE_OVERHEAD,
-        "temporaries": 2 * (concurrent or os.cpu_count() or 1) * block * block * itemsize,
+        "temporaries": 2 * (concurrent or cores()) * block * block * itemsize,
         "metadata": 64 * FILE_OVERHEAD,
     }
     return int(sum(parts.values()))
