@@ -509,7 +509,8 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        # dtype="float64" asks for float64 scores of any input (scikit-learn's check holds the tag to it)
+        tags.transformer_tags.preserves_dtype = ["float64"] if str(self.dtype) == "float64" else ["float64", "float32"]
         tags.input_tags.pairwise = self._is_precomputed()
         return tags
 
