@@ -189,6 +189,31 @@ def test_zero_rule_is_relative_to_the_kernel_not_the_noise():
     assert postprocess(res, remove_zero=True, precision=np.float64, scale=1.0).eigenvalues.size == 2
 
 
+def test_data_far_from_the_origin_keeps_its_components():
+    """A linear kernel on points 1e6 from the origin: centring cancels K's 2.4e13 entries down to eigenvalues ~200,
+    which rounding resolves (K's entries carry ~u |K_ij| sqrt(d) each, a few thousandths in every eigenvalue;
+    scikit-learn's are within 0.01). Before, the zero rule (1e-12 n c = 2,160) called them all zero."""
+    X = np.random.default_rng(0).standard_normal((90, 24)) + 1e6
+    Xc = X - X.mean(axis=0)
+    lam = np.linalg.eigvalsh(Xc @ Xc.T)[::-1][:5]  # the centred linear kernel, exactly as a Gram of centred X
+    model = dkpca.fit(X, 5, kernel="linear")
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=0, atol=0.1)
+    est = dkpca.KernelPCA(5, kernel="linear", eigen_solver="dense").fit(X)
+    np.testing.assert_allclose(est.eigenvalues_, lam, rtol=0, atol=0.1)
+
+
+def test_the_smallest_component_of_raw_measurements_is_kept():
+    """Raw breast-cancer measurements (569 x 30, means up to 880), linear kernel: all 30 components, the smallest
+    (4.0e-4, 2e-12 of n c) as PCA's; before: 29 kept (n_components=None), the 30th zeroed with n_components=30."""
+    from sklearn.datasets import load_breast_cancer
+
+    X = load_breast_cancer().data
+    exact = np.linalg.svd(X - X.mean(axis=0), compute_uv=False) ** 2
+    assert dkpca.KernelPCA().fit(X).eigenvalues_.size == 30
+    smallest = dkpca.KernelPCA(30).fit(X).eigenvalues_[-1]
+    np.testing.assert_allclose(smallest, exact[-1], rtol=1e-3)  # rounding: ~u n c sqrt(n) = 3e-6, 1 % of it
+
+
 def test_estimator_keeps_zero_components_unless_asked():
     # scikit-learn: with n_components given and remove_zero_eig=False the zero eigenvalues stay (as 0)
     est = dkpca.KernelPCA(2, kernel="rbf").fit(np.ones((50, 3)))

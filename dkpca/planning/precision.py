@@ -243,7 +243,7 @@ def measure_precision(S: np.ndarray, kernel: Kernel, k: int) -> dict[str, Any]:
     kk = max(1, min(k, m // 4, m - 1))
     mu, V = top_eigh(cen.center_matrix(K64), kk)
     mu, V = mu[::-1], V[:, ::-1]
-    resolved = mu > max(zero_threshold(mu[0], np.float64, cen.cancelled), 0.0)
+    resolved = mu > max(zero_threshold(mu[0], np.float64, cen.cancelled, cen.n), 0.0)
     if not resolved.any():  # K~ of the sample is rounding noise: float32's rounding would be all there is
         out["finite"] = "constant"
         return out

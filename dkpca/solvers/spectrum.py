@@ -18,13 +18,14 @@ flip), restated here rather than imported because they are private there:
   scikit-learn's message; smaller negatives are round-off and become 0, as
   do positive eigenvalues below ``small * lambda_max`` (numerically zero);
 * "numerically zero" is measured against the size of K, not only against
-  the top eigenvalue: ``lambda < small * max(lambda_max, n |c|)``, where
-  ``n c = 1^T K 1 / n`` is the Rayleigh quotient of K at the constant vector
-  -- the part of K that centring cancels.  Rounding K (and the products with
-  it) leaves errors up to about ``u ||K||`` in every eigenvalue of K~ (Weyl;
+  the top eigenvalue: ``lambda < max(small * lambda_max, small_scale * n |c|)``,
+  where ``n c = 1^T K 1 / n`` is the Rayleigh quotient of K at the constant
+  vector -- the part of K that centring cancels.  Rounding K (and the products
+  with it) leaves errors in every eigenvalue of K~ on that scale (Weyl;
   ``||K|| >= n |c|``), so a K~ that is rounding noise -- identical points,
   a kernel constant on the data -- has only zero components, where the ratio
-  to its own (noise) top eigenvalue would keep them all;
+  to its own (noise) top eigenvalue would keep them all (``small_scale``:
+  :func:`zero_threshold`);
 * components with a zero eigenvalue are dropped on request (scikit-learn:
   ``remove_zero_eig=True`` or ``n_components=None``; ``dkpca.fit``: always,
   their scores being rounding noise); when that drops every component, a
@@ -53,6 +54,9 @@ from .result import EigResult
 __all__ = ["postprocess", "check_eigenvalues", "check_magnitude_ranking", "flip_signs", "components_for_fraction",
            "keep_fraction", "NOT_PSD_HINT", "zero_threshold"]
 
+#: unit roundoff of float64
+_U64 = float(np.finfo(np.float64).eps) / 2
+
 #: (significant negative ratio, significant negative value, numerically zero ratio) by precision
 _THRESHOLDS = {
     np.dtype(np.float64): (1e-5, 1e-10, 1e-12),
@@ -78,19 +82,36 @@ def flip_signs(U: np.ndarray) -> np.ndarray:
     return U
 
 
-def zero_threshold(top: float, precision: Any = np.float64, scale: float | None = None) -> float:
-    """The bound below which an eigenvalue is numerically zero: ``small * max(top, |scale|)``.
+#: the rounding noise of K~'s eigenvalues where K~ vanishes (identical points), in units of ``u n |c|`` and per
+#: sqrt(n): at most 1.33 measured (float64, 6 kernels x 4 solvers x K in memory, stored or recomputed, n = 10 to
+#: 10,000: sums of n terms, whose rounding grows as sqrt(n)); 8 leaves 6x that
+SCALE_NOISE = 8.0
+
+
+def zero_threshold(top: float, precision: Any = np.float64, scale: float | None = None,
+                   n: int | None = None) -> float:
+    """The bound below which an eigenvalue is numerically zero: ``max(small * top, small_scale * |scale|)``.
 
     ``top``: the largest computed eigenvalue; ``scale``: ``n c = 1^T K 1 / n``
     of the kernel matrix (None: scikit-learn's rule, relative to ``top``
     alone); ``small`` is scikit-learn's ratio for ``precision`` (1e-12 in
     double, 2e-7 in single: about 4,500 and 3.4 units of rounding).
+    ``small_scale`` is ``small``, but in double precision of ``n`` rows no
+    more than :data:`SCALE_NOISE` ``u sqrt(n)``: the rounding that products
+    with K leave in K~'s eigenvalues, ~``u n |c| sqrt(n)``.  At 1e-12 it
+    zeroed real components of data far from the origin -- a linear kernel
+    on raw breast-cancer measurements, whose smallest component (4.0e-4,
+    scikit-learn's and PCA's to 4 digits) is ~3,000 times that rounding.
     """
-    small = _THRESHOLDS[np.dtype(np.float32) if np.dtype(precision) == np.float32 else np.dtype(np.float64)][2]
-    return small * max(float(top), abs(float(scale)) if scale is not None and np.isfinite(scale) else 0.0)
+    dt = np.dtype(np.float32) if np.dtype(precision) == np.float32 else np.dtype(np.float64)
+    small = _THRESHOLDS[dt][2]
+    small_scale = small if n is None or dt == np.float32 else min(small, SCALE_NOISE * _U64 * np.sqrt(n))
+    scale = abs(float(scale)) if scale is not None and np.isfinite(scale) else 0.0
+    return max(small * float(top), small_scale * scale)
 
 
-def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None, scale: float | None = None) -> np.ndarray:
+def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None, scale: float | None = None,
+                      n: int | None = None) -> np.ndarray:
     """The eigenvalues of a PSD matrix, validated and cleaned (a new float64 array).
 
     Parameters
@@ -103,6 +124,8 @@ def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None, scale: flo
     scale : float, optional
         ``n c = 1^T K 1 / n`` of the uncentred kernel matrix: eigenvalues up
         to :func:`zero_threshold` of it are zero too.
+    n : int, optional
+        K's rows (:func:`zero_threshold`'s rounding of sums of n terms).
 
     Returns
     -------
@@ -134,7 +157,7 @@ def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None, scale: flo
             "not PSD, or there was an issue while computing the eigendecomposition of the matrix." + NOT_PSD_HINT
         )
     lam[lam < 0] = 0.0
-    lam[(lam > 0) & (lam < zero_threshold(top, dt, scale))] = 0.0
+    lam[(lam > 0) & (lam < zero_threshold(top, dt, scale, n))] = 0.0
     return lam
 
 
@@ -190,7 +213,8 @@ def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None, sca
         The spectrum is not that of a PSD matrix (see :func:`check_eigenvalues`).
     """
     raw = np.asarray(res.eigenvalues)
-    lam = check_eigenvalues(raw, raw.dtype if precision is None else precision, scale)
+    n = np.asarray(res.eigenvectors).shape[0]  # K's rows
+    lam = check_eigenvalues(raw, raw.dtype if precision is None else precision, scale, n)
     # Rank by the computed values, not the cleaned ones: cleaning maps several
     # of them to 0, and their order should stay the solver's, not the sort's.
     order = np.argsort(-raw.astype(np.float64), kind="stable")
@@ -203,7 +227,7 @@ def postprocess(res: EigResult, *, remove_zero: bool, precision: Any = None, sca
         info["zero_eigenvalues_removed"] = int(keep.size - np.count_nonzero(keep))
         if keep.size and not keep.any():
             top = float(raw.max()) if raw.size else 0.0
-            limit = zero_threshold(top, raw.dtype if precision is None else precision, scale)
+            limit = zero_threshold(top, raw.dtype if precision is None else precision, scale, n)
             warnings.warn(
                 f"all {keep.size} components are numerically zero (largest eigenvalue {top:.3g} <= {limit:.3g}, the "
                 "rounding level of this kernel matrix): the centred kernel matrix vanishes on this data (identical "
