@@ -460,6 +460,46 @@ def test_a_scheduler_file_without_an_address_is_one_line(tmp_path, capsys, conte
     assert words in err
 
 
+def test_a_scheduler_file_that_is_a_directory_is_said_at_once(tmp_path, capsys):
+    """Before: waited 30 s for a file to appear, then said it did not exist."""
+    (tmp_path / "sched").mkdir()
+    start = time.monotonic()
+    err = cli_error(capsys, ["fit", _data_npy(tmp_path), "-k", "2", "-q", "--scheduler-file", str(tmp_path / "sched")])
+    assert "is a directory; pass the file 'dask scheduler --scheduler-file FILE' writes" in err
+    assert time.monotonic() - start < 10
+
+
+def test_an_unreadable_scheduler_file_says_why(tmp_path, capsys, monkeypatch):
+    """A file this user may not read (chmod 000; simulated, as root reads it anyway): the reason, not "is not one
+    a Dask scheduler wrote"."""
+    from dkpca.cluster import reach
+
+    (tmp_path / "sched.json").write_text('{"address": "tls://127.0.0.1:8786"}')
+
+    def denied(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(reach, "open", denied, raising=False)
+    err = cli_error(capsys, ["fit", _data_npy(tmp_path), "-k", "2", "-q", "--scheduler-file",
+                             str(tmp_path / "sched.json")])
+    assert "cannot read scheduler file" in err and "(Permission denied)" in err
+
+
+@pytest.mark.parametrize("content, where", [("dkpca: 5\n", "dkpca"), ("dkpca:\n  cluster: 5\n", "dkpca.cluster")])
+def test_a_cluster_file_whose_section_is_not_a_mapping_is_one_line(tmp_path, capsys, content, where):
+    """Before: a traceback ending "TypeError: 'int' object is not subscriptable", exit 1."""
+    (tmp_path / "c.yaml").write_text(content)
+    err = cli_error(capsys, ["plan", _data_npy(tmp_path), "-k", "2", "--no-measure", "--cluster",
+                             str(tmp_path / "c.yaml")])
+    assert f"c.yaml: {where} must be a mapping" in err
+
+
+def test_a_cluster_file_that_is_a_directory_is_named_so(tmp_path, capsys):
+    (tmp_path / "adir").mkdir()
+    err = cli_error(capsys, ["fit", _data_npy(tmp_path), "-k", "2", "-q", "--cluster", str(tmp_path / "adir")])
+    assert "is a directory; give the cluster file (YAML) itself" in err
+
+
 def test_an_empty_npy_file_is_one_line(tmp_path, capsys):
     (tmp_path / "e.npy").write_bytes(b"")
     for command in ("fit", "plan"):
@@ -702,3 +742,17 @@ def test_an_earlier_output_so_named_is_still_resumed(tmp_path, capsys, fitted):
     os.rename(zarr_out, out)
     assert main(["transform", store, data, out, "-q"]) == 0
     assert "already complete" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["abc", -2, 1.5])
+def test_a_bad_num_workers_setting_is_named(tmp_path, capsys, value):
+    """DASK_NUM_WORKERS=abc: one line naming the setting and what it must be (before: "invalid literal for int()
+    with base 10: 'abc'", or "max_workers must be greater than 0" for -2; 1.5 ran on 1 thread)."""
+    import dask
+
+    path = str(tmp_path / "x.npy")
+    np.save(path, make_data(60, d=3))
+    with dask.config.set({"num_workers": value}):
+        err = cli_error(capsys, ["fit", path, "-k", "2", "--store", str(tmp_path / "s.dkpca.zarr")])
+    assert f"the Dask setting num_workers is {value!r} (DASK_NUM_WORKERS" in err and "positive integer" in err
+    assert not (tmp_path / "s.dkpca.zarr").exists()  # refused before any work

@@ -315,6 +315,37 @@ def test_a_member_named_x_is_picked_whatever_its_shape(tmp_path, data):
         dkpca.fit(str(tmp_path / "x.h5"), store=tmp_path / "s.dkpca.zarr")
 
 
+@pytest.mark.parametrize("suffix, compress", [(".gz", "gzip"), (".bz2", "bz2"), (".xz", "lzma")])
+@pytest.mark.parametrize("kept", [0.5, 0.9])
+def test_a_compressed_csv_cut_short_is_named(tmp_path, capsys, suffix, compress, kept):
+    """A .csv.gz (bz2, xz) whose writer did not finish: one line saying so (before: a traceback ending in
+    "EOFError: Compressed file ended before the end-of-stream marker was reached", exit 1)."""
+    import importlib
+
+    from dkpca.cli import main
+
+    text = pd.DataFrame(make_data(500, d=20)).to_csv(index=False).encode()
+    whole = importlib.import_module(compress).compress(text)
+    path = tmp_path / f"x.csv{suffix}"
+    path.write_bytes(whole[: int(len(whole) * kept)])
+    with pytest.raises(ValueError, match="is cut short: its compressed data ends before the end of the stream"):
+        as_dask(str(path))
+    assert main(["fit", str(path), "-k", "2", "--store", str(tmp_path / "s.dkpca.zarr")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dkpca: error: ") and err.count("\n") == 1 and "is cut short" in err
+
+
+def test_a_named_member_not_2d_suggests_the_file_with_another_member(tmp_path, data):
+    """'f.h5:/oned' of shape (n,): the suggestion names the file and another member ('f.h5:name'), which works
+    with a real name; before: 'f.h5:/oned:name', which does not exist."""
+    path = str(tmp_path / "f.h5")
+    with h5py.File(path, "w") as f:
+        f["oned"], f["good"] = data[:, 0], data
+    with pytest.raises(ValueError, match=re.escape(f"or name another, e.g. '{path}:name'.")):
+        as_dask(f"{path}:/oned")
+    np.testing.assert_array_equal(as_dask(f"{path}:good").compute(), data)
+
+
 def test_a_zarr_group_s_only_array_not_2d_is_named_with_the_groups_beside_it(tmp_path, data):
     """Before: 'X must be 2-D ...; got shape (3,)' -- of an array named 'other', the data in a subgroup."""
     g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")

@@ -221,6 +221,8 @@ def test_fs_bandwidth_bounds_a_pass(blobs):
     assert plan(blobs, n_components=2, measure=False).fs_bandwidth is None
     with pytest.raises(ValueError, match="fs_bandwidth='fast' is invalid"):
         plan(blobs, fs_bandwidth="fast")
+    with pytest.raises(ValueError, match="fs_bandwidth='1e400GB/s' is invalid"):  # past float's range: not a crash
+        plan(blobs, fs_bandwidth="1e400GB/s")
 
 
 def test_cli_plan_fs_bandwidth(tmp_path, blobs, capsys):

@@ -196,6 +196,9 @@ def _infer_backend(cfg: Mapping, source: str) -> str:
 
 def load_file(path: str) -> dict:
     """A cluster file's contents (a mapping), with errors that name the file."""
+    if os.path.isdir(path):
+        raise ClusterConfigError(f"cluster file {path!r} is a directory; give the cluster file (YAML) itself "
+                                 "(see cluster_configs/).")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"cluster file {path!r} does not exist; give a file (see cluster_configs/), a "
                                 f"back end ({', '.join(b for b in BACKENDS if b != 'scheduler')}) or a running "
@@ -245,8 +248,20 @@ def cluster_spec(target: str | os.PathLike | Mapping | ClusterSpec) -> ClusterSp
         if source in BACKENDS and source != "scheduler" and not os.path.isfile(source):
             return ClusterSpec(source, {}, source)
         cfg = load_file(source)
+    _refuse_scalars(cfg, source)
     _refuse_unknown(cfg, source)
     return ClusterSpec(_infer_backend(cfg, source), cfg, source)
+
+
+def _refuse_scalars(cfg: Mapping, source: str) -> None:
+    """``dkpca: 5`` or ``dkpca: {cluster: 5}`` where sections are mappings: refused by name (Dask's lookups of
+    the keys beneath failed with "'int' object is not subscriptable")."""
+    section = cfg.get("dkpca")
+    for where, value in (("dkpca", section),
+                         ("dkpca.cluster", section.get("cluster") if isinstance(section, Mapping) else None)):
+        if value is not None and not isinstance(value, Mapping):
+            raise ClusterConfigError(f"{source}: {where} must be a mapping, e.g. 'dkpca: {{cluster: {{backend: "
+                                     f"slurm}}}}'; got {value!r}.")
 
 
 def _refuse_unknown(cfg: Mapping, source: str) -> None:

@@ -46,6 +46,9 @@ def connect_timeout() -> float:
 
 def _check_scheduler_file(path: str, timeout: float) -> str:
     """The scheduler's address the file names, once it exists (waited for up to ``timeout``)."""
+    if os.path.isdir(path):  # nothing will write a file there: no wait
+        raise ClusterError(f"scheduler file {path!r} is a directory; pass the file 'dask scheduler "
+                           "--scheduler-file FILE' writes.")
     end = time.monotonic() + timeout  # the scheduler may still be writing it
     while not os.path.isfile(path) and time.monotonic() < end:
         time.sleep(0.1)
@@ -55,7 +58,10 @@ def _check_scheduler_file(path: str, timeout: float) -> str:
     try:  # distributed would fail on another file with an AssertionError or TypeError, naming neither
         with open(path, encoding="utf-8") as f:
             address = json.load(f).get("address")
-    except (OSError, ValueError, AttributeError):
+    except OSError as exc:  # the file is there: what stops its reading is said (permissions), not its contents
+        raise ClusterError(f"cannot read scheduler file {path!r} ({exc.strerror}); give this user read access "
+                           "to it, or pass the scheduler's address instead.") from None
+    except (ValueError, AttributeError):
         address = None
     if not isinstance(address, str):
         raise ClusterError(f"scheduler file {path!r} is not one a Dask scheduler wrote (JSON with its "

@@ -9,6 +9,7 @@ and whether results come straight from a cluster's workers
 from __future__ import annotations
 
 import ipaddress
+import numbers
 from typing import Any
 
 import dask
@@ -40,7 +41,13 @@ def active_client() -> Any | None:
 
 def local_thread_count() -> int:
     """Threads of this process's work: the Dask setting ``num_workers``, else one per core it may run on."""
-    return int(dask.config.get("num_workers", None) or cores())
+    value = dask.config.get("num_workers", None)
+    if value in (None, 0):  # unset (0: dask's "as many as cores" too)
+        return cores()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"the Dask setting num_workers is {value!r} (DASK_NUM_WORKERS or a Dask config file); it "
+                         "must be a positive integer, the threads of this process's work, or unset.")
+    return int(value)
 
 
 def n_workers_threads() -> int:

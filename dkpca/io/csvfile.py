@@ -258,6 +258,8 @@ def open_csv(path: str, source: str) -> Any:
         layout.check_fields(source)
         layout.warn_if_guessed(source)
         df = _read(path, layout)
+    except EOFError as exc:  # gzip, bz2, lzma: a compressed stream cut short (not an OSError)
+        raise ValueError(_cut_short(source, exc)) from None
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise ValueError(f"input {source!r} is not a readable CSV file ({exc}).") from None
     dtypes = df.dtypes.to_dict()
@@ -280,8 +282,16 @@ def open_csv(path: str, source: str) -> Any:
     common = np.result_type(*df.dtypes) if plain else np.dtype(np.float64)  # nullable types: NA -> NaN
     try:  # lengths=True counts the rows of each partition (one read): the row chunks must be known
         return df.astype(common).to_dask_array(lengths=True)
+    except EOFError as exc:
+        raise ValueError(_cut_short(source, exc)) from None
     except ValueError as exc:  # a bad field or row further on (pandas' ParserError is one): the file named
         raise ValueError(f"input {source!r} is not a readable CSV file of numbers ({exc}).") from None
+
+
+def _cut_short(source: str, exc: EOFError) -> str:
+    """The refusal of a compressed CSV whose stream ends before its end marker: a file not written whole."""
+    return (f"input {source!r} is cut short: its compressed data ends before the end of the stream ({exc}); the "
+            "file was not written whole -- write it again.")
 
 
 def csv_columns(path: str) -> tuple[str, ...] | None:

@@ -50,8 +50,9 @@ def pick_member(source: str, kind: str, example: str, every: dict[str, tuple[int
 def two_dimensional(source: str, example: str, member: str, shape: tuple[int, ...]) -> None:
     """Refuse a named or picked member that is not 2-D, naming it (as_dask would say only "X")."""
     if len(shape) != 2:
+        path = source[:-len(member) - 1] if source.endswith(f":{member}") else source  # the file, member named or not
         raise ValueError(f"input {source!r}: the {example} {member!r} has shape {shape}; dkpca fits a 2-D {example} "
-                         f"(n_samples, n_features): reshape it, or name another, e.g. '{source}:name'.")
+                         f"(n_samples, n_features): reshape it, or name another, e.g. '{path}:name'.")
 
 
 def file_stamp(path: str) -> tuple[int, int]:

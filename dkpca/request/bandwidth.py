@@ -27,7 +27,7 @@ def check_bandwidth(name: str, value: Any) -> float | None:
         text = value.strip()
         try:
             number = float(parse_bytes(text[:-2] if text.lower().endswith("/s") else text))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):  # OverflowError: a size past float's range (1e400)
             number = None
     elif isinstance(value, numbers.Real) and not is_bool(value):
         number = float(value)
