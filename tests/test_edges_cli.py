@@ -756,3 +756,24 @@ def test_a_bad_num_workers_setting_is_named(tmp_path, capsys, value):
         err = cli_error(capsys, ["fit", path, "-k", "2", "--store", str(tmp_path / "s.dkpca.zarr")])
     assert f"the Dask setting num_workers is {value!r} (DASK_NUM_WORKERS" in err and "positive integer" in err
     assert not (tmp_path / "s.dkpca.zarr").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("key, value, kind", [("distributed.comm.timeouts.connect", "abc", "duration"),
+                                              ("distributed.admin.tick.interval", "abc", "duration"),
+                                              ("distributed.worker.memory.target", "abc", "number")])
+def test_a_bad_distributed_setting_is_named_before_a_local_cluster_starts(tmp_path, capsys, key, value, kind):
+    """DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=abc with --cluster local, or the demo: one line naming the setting
+    and its environment variable, before any file is written (before: a traceback from inside LocalCluster --
+    "KeyError: 'Invalid time unit: abc'", "TLSOnlyNanny failed to start." -- exit 1, the demo's data left)."""
+    import dask
+
+    data = _data_npy(tmp_path)
+    env = "DASK_" + key.upper().replace(".", "__").replace("-", "_")
+    with dask.config.set({key: value}):
+        err = cli_error(capsys, ["fit", data, "-k", "2", "--no-progress", "--cluster", "local", "--store",
+                                 str(tmp_path / "s.dkpca.zarr")])
+        assert f"the Dask setting {key} is {value!r}, not a {kind}" in err and env in err
+        assert not (tmp_path / "s.dkpca.zarr").exists()
+        (tmp_path / "demo").mkdir()
+        err = cli_error(capsys, ["demo", "--n-samples", "300", "--dir", str(tmp_path / "demo")])
+        assert f"the Dask setting {key} is {value!r}" in err and os.listdir(tmp_path / "demo") == []

@@ -113,10 +113,11 @@ def _demo_fit(a: argparse.Namespace, workdir: str, scratch: str, fig: Any) -> An
     """Write the sample data into ``workdir``, fit it on a local cluster whose workers use ``scratch``; report."""
     import zarr
 
-    from ..cluster import connected
+    from ..cluster import check_distributed_settings, connected
     from ..pipeline import fit
     from ..storage import checksum_codecs
 
+    check_distributed_settings()  # a setting the cluster would fail on: said before any file is written
     data = os.path.join(workdir, DEMO_FILES[0])
     X, shell = make_demo_data(a.n_samples, return_labels=True)
     # replaces an earlier demo's data only: _check_demo refused it without --overwrite (in scratch: nothing there)

@@ -6,7 +6,8 @@ the active client that :func:`connect` leaves behind (:mod:`dkpca.execution`).
 
 from .config import BACKENDS, ClusterConfigError, ClusterError, ClusterSpec, backend_class, cluster_spec
 from .connect import close, connect, connected, is_scheduler_address
-from .resources import worker_resources
+from .resources import check_distributed_settings, worker_resources
 
-__all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec", "close",
-           "connect", "connected", "is_scheduler_address", "worker_resources"]
+__all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class",
+           "check_distributed_settings", "cluster_spec", "close", "connect", "connected", "is_scheduler_address",
+           "worker_resources"]

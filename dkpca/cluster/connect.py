@@ -43,7 +43,7 @@ from .config import (
     jobs_for,
 )
 from .reach import one_line, reach
-from .resources import local_arguments, local_housekeeping, sizing_job, worker_resources
+from .resources import check_distributed_settings, local_arguments, local_housekeeping, sizing_job, worker_resources
 from .security import TLSOnlyNanny, run_security
 from .spawning import add_log_filter, quiet_interrupts, starting_workers
 
@@ -174,6 +174,7 @@ def _start(spec: ClusterSpec, cleanup: contextlib.ExitStack, timeout: float | No
         client = reach(address=address)
         _wait_for_workers(client, spec, timeout, f"Dask scheduler {address}")
         return client
+    check_distributed_settings()  # the scheduler (and a LocalCluster's workers) start here and read them
     _check_memory(spec, memory_per_worker)
     scale, adapt = spec.dkpca("scale"), spec.dkpca("adapt")
     if spec.backend == "local":

@@ -13,14 +13,15 @@ import tempfile
 from typing import Any
 
 import dask.config
+from dask.utils import parse_bytes, parse_timedelta
 from distributed import LocalCluster, Nanny, Worker
 from distributed.config import defaults as distributed_defaults
 
 from ..machine import cores, memory_total
 from .config import ClusterConfigError, ClusterSpec, backend_class, jobs_for, k8s_quantity, memory_bytes
 
-__all__ = ["local_arguments", "local_housekeeping", "distributed_default", "LOCAL_HOUSEKEEPING", "LOCAL_MALLOC",
-           "worker_resources", "sizing_job"]
+__all__ = ["local_arguments", "local_housekeeping", "distributed_default", "check_distributed_settings",
+           "LOCAL_HOUSEKEEPING", "LOCAL_MALLOC", "worker_resources", "sizing_job"]
 
 
 #: the module a LocalCluster's workers import as they start (by name: this layer does not import it)
@@ -92,6 +93,59 @@ LOCAL_MALLOC = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": No
 def distributed_default(key: str) -> Any:
     """The value distributed ships for Dask config ``key`` (whatever the configuration now says)."""
     return dask.config.get(key, config=distributed_defaults)
+
+
+def check_distributed_settings() -> None:
+    """Refuse, by name, a ``distributed.*`` setting whose value is not of its default's kind (a duration, a number).
+
+    Before a cluster starts here: distributed read them deep in its start and
+    failed with a traceback that named neither the setting nor where it came
+    from (``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=abc``: ``KeyError:
+    'Invalid time unit: abc'`` from inside LocalCluster, or ``RuntimeError:
+    TLSOnlyNanny failed to start.`` for a memory fraction of ``abc``).  None
+    and booleans pass (distributed's own ways to turn a limit or a
+    threshold off).
+    """
+    for key, default in _leaves(distributed_defaults):
+        value = dask.config.get(key, default)
+        if value is None or isinstance(value, bool) or value == default:
+            continue
+        kind = _kind(key, default)
+        if kind is not None and not _of_kind(kind, value):
+            env = "DASK_" + key.upper().replace(".", "__").replace("-", "_")
+            raise ClusterConfigError(f"the Dask setting {key} is {value!r}, not a {kind} (distributed's default: "
+                                     f"{default!r}); correct it or remove it (environment: {env}, or a Dask "
+                                     "configuration file).")
+
+
+def _leaves(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """``(dotted key, value)`` of every setting in a nested configuration mapping."""
+    out = []
+    for name, value in tree.items():
+        key = f"{prefix}.{name}" if prefix else name
+        out.extend(_leaves(value, key) if isinstance(value, dict) else [(key, value)])
+    return out
+
+
+def _kind(key: str, default: Any) -> str | None:
+    """``"duration"`` or ``"number"`` where distributed's default is one (its version number aside), else None."""
+    if isinstance(default, bool) or key == "distributed.version":
+        return None
+    if isinstance(default, (int, float)):
+        return "number"
+    return "duration" if isinstance(default, str) and _of_kind("duration", default) else None
+
+
+def _of_kind(kind: str, value: Any) -> bool:
+    """Whether ``value`` is a duration, or a number (sizes as Dask writes them count: '100MB/s' bandwidths)."""
+    checks = (parse_timedelta,) if kind == "duration" else (float, parse_bytes)
+    for check in checks:
+        try:
+            check(value)
+            return True
+        except (KeyError, ValueError, TypeError):
+            continue
+    return False
 
 
 def local_housekeeping() -> dict[str, str | None]:
