@@ -277,6 +277,33 @@ def test_lanczos_basis_stays_orthonormal_past_convergence():
     np.testing.assert_allclose(res.eigenvectors.T @ res.eigenvectors, np.eye(K_COMP), atol=1e-12)
 
 
+@pytest.mark.parametrize("gram", ["store", "memory"])
+def test_lanczos_on_a_flat_float32_spectrum_drops_what_the_basis_holds(tmp_path, gram):
+    """123 Gaussian points in 37-D, rbf gamma 0.111: K is near I, K~'s spectrum flat. A single-precision pass
+    left directions along the basis above the panel's floor, which the sweep against the basis emptied: numpy's
+    "Matrix is not positive definite" ended the fit (K stored in float32). Now eigh's eigenvalues of the centred
+    float64 K to 1e-5 lambda_1 (float32 K: entry errors ~6e-8, the eigenvalues ~1)."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    X = np.random.default_rng(46).standard_normal((123, 37))
+    gamma = 0.11115159731850881
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=gamma), 7)
+    model = dkpca.fit(X, 7, gamma=gamma, solver="lanczos", gram=gram, dtype="float32", random_state=0,
+                      store=tmp_path / "s.dkpca.zarr")
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=0, atol=1e-5 * lam[0])
+
+
+def test_lanczos_on_a_vanishing_centred_kernel_finds_no_component():
+    """Points 1e-8 apart, rbf: K~ is rounding (every solver: no component, a warning); block Lanczos raised numpy's
+    LinAlgError from its panel's Cholesky QR."""
+    X = np.random.default_rng(0).standard_normal((120, 22)) * 1e-8
+    with pytest.warns(UserWarning, match="numerically zero"):
+        model = dkpca.fit(X, 3, solver="lanczos", gram="memory", random_state=0)
+    assert model.eigenvalues_.size == 0
+    est = dkpca.KernelPCA(3, kernel="rbf", eigen_solver="lanczos", random_state=0).fit(X)
+    assert np.all(est.eigenvalues_ == 0)
+
+
 def test_lanczos_leaves_out_the_ritz_pairs_of_passes_that_cannot_converge(problems, monkeypatch):
     # slow decay (10 passes): a pass whose residual, carried forward at the
     # rate of the last two computed, stays 10x above tol is not solved; the

@@ -28,7 +28,7 @@ from .grid import (
     task_memory,
     upper_pairs,
 )
-from .orthonormal import cholesky_qr, extend_basis
+from .orthonormal import cholesky_qr, extend_basis, swept_orthonormal
 from .products import (
     add,
     add_outputs,
@@ -59,4 +59,5 @@ __all__ = ["top_eigh", "Centering", "ProjectionWeights", "center_block", "center
            "upper_pairs", "add", "add_outputs", "block_products", "kernel_block_products", "formed_block_products",
            "as_dense", "dense_rows", "kernel_product",
            "scatter_sum", "tree_sum", "touched_rows", "group_products", "gather_sum", "FAN_IN", "scratch", "retire",
-           "kernel_matrix", "matrix_product", "TaskGraph", "cholesky_qr", "extend_basis", "RowBlocks"]
+           "kernel_matrix", "matrix_product", "TaskGraph", "cholesky_qr", "extend_basis", "swept_orthonormal",
+           "RowBlocks"]

@@ -49,7 +49,7 @@ import numpy as np
 import scipy.linalg
 
 from ..execution import row_blocks
-from ..linalg import RowBlocks, cholesky_qr, top_eigh
+from ..linalg import RowBlocks, cholesky_qr, swept_orthonormal, top_eigh
 from .randomized import iteration_width, start_block
 from .relaxed import RELAX_BUDGET, Relaxation
 from .result import DEFAULT_MAX_PASSES, Callback, EigResult, report
@@ -188,10 +188,7 @@ def _next_panel(R: np.ndarray, basis: np.ndarray, scale: float, rows: RowBlocks,
         # Measured on USPS (k = 256, 7 passes, interleaved in one process): the
         # solver's time outside its products 14.2-16.0 s with two sweeps against
         # the whole basis before the QR, 9.0-12.1 s with this one after it.
-        Q -= rows.times(basis, rows.inner(basis, Q))
-        # Q is orthonormal but for ~1e-3: Cholesky QR is exact enough for so
-        # well-conditioned a panel, at a fifth of a Householder QR's time
-        Q = cholesky_qr(Q, rows)
+        Q = swept_orthonormal(Q, basis, rows)
     return Q
 
 
