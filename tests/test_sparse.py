@@ -496,3 +496,14 @@ def test_a_blocked_fit_that_cannot_shrink_names_what_stopped_it(kw, said):
     X = np.random.default_rng(0).standard_normal((300, 5))
     with pytest.raises(ValueError, match=re.escape(said)):
         SparseKernelPCA(kernel="rbf", gamma=0.1, candidate_set_size=100, random_state=0, **kw).fit(X)
+
+
+def test_a_kernel_too_large_for_its_noise_variance_is_refused_naming_the_fix():
+    """A linear kernel on points 1e3 from the origin with noise_variance 0.1: B = I + W^1/2 K W^1/2 / sigma^2 has
+    entries ~1e18 and rounding leaves it indefinite; before, scipy's bare LinAlgError ("10-th leading minor of the
+    array is not positive definite"). The fix it names works: the same data centred fit."""
+    X = np.random.default_rng(0).standard_normal((80, 4)) + 1e3
+    kw = dict(n_components=2, kernel="linear", noise_variance=0.1, random_state=0)
+    with pytest.raises(ValueError, match=r"lost its positive definiteness to rounding .* centre or scale the data"):
+        SparseKernelPCA(**kw).fit(X)
+    assert SparseKernelPCA(**kw).fit(X - X.mean(axis=0)).representing_indices_.size > 0

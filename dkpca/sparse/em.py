@@ -115,7 +115,15 @@ def covariance(K: np.ndarray, w: np.ndarray, sigma2: float) -> tuple[np.ndarray,
     B = s[:, None] * K * s[None, :]
     B /= sigma2
     B[np.diag_indices(m)] += 1.0
-    L = scipy.linalg.cholesky(B, lower=True, check_finite=False)
+    try:
+        L = scipy.linalg.cholesky(B, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:  # B >= I exactly; in rounding, entries ~1e15 leave it indefinite
+        raise ValueError(
+            f"sparse kernel PCA: B = I + W^1/2 K W^1/2 / noise_variance lost its positive definiteness to rounding "
+            f"(its largest entry {float(np.abs(B).max()):.3g}): the kernel's values are too large against "
+            f"noise_variance={sigma2:g} for double precision (data far from the origin under a linear or "
+            "polynomial kernel); centre or scale the data (subtract its column means), or raise "
+            "noise_variance.") from None
     logdet = 2.0 * float(np.sum(np.log(np.diag(L))))
     # B^-1 from the factor (LAPACK potri fills one triangle): half the work of solving against I
     Binv, info = scipy.linalg.lapack.dpotri(L, lower=1)
