@@ -290,6 +290,21 @@ def test_a_data_shape_of_10_to_the_12_is_refused_in_one_line(fitted_store):
     assert _files(store) == before  # refused, nothing deleted
 
 
+def test_a_sound_model_larger_than_this_machines_memory_is_not_called_damaged(fitted_store, capsys, monkeypatch):
+    """A model written on a larger machine (its arrays' shapes as recorded), opened where its eigenvectors do not
+    fit (the process's memory made 1 KB here): said so, with the fix -- before: "the store is damaged or was edited
+    -- refit the model", for a sound store."""
+    from dkpca.storage import modelrecord
+
+    _, store, _ = fitted_store
+    monkeypatch.setattr(modelrecord, "memory_total", lambda: 1024)
+    with pytest.raises(ValueError, match="the model was written on a larger machine: load it on one with more memory"
+                       ) as exc:
+        dkpca.load(store)
+    assert not isinstance(exc.value, modelrecord.DamagedModelError)
+    assert "written on a larger machine" in cli_error(capsys, ["info", str(store)])
+
+
 def test_data_metadata_zarr_cannot_parse_is_one_finding_and_one_line(fitted_store, capsys):
     """data/X's zarr.json edited to complex64 (zarr then fails on its fill value 0.0): verify, info, load."""
     X, store, _ = fitted_store

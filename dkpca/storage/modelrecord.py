@@ -33,9 +33,9 @@ import re
 from typing import Any
 
 import numpy as np
-import psutil
 import zarr
 
+from ..machine import memory_total
 from .integrity import DIGEST, digest, encode_digests, has_checksum, json_digest, read_verified, read_whole
 
 __all__ = ["DamagedModelError", "ATTRS", "EDITED", "RECORD", "SEALED", "attrs_digest", "edited", "record", "read_group",
@@ -174,10 +174,20 @@ def _open(store: str, kind: str, group: zarr.Group, name: str) -> zarr.Array:
     return arr
 
 
-def _check_size(store: str, kind: str, arr: zarr.Array) -> None:
-    """Refuse an array whose claimed size could not have been written from memory (a huge shape): never allocated."""
+def _check_size(store: str, kind: str, arr: zarr.Array, recorded: bool = False) -> None:
+    """Refuse an array larger than this process may hold (it is read whole), before it is allocated.
+
+    ``recorded``: its shape is the one its writer recorded -- a model written on a machine with more memory,
+    said so first (or a record edited alike, whose fix is named after it); else a claim no model written from
+    memory here could make (damage).  The memory is the process's job's (:func:`dkpca.machine.memory_total`).
+    """
     claimed = math.prod(arr.shape) * arr.dtype.itemsize
-    memory = psutil.virtual_memory().total
+    memory = memory_total()
+    if claimed > memory and recorded:
+        raise ValueError(f"store {store!r}: {kind} array {arr.path!r} holds {claimed:.3g} bytes (shape "
+                         f"{arr.shape}), more than this machine's memory for this process ({memory:.3g} bytes), "
+                         "as its record says: the model was written on a larger machine: load it on one with more "
+                         f"memory (or, if the store was edited, {_FIXES.get(kind, _FIXES['model'])}).")
     if claimed > memory:
         raise DamagedModelError(store, f"{kind} array {arr.path!r}",
                                 f"claims shape {arr.shape} ({claimed:.3g} bytes), more than this machine's "
@@ -200,7 +210,7 @@ def read_recorded(store: str, kind: str, group: zarr.Group, attrs: dict[str, Any
             if value != e[field]:
                 raise DamagedModelError(store, where, f"has {field} {value} in its metadata, but {e[field]} was "
                                         "written", kind)
-        _check_size(store, kind, arr)
+        _check_size(store, kind, arr, recorded=True)
         data = read_verified(arr)  # a missing chunk reads as zeros: the digest says whether that is what was written
         if digest(np.ascontiguousarray(data)) != e["digest"]:
             raise DamagedModelError(store, where, "is not what was written (its digest differs from the one "
