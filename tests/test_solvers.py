@@ -304,6 +304,22 @@ def test_lanczos_on_a_vanishing_centred_kernel_finds_no_component():
     assert np.all(est.eigenvalues_ == 0)
 
 
+def test_randomized_stops_at_the_rounding_of_products_with_k():
+    """300 points 1e-8 apart, laplacian: centring cancels all but ~1e-9 of K, so tol 1e-10 lambda_1 (the estimator's
+    in memory) lies below what products with K resolve (~u n c sqrt(n)); all 296 components ran the 500 passes
+    allowed. Now a few passes, eigh's eigenvalues to 1e-6 lambda_1 (dense's error here: ~1e-7)."""
+    from sklearn.metrics.pairwise import laplacian_kernel
+
+    from dkpca.eigensolve import solve_kernel_matrix
+
+    X = np.random.default_rng(0).standard_normal((300, 17)) * 1e-8
+    K = laplacian_kernel(X, gamma=0.005)
+    lam, _ = reference_eigh(K, 296)
+    res, _ = solve_kernel_matrix(K, 296, "randomized", tol=1e-10, max_passes=500, random_state=0, remove_zero=False)
+    assert res.passes <= 5
+    np.testing.assert_allclose(res.eigenvalues, lam, rtol=0, atol=1e-6 * lam[0])
+
+
 def test_lanczos_leaves_out_the_ritz_pairs_of_passes_that_cannot_converge(problems, monkeypatch):
     # slow decay (10 passes): a pass whose residual, carried forward at the
     # rate of the last two computed, stays 10x above tol is not solved; the
