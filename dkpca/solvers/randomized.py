@@ -212,7 +212,7 @@ def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = DEFAULT_MAX_
         res = np.linalg.norm(KU - U * theta[:k], axis=0)
         scale = max(abs(theta[0]), np.finfo(float).tiny)
         history.append(float(res.max() / scale))
-        converged = history[-1] <= tol or res.max() <= _rounding(operator)
+        converged = bool(history[-1] <= tol or res.max() <= _rounding(operator))
         done = resumed + operator.passes - start_passes
         if not converged:
             # Next basis: an orthonormal basis of (K~ + sigma I) Q S (one step
