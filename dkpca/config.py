@@ -27,7 +27,7 @@ import yaml
 from dask.utils import parse_timedelta
 
 __all__ = ["DEFAULTS_FILE", "SCHEMA_FILE", "defaults", "schema", "setting", "switch_setting", "seconds_setting",
-           "to_seconds", "check_settings", "unknown_settings"]
+           "to_seconds", "check_settings", "sections", "unknown_settings"]
 
 DEFAULTS_FILE = os.path.join(os.path.dirname(__file__), "dkpca.yaml")
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "dkpca-schema.yaml")
@@ -98,17 +98,20 @@ def seconds_setting(key: str, *, zero: bool = False, units: bool = False) -> flo
     return to_seconds(setting(key), _where(key), zero=zero, units=units)
 
 
+def sections(config: dict | None = None) -> list[tuple[str, Any, dict]]:
+    """``(name, value, dkpca's keys there)`` of the sections ``dkpca`` and ``dkpca.cluster`` of ``config`` (default:
+    the configuration in force); a value None where unset -- ``dkpca.cluster``'s too where ``dkpca`` is no mapping."""
+    known = defaults()["dkpca"]
+    top = dask.config.get("dkpca", None, config=config)
+    cluster = top.get("cluster") if isinstance(top, dict) else None
+    return [("dkpca", top, known), ("dkpca.cluster", cluster, known["cluster"])]
+
+
 def unknown_settings(config: dict | None = None) -> list[str]:
     """The keys under ``dkpca`` and ``dkpca.cluster`` of ``config`` (default: the configuration in force) that
     are no dkpca setting -- a typo (``leese``, ``cluster.timout``), which would otherwise be ignored."""
-    known = defaults()["dkpca"]
-    out = []
-    for prefix, given, names in (("dkpca", dask.config.get("dkpca", None, config=config), known),
-                                 ("dkpca.cluster", dask.config.get("dkpca.cluster", None, config=config),
-                                  known["cluster"])):
-        if isinstance(given, dict):
-            out += [f"{prefix}.{key}" for key in sorted(map(str, given)) if key.replace("_", "-") not in names]
-    return out
+    return [f"{prefix}.{key}" for prefix, given, names in sections(config) if isinstance(given, dict)
+            for key in sorted(map(str, given)) if key.replace("_", "-") not in names]
 
 
 #: the unknown keys warned of in this process (:func:`check_settings`)

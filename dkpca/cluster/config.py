@@ -38,7 +38,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
-from ..config import defaults, setting, to_seconds, unknown_settings
+from ..config import defaults, sections, setting, to_seconds, unknown_settings
 
 __all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class", "cluster_spec",
            "cluster_target", "duration_seconds", "is_loopback", "is_scheduler_address", "k8s_quantity",
@@ -256,9 +256,7 @@ def cluster_spec(target: str | os.PathLike | Mapping | ClusterSpec) -> ClusterSp
 def _refuse_scalars(cfg: Mapping, source: str) -> None:
     """``dkpca: 5`` or ``dkpca: {cluster: 5}`` where sections are mappings: refused by name (Dask's lookups of
     the keys beneath failed with "'int' object is not subscriptable")."""
-    section = cfg.get("dkpca")
-    for where, value in (("dkpca", section),
-                         ("dkpca.cluster", section.get("cluster") if isinstance(section, Mapping) else None)):
+    for where, value, _ in sections(dict(cfg)):
         if value is not None and not isinstance(value, Mapping):
             raise ClusterConfigError(f"{source}: {where} must be a mapping, e.g. 'dkpca: {{cluster: {{backend: "
                                      f"slurm}}}}'; got {value!r}.")

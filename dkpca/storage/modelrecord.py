@@ -183,15 +183,16 @@ def _check_size(store: str, kind: str, arr: zarr.Array, recorded: bool = False) 
     """
     claimed = math.prod(arr.shape) * arr.dtype.itemsize
     memory = memory_total()
-    if claimed > memory and recorded:
+    if claimed <= memory:
+        return
+    if recorded:
         raise ValueError(f"store {store!r}: {kind} array {arr.path!r} holds {claimed:.3g} bytes (shape "
                          f"{arr.shape}), more than this machine's memory for this process ({memory:.3g} bytes), "
                          "as its record says: the model was written on a larger machine: load it on one with more "
                          f"memory (or, if the store was edited, {_FIXES.get(kind, _FIXES['model'])}).")
-    if claimed > memory:
-        raise DamagedModelError(store, f"{kind} array {arr.path!r}",
-                                f"claims shape {arr.shape} ({claimed:.3g} bytes), more than this machine's "
-                                f"memory ({memory:.3g} bytes) and more than any model written from memory", kind)
+    raise DamagedModelError(store, f"{kind} array {arr.path!r}",
+                            f"claims shape {arr.shape} ({claimed:.3g} bytes), more than this machine's "
+                            f"memory ({memory:.3g} bytes) and more than any model written from memory", kind)
 
 
 def read_recorded(store: str, kind: str, group: zarr.Group, attrs: dict[str, Any]) -> dict[str, np.ndarray]:
