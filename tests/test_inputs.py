@@ -731,6 +731,33 @@ def test_a_csv_of_booleans_has_no_header(tmp_path):
     np.testing.assert_array_equal(X, [[True, False], [False, True], [True, True]])
 
 
+def _flags_then(token: str, rows: int = 30, at: int = 25) -> str:
+    """A CSV whose column 'flag' reads True/False in the rows dask infers types from (its first ten) and holds
+    ``token`` in row ``at``; column 'x' is numbers."""
+    lines = ["flag,x"] + [f"{i % 2 == 0},{i / 7!r}" for i in range(rows)]
+    lines[1 + at] = f"{token},{at / 7!r}"
+    return "\n".join(lines) + "\n"
+
+
+def test_a_missing_field_under_a_csv_s_first_booleans_is_refused_as_missing(tmp_path):
+    """Before: read as 1.0 (numpy's bool takes an empty field by its truthiness) and fitted without a word."""
+    with pytest.raises(ValueError, match=re.escape("(first in row 25, column 0)")):
+        dkpca.fit(_csv_lines(tmp_path, _flags_then("")), store=tmp_path / "s.dkpca.zarr")
+
+
+def test_a_token_no_boolean_under_a_csv_s_first_booleans_is_refused_naming_it(tmp_path):
+    with pytest.raises(ValueError, match=re.escape("no cannot be cast to bool")):
+        open_input(_csv_lines(tmp_path, _flags_then("no")))
+
+
+def test_a_zero_under_a_csv_s_first_booleans_leaves_its_false_fields_zero(tmp_path):
+    """Before: one '0' further down made every 'False' of the column read 1.0 (14 of 14 here)."""
+    X = np.asarray(open_input(_csv_lines(tmp_path, _flags_then("0"))))
+    expected = (np.arange(30) % 2 == 0).astype(float)
+    expected[25] = 0.0
+    np.testing.assert_array_equal(X[:, 0], expected)
+
+
 def test_a_csv_whose_first_row_has_a_missing_value_is_data_not_a_header(tmp_path):
     """Before: '1.5,NA,2.5' became the column names (a row lost; a transform's rows all shifted by one)."""
     with pytest.raises(ValueError, match=re.escape("(first in row 0, column 1)")):

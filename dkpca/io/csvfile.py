@@ -274,8 +274,11 @@ def open_csv(path: str, source: str) -> Any:
         fix = next((f"Its fields look separated by {s!r}, not commas: write it with commas." for s in SEPARATORS
                     if len(dtypes) == 1 and s in bad[0]), None) or _text_fix(bad[0], found)
         raise not_numeric(bad, where, fix)
-    # dtypes were inferred from the first rows; a later float in an int column must not fail the read
-    df = _read(path, layout, dtype={c: "float64" for c, t in dtypes.items() if not pd.api.types.is_bool_dtype(t)})
+    # dtypes were inferred from the first rows; a later float in an int column must not fail the read, and a
+    # True/False column is read as nullable booleans: numpy's bool would take a later empty field or other token
+    # by its truthiness (NA becomes NaN and is refused; a token no boolean fails the read)
+    df = _read(path, layout, dtype={c: "boolean" if pd.api.types.is_bool_dtype(t) else "float64"
+                                    for c, t in dtypes.items()})
     if layout.header:
         _check_row_index(df, source)
     plain = all(isinstance(t, np.dtype) for t in df.dtypes)
