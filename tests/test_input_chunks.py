@@ -1,4 +1,4 @@
-"""A user's Zarr array (or HDF5 dataset) with chunks not in its store: each reads as the fill value, so dkpca says so.
+"""A user's Zarr array (or HDF5 dataset, or netCDF-4 variable) with chunks not in its store: each reads as the fill value, so dkpca says so.
 
 zarr stores no chunk equal to the fill value, so an absent chunk may be data -- or the part a killed writer
 never wrote, which was fitted as rows of zeros without a word.  Not refused: warned (AbsentChunksWarning), with
@@ -11,6 +11,7 @@ import os
 import subprocess
 import warnings
 
+import h5netcdf.legacyapi as nc4
 import h5py
 import numpy as np
 import pytest
@@ -79,6 +80,26 @@ def test_hdf5_chunks_never_written_are_warned_of_with_the_count(tmp_path):
     said = _said(_h5(tmp_path / "x.h5", write_rows=240))
     assert said and "2 of 10 chunks of the HDF5 dataset are not stored" in said[0] and "never written" in said[0]
     assert _said(_h5(tmp_path / "full.h5", write_rows=300)) == []
+
+
+def _netcdf4(path, write_rows: int) -> str:
+    """A 300 x 4 int32 netCDF-4 variable 'X' in chunks of 30 rows, no ``_FillValue`` attribute (netCDF's default
+    fill, as netCDF4-python and h5netcdf write it), its first ``write_rows`` rows written."""
+    with nc4.Dataset(str(path), "w") as f:
+        f.createDimension("n", 300)
+        f.createDimension("f", 4)
+        v = f.createVariable("X", "i4", ("n", "f"), chunksizes=(30, 4))
+        v[:write_rows] = np.arange(write_rows * 4, dtype="i4").reshape(write_rows, 4) % 7
+    return f"{path}:X"
+
+
+def test_netcdf4_chunks_never_written_are_warned_of_with_the_count(tmp_path):
+    """Before: fitted as rows of -2147483647 without a word (xarray masks a fill only where _FillValue is named;
+    the same bytes read as HDF5 were warned of)."""
+    said = _said(_netcdf4(tmp_path / "x.nc", write_rows=60))
+    assert said and "8 of 10 chunks of the netCDF-4 variable are not stored" in said[0]
+    assert "-2147483647" in said[0]
+    assert _said(_netcdf4(tmp_path / "full.nc", write_rows=300)) == []
 
 
 def test_a_contiguous_hdf5_dataset_never_written_is_warned_of(tmp_path):

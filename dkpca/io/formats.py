@@ -29,7 +29,7 @@ from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
 from ..storage.paths import unreachable
 from .csvfile import RowIndexWarning, csv_columns, is_csv, open_csv
-from .hdf5 import open_h5
+from .hdf5 import open_h5, warn_unwritten_h5
 from .members import READABLE, AbsentChunksWarning, file_stamp, pick_member, two_dimensional, warn_absent
 from .optional import quiet_teardown, require
 from .parquet import SUFFIXES as PARQUET_SUFFIXES
@@ -256,8 +256,21 @@ def _open_xarray(path: str, member: str | None, source: str) -> Any:
                          f"{sorted(str(v) for v in ds.variables)}.")
     var = ds[member]
     two_dimensional(source, "variable", member, var.shape)
+    if _sniff(path) == "h5":
+        _warn_unwritten_netcdf4(path, member, source)
     # xarray reads each dask chunk by itself: row blocks of the Gram block's edge
     return var.chunk({var.dims[0]: default_block_size(var.shape[0]), var.dims[1]: -1}).data
+
+
+def _warn_unwritten_netcdf4(path: str, member: str, source: str) -> None:
+    """A netCDF-4 file is HDF5: a variable's chunks never written read as its fill value, which xarray turns into
+    NaN only where the variable names a ``_FillValue`` (netCDF's default fill, 9.97e36 or -2147483647, is fitted
+    as data): warned of as an HDF5 dataset's."""
+    h5py = require("h5py", "h5", "HDF5 files")
+    with h5py.File(path, "r") as f:
+        node = f.get(member)
+        if isinstance(node, h5py.Dataset):
+            warn_unwritten_h5(node, source, "netCDF-4 variable")
 
 
 def _open_parquet(path: str, member: str | None, source: str) -> Any:

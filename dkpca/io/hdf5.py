@@ -15,7 +15,7 @@ import numpy as np
 from .members import READABLE, file_stamp, pick_member, two_dimensional, warn_absent
 from .optional import require
 
-__all__ = ["H5Dataset", "open_h5"]
+__all__ = ["H5Dataset", "open_h5", "warn_unwritten_h5"]
 
 
 @dataclass(frozen=True)
@@ -81,20 +81,20 @@ def _h5_dataset(h5py: Any, f: Any, path: str, member: str | None, source: str) -
         raise ValueError(f"input {source!r}: the HDF5 dataset {node.name!r} is empty (a null dataspace: no values).")
     if not node.dtype.names:  # records: as_dask names their fields as the columns to stack
         two_dimensional(source, "dataset", member, node.shape)
-    _warn_unwritten_h5(node, source)
+    warn_unwritten_h5(node, source)
     # an external link's dataset lives in another file under its own name: keep the path named here
     stamp = file_stamp(path) + (file_stamp(node.file.filename) if node.file.filename != f.filename else ())
     return H5Dataset(path, member, tuple(node.shape), node.dtype, stamp)
 
 
-def _warn_unwritten_h5(node: Any, source: str) -> None:
-    """Warn where parts of an HDF5 dataset were never written (h5py stores every chunk written, fill values too:
-    one not stored was never written, and reads as the fill value)."""
+def warn_unwritten_h5(node: Any, source: str, kind: str = "HDF5 dataset") -> None:
+    """Warn where parts of an HDF5 dataset ``node`` (h5py's) were never written (h5py stores every chunk written,
+    fill values too: one not stored was never written, and reads as the fill value); ``kind`` names it."""
     if node.chunks is None:  # contiguous: its storage is allocated when first written
         absent, total = int(node.id.get_storage_size() == 0 and node.size > 0), 1
     else:
         total = int(np.prod([-(-s // c) for s, c in zip(node.shape, node.chunks, strict=True)]))
         absent = total - node.id.get_num_chunks()
     if absent:  # the fill value read only then: h5py crashed (SIGSEGV) reading a damaged one
-        warn_absent(source, "HDF5 dataset", absent, total, node.fillvalue, "h5py stores every chunk written, so "
+        warn_absent(source, kind, absent, total, node.fillvalue, "HDF5 stores every chunk written, so "
                     "those were never written (a writer that stopped part way, or space only reserved)")
