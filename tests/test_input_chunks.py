@@ -1,4 +1,5 @@
-"""A user's Zarr array (or HDF5 dataset, or netCDF-4 variable) with chunks not in its store: each reads as the fill value, so dkpca says so.
+"""A user's Zarr array (or HDF5 dataset, or netCDF-4 variable) with chunks not in its store: each reads as the
+fill value, so dkpca says so.
 
 zarr stores no chunk equal to the fill value, so an absent chunk may be data -- or the part a killed writer
 never wrote, which was fitted as rows of zeros without a word.  Not refused: warned (AbsentChunksWarning), with
