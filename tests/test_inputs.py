@@ -346,6 +346,19 @@ def test_a_named_member_not_2d_suggests_the_file_with_another_member(tmp_path, d
     np.testing.assert_array_equal(as_dask(f"{path}:good").compute(), data)
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+def test_a_zarr_group_read_past_its_stale_consolidated_metadata_fits_every_row(tmp_path, data, zarr_format):
+    """Before: rows appended after ``consolidate_metadata`` (xarray's to_zarr consolidates) were dropped without a
+    word: the group path fitted the consolidated copy's 120 rows, its array path all 240."""
+    path = str(tmp_path / "g.zarr")
+    group = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    group.create_array("X", shape=(120, D), chunks=(40, D), dtype="f8")[...] = data[:120]
+    zarr.consolidate_metadata(path)
+    zarr.open_array(path + "/X", mode="r+").append(data[120:])
+    np.testing.assert_array_equal(as_dask(path).compute(), data)
+
+
 def test_a_zarr_group_s_only_array_not_2d_is_named_with_the_groups_beside_it(tmp_path, data):
     """Before: 'X must be 2-D ...; got shape (3,)' -- of an array named 'other', the data in a subgroup."""
     g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")

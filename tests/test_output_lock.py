@@ -110,11 +110,11 @@ def test_a_second_transform_that_sees_the_first_create_the_output_names_it_in_us
     opened = zarr.open
     seen = []
 
-    def open_before_its_metadata(path, mode):
+    def open_before_its_metadata(path, mode, **kwargs):
         seen.append(path)
         if len(seen) == 1:  # the first look, before the other transform's zarr.json was there
             raise FileNotFoundError(path)
-        return opened(path, mode=mode)
+        return opened(path, mode=mode, **kwargs)
 
     with open_output(out, out, OTHER, (300, 3), (100, 3), False):
         monkeypatch.setattr(outputstate.zarr, "open", open_before_its_metadata)

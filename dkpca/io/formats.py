@@ -143,8 +143,8 @@ def open_path(source: str) -> Any:
 
 # -- one reader per format --------------------------------------------------------------
 def _open_zarr(path: str, member: str | None, source: str) -> Any:
-    try:
-        node = zarr.open(path, mode="r")
+    try:  # an array's own metadata, never a group's consolidated copy: that predates an append to it
+        node = zarr.open(path, mode="r", use_consolidated=False)
     except Exception as exc:  # zarr's own message names its internals (store paths, classes): not for the user
         if isinstance(exc, PermissionError) or unreachable(exc):
             raise  # said as they are (the CLI names the credentials or the endpoint), not as "not Zarr"

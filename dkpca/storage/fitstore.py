@@ -131,7 +131,7 @@ class FitStore(StoredData, ModelSlots):
         """
         if not self.is_new():
             try:
-                root = zarr.open_group(self.path, mode=mode)
+                root = zarr.open_group(self.path, mode=mode, use_consolidated=False)  # (see open)
             except Exception as exc:
                 raise ValueError(self._headless() or f"store {self.path!r} exists and is not a dkpca store; choose "
                                  "another store path.") from exc
@@ -149,8 +149,8 @@ class FitStore(StoredData, ModelSlots):
             there = "does not exist" if self._listing() is None else "is empty"
             raise FileNotFoundError(f"store {self.path!r} {there}; fit a model first (dkpca fit ... --store "
                                     f"{self.path}).")
-        try:
-            root = zarr.open_group(self.path, mode=mode)
+        try:  # each array's own metadata: a consolidated copy someone made of the store goes stale as it grows
+            root = zarr.open_group(self.path, mode=mode, use_consolidated=False)
         except Exception as exc:
             # zarr's words name its store classes and paths; what the path holds instead is the user's to hear
             what = "is a Zarr array" if isinstance(exc, zarr.errors.ContainsArrayError) else \
