@@ -1,17 +1,16 @@
 """The fitted kernel PCA model: projections, scores, persistence.
 
-A model lives in the ``model/`` group of its store, next to the training data
-(``data/X``) it needs for out-of-sample projections: eigenpairs and centering
-statistics as Zarr arrays, everything else as JSON attributes.  Loading never
-unpickles anything.
+A model lives in the ``model/`` group of its store, next to the training data (``data/X``) it needs for
+out-of-sample projections: eigenpairs and centering statistics as Zarr arrays, everything else as JSON
+attributes.  Loading never unpickles anything.
 
 Out-of-sample projection (Neal's notes; :mod:`dkpca.linalg.centering`): for a new point x with
 ``k(x)_i = k(x, x_i)``,
 
     k~(x) = k(x) - r - mean(k(x)) 1 + c 1,        z_k(x) = k~(x)^T u_k / sqrt(lambda_k)
 
-evaluated blockwise against the training rows, never holding more than one
-(new block x training block) kernel block per task.
+evaluated blockwise against the training rows, never holding more than one (new block x training block) kernel
+block per task.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import html
 import os
 import pickle
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any
 
 import dask
@@ -212,12 +212,16 @@ class KPCAModel:
     def reconstruction_error(self, X: Any, n_components: int | None = None) -> Any:
         """Squared feature-space distance from phi(x) to its projection.
 
-        ``||phi~(x)||^2 - sum_{k<=q} z_k(x)^2`` with
-        ``||phi~(x)||^2 = k(x,x) - 2 mean(k(x)) + c``; shape (m,).
+        ``||phi~(x)||^2 - sum_{k<=q} z_k(x)^2`` with ``||phi~(x)||^2 = k(x,x) - 2 mean(k(x)) + c``; shape (m,);
+        ``n_components`` q from 0 (the norm itself) to the model's k (None).
         """
-        q = self.n_components if n_components is None else int(n_components)
+        k = q = self.n_components
+        if n_components is not None:  # the scores' two more columns (mean k(x), k(x,x)) are no components
+            q = n_components if isinstance(n_components, Integral) and not isinstance(n_components, bool) else -1
+            if not 0 <= q <= k:
+                raise ValueError(f"n_components={n_components!r} is invalid; it must be an integer between 0 and "
+                                 f"{k} (the components of the fitted model; None: all of them).")
         S, lazy = self._scores(X)
-        k = self.n_components
         norm2 = self.centering.feature_norms(S[:, k + 1], S[:, k])
         err = norm2 - (S[:, :q] ** 2).sum(axis=1)
         return err if lazy else compute(err)[0]

@@ -4,6 +4,8 @@ Reference throughout: the dense kernel from a naive evaluation and
 scipy.linalg.eigh of H K H.
 """
 
+import re
+
 import numpy as np
 import pytest
 import zarr
@@ -222,6 +224,28 @@ def test_new_point_projection_matches_seed_formula(tmp_path, blobs, rng):
     # reconstruction error: ||phi~(x)||^2 - sum z^2
     norm2 = 1.0 - 2 * kx.mean(axis=1) + c
     np.testing.assert_allclose(model.reconstruction_error(Xn), norm2 - (want**2).sum(1), atol=1e-10)
+
+
+@pytest.mark.parametrize("q", [3, 4, -1, 0.9, True, "2"])
+def test_a_reconstruction_error_of_components_the_model_has_not_is_refused(tmp_path, rng, q):
+    """Before: q past k subtracted the squares of the scores' two extra columns (mean k(x), k(x,x)): errors below
+    the k-component one, negative at q = k + 2; -1 and 0.9 were sliced and truncated."""
+    model = dkpca.fit(rng.standard_normal((40, 3)), n_components=2, gamma=0.3, store=tmp_path / "s.zarr")
+    with pytest.raises(ValueError, match=re.escape(f"n_components={q!r} is invalid; it must be an integer between "
+                                                   "0 and 2")):
+        model.reconstruction_error(rng.standard_normal((4, 3)), n_components=q)
+
+
+def test_a_reconstruction_error_of_no_component_is_the_feature_norm(tmp_path, rng):
+    """q = 0: ||phi~(x)||^2 = k(x,x) - 2 mean k(x) + c, directly (rbf: k(x,x) = 1); each q removes z_q^2."""
+    X, Xn = rng.standard_normal((40, 3)), rng.standard_normal((4, 3))
+    model = dkpca.fit(X, n_components=2, gamma=0.3, store=tmp_path / "s.zarr", dtype="float64")
+    kx, K = rbf_kernel(Xn, X, gamma=0.3), rbf_kernel(X, gamma=0.3)
+    norm2 = 1.0 - 2 * kx.mean(axis=1) + K.mean()
+    np.testing.assert_allclose(model.reconstruction_error(Xn, n_components=0), norm2, atol=1e-12)
+    z = model.transform(Xn)
+    np.testing.assert_allclose(model.reconstruction_error(Xn, n_components=np.int64(1)), norm2 - z[:, 0] ** 2,
+                               atol=1e-12)
 
 
 def test_linear_kernel_equals_pca(tmp_path, rng):
