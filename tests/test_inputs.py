@@ -187,6 +187,18 @@ def test_member_is_found_when_it_is_the_only_2d_one(tmp_path, data, reference):
     np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-10)
 
 
+def test_an_hdf5_dataset_whose_name_holds_a_colon_is_read(tmp_path, data):
+    """Before: 'f.h5:/a:b' was split at its last colon only, and the file that is there was said not to exist."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f["a:b"], f["other"] = data, np.zeros_like(data)
+    np.testing.assert_array_equal(as_dask(f"{tmp_path}/f.h5:/a:b").compute(), data)
+
+
+def test_a_file_url_names_an_hdf5_member_as_its_path_does(tmp_path, data):
+    """Before: 'file:///.../x.h5:/group/X' was refused: "No such file or directory: '.../x.h5:/group/X'"."""
+    np.testing.assert_array_equal(as_dask("file://" + _h5(tmp_path, data)).compute(), data)
+
+
 # -- refusals -------------------------------------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import zarr
 
 from ..linalg import default_block_size
-from ..storage import FORMAT, absolute, is_url
+from ..storage import FORMAT, absolute, is_url, without_local_scheme
 from ..storage.integrity import VerifiedArray, read_verified
 from ..storage.outputs import readable
 from ..storage.paths import unreachable
@@ -49,14 +49,16 @@ MAGIC = {b"\x93NUMPY": "npy", b"\x89HDF\r\n\x1a\n": "h5", b"CDF\x01": "netcdf", 
 def split_member(source: str) -> tuple[str, str | None]:
     """``'file.h5:/group/x'`` -> ``('file.h5', '/group/x')``; other paths and URLs -> ``(source, None)``.
 
-    The split is at the last colon whose left part is an existing file, so
-    paths that contain colons themselves still work.
+    The split is at the last colon whose left part is an existing file, so paths and members that contain colons
+    themselves still work (``'f.h5:/a:b'``: the dataset ``/a:b``); a ``file://`` URL names a local file.
     """
-    if is_url(source) or os.path.exists(source) or ":" not in source:
+    local = without_local_scheme(source)
+    if is_url(local) or os.path.exists(local) or ":" not in local:
         return source, None
-    path, member = source.rsplit(":", 1)
-    if member and os.path.isfile(path):
-        return path, member
+    at = len(local)
+    while (at := local.rfind(":", 0, at)) > 0:
+        if at + 1 < len(local) and os.path.isfile(local[:at]):
+            return local[:at], local[at + 1:]
     return source, None
 
 
