@@ -19,6 +19,7 @@ import pytest
 import zarr
 
 import dkpca
+from dkpca.cli import main
 from dkpca.io.formats import AbsentChunksWarning
 
 from .conftest import dkpca_cmd, make_data
@@ -65,6 +66,15 @@ def test_the_cli_says_it_as_one_warning_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("dkpca: warning: input ")
     with pytest.warns(AbsentChunksWarning):  # and fits the array as zarr reads it
         assert np.isfinite(dkpca.fit(path, 2, store=str(tmp_path / "s.zarr")).eigenvalues_).all()
+
+
+def test_a_fit_s_warning_comes_before_its_progress_lines(tmp_path, capsys):
+    """Before: after the lines of copying X into the store (progress lines are no log records, which released the
+    warnings held while the input was checked): the data warned of was copied by then."""
+    assert main(["fit", _array(tmp_path / "x.zarr"), "-k", "2", "--store", str(tmp_path / "s.zarr")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("dkpca: warning: input ") and "not stored" in lines[0], lines[:3]
+    assert any("copying X into the store" in ln for ln in lines[1:])
 
 
 def _h5(path, write_rows: int, chunks=(30, 4)):

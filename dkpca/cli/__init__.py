@@ -87,6 +87,22 @@ class HeldWarnings:
         return message + "".join(f" (It followed a warning: {text})" for text in self.held)
 
 
+class _SaysHeldFirst:
+    """stderr while a command runs: the first thing it writes other than a log record (a progress line, a bar)
+    says the held warnings before it, as a log record does through :meth:`HeldWarnings.release`."""
+
+    def __init__(self, stream: Any, held: HeldWarnings) -> None:
+        self._stream, self._held = stream, held
+
+    def write(self, text: str) -> int:
+        if text and not self._held.spoke:  # release writes through here too, once spoke is set
+            self._held.release()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, flush, fileno, encoding: the stream's own
+        return getattr(self._stream, name)
+
+
 class _Lines(logging.Formatter):
     """``dkpca: MESSAGE``; a warning ``dkpca: warning: MESSAGE``, as a Python warning is shown."""
 
@@ -205,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     if handler is not None:
         handler.addFilter(held.release)
     try:
-        with warnings.catch_warnings(), _terminate_as_interrupt():
+        # (left before an error is said: the error line carries the warnings held)
+        with warnings.catch_warnings(), _terminate_as_interrupt(), \
+                contextlib.redirect_stderr(_SaysHeldFirst(sys.stderr, held)):
             warnings.showwarning = held.show  # restored by catch_warnings
             if level > logging.WARNING:  # -q, --log-level ERROR or CRITICAL: warnings are not said
                 warnings.simplefilter("ignore")
