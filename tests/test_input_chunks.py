@@ -47,6 +47,30 @@ def test_an_absent_chunk_is_warned_of_with_the_count(tmp_path, zarr_format):
     assert said and "2 of 10 chunks of the Zarr array are not stored" in said[0] and "fill value 0.0" in said[0]
 
 
+def _sharded(path, rows: int, written: int, index_location: str = "end") -> str:
+    """A ``rows`` x 4 Zarr v3 array in chunks of 10 rows, shards of 100, its first ``written`` rows written."""
+    codec = zarr.codecs.ShardingCodec(chunk_shape=(10, 4), index_location=index_location)
+    arr = zarr.create_array(str(path), shape=(rows, 4), chunks=(100, 4), serializer=codec, compressors=None,
+                            dtype="f8")
+    assert (arr.chunks, arr.shards) == ((10, 4), (100, 4))
+    arr[:written] = make_data(rows, seed=5, d=4)[:written]
+    return str(path)
+
+
+@pytest.mark.parametrize("index_location", ["end", "start"])
+def test_a_shard_written_part_way_is_counted_by_its_chunks(tmp_path, index_location):
+    """Before: no warning (zarr counts a stored shard as all of its chunks): 180 rows of zeros fitted."""
+    said = _said(_sharded(tmp_path / "x.zarr", 200, 20, index_location))
+    assert said and "18 of 20 chunks of the Zarr array are not stored" in said[0]
+
+
+def test_a_sharded_array_written_in_full_says_nothing_past_its_edge(tmp_path):
+    """The last shard's chunks past the array's 205 rows are never stored: no gap."""
+    assert _said(_sharded(tmp_path / "x.zarr", 205, 205)) == []
+    said = _said(_sharded(tmp_path / "y.zarr", 205, 200))
+    assert said and "1 of 21 chunks of the Zarr array are not stored" in said[0]
+
+
 def test_an_array_written_in_full_says_nothing(tmp_path):
     assert _said(_array(tmp_path / "x.zarr", absent=())) == []
 

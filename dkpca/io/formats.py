@@ -34,6 +34,7 @@ from .members import READABLE, AbsentChunksWarning, file_stamp, pick_member, two
 from .optional import quiet_teardown, require
 from .parquet import SUFFIXES as PARQUET_SUFFIXES
 from .parquet import is_parquet_directory, open_parquet, parquet_columns
+from .shards import stored_chunks
 
 __all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "open_path", "split_member", "input_path",
            "table_columns", "zarr_input", "named_kind", "SAID"]
@@ -192,8 +193,9 @@ def warn_absent_chunks(arr: zarr.Array, source: str) -> None:
     chunk as the fill value and writes no chunk equal to it, so it may be data -- or the part a writer killed
     part way never wrote, fitted as fill values without a word.  Not refused; said before any work, with the
     count (one listing of the array's prefix)."""
-    try:
-        absent = arr.nchunks - arr.nchunks_initialized
+    try:  # a sharded array's shards' indexes say which chunks they hold: zarr counts a stored shard as all
+        held = stored_chunks(arr)
+        absent = arr.nchunks - (arr.nchunks_initialized if held is None else held)
     except Exception:  # a store that cannot list (an HTTP server without listings): nothing to say
         return
     warn_absent(source, "Zarr array", absent, arr.nchunks, arr.fill_value,
