@@ -164,9 +164,11 @@ def _solve_indefinite(K: np.ndarray, Xd: np.ndarray, alpha: float) -> np.ndarray
         try:
             return scipy.linalg.solve(K, Xd, assume_a="sym")
         except (np.linalg.LinAlgError, scipy.linalg.LinAlgWarning):
+            # a ridge that counts is one against K's own scale (the kernel on scores far from 0 is large)
+            larger = max(1e-3, 10 * alpha, 1e-3 * float(np.abs(np.diag(K) - alpha).mean()))
             raise np.linalg.LinAlgError(
                 f"the pre-image map's system K(scores, scores) + alpha I is singular with alpha={alpha!r}: pass a "
-                "larger alpha (e.g. 1e-3) to fit_inverse_transform's ridge map, or use inverse_transform's "
+                f"larger alpha (e.g. {larger:.3g}) to fit_inverse_transform's ridge map, or use inverse_transform's "
                 "method='kwok-tsang' or 'fixed-point'.") from None
 
 

@@ -6,6 +6,8 @@ search, the dense subset-of-regressors solve), and denoising of points near a
 known closed curve.
 """
 
+import re
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -188,6 +190,17 @@ def test_errors(noisy_curve):
         rbf.inverse_transform(Z, method="kwok-tsang", n_neighbors=1)
     with pytest.raises(ValueError, match="max_iter"):
         rbf.inverse_transform(Z, method="fixed-point", max_iter=0)
+
+
+def test_a_singular_ridge_system_s_refusal_names_an_alpha_that_solves_it():
+    """Before: 'e.g. 1e-3' whatever alpha was given (here 1e4 against a poly kernel on scores of order 1e8)."""
+    X = np.random.default_rng(0).standard_normal((60, 4)) + 1e3
+    params = dict(n_components=3, kernel="poly", degree=3, fit_inverse_transform=True)
+    with pytest.raises(np.linalg.LinAlgError, match=r"alpha=10000.0: pass a larger alpha \(e.g. ") as caught:
+        KernelPCA(**params, alpha=1e4).fit(X)
+    larger = float(re.search(r"e\.g\. ([0-9.e+]+)\)", str(caught.value)).group(1))
+    assert larger > 1e4
+    assert np.isfinite(KernelPCA(**params, alpha=larger).fit(X).dual_coef_).all()
 
 
 def test_a_singular_ridge_system_is_refused_as_scikit_learn_refuses_it():
