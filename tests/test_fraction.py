@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.metrics.pairwise import pairwise_kernels, rbf_kernel
 
 import dkpca
 from dkpca.io import as_dask
@@ -231,3 +231,16 @@ def test_a_fraction_of_an_indefinite_kernel_is_refused_by_every_solver(solver):
     X = np.random.default_rng(0).standard_normal((300, 5))
     with pytest.raises(ValueError, match="needs a positive semi-definite kernel"):
         dkpca.fit(X, 0.9, kernel="sigmoid", gamma=0.3, coef0=2.0, solver=solver, dtype="float64", random_state=0)
+
+
+@pytest.mark.parametrize("solver", ["dense", "lanczos"])
+def test_a_fraction_of_a_low_rank_kernel_held_in_float32_is_kept(solver):
+    """Cosine on 3-D points: K~ has rank 3 and 471 eigenvalues that are float32 rounding (~1e-6 each).  Before:
+    refused as indefinite -- they summed past the exact trace (425.284 against 425.283).  The reference k is
+    eigh's: float32's error in these ratios (~1e-7) is far from the cumulative sums' distance to 0.9."""
+    X = make_data(474, seed=0, d=3)
+    kp = dkpca.KernelPCA(n_components=0.9, kernel="cosine", dtype="float32", eigen_solver=solver).fit(X)
+    lam = scipy.linalg.eigh(centered(pairwise_kernels(X, metric="cosine")), eigvals_only=True)[::-1]
+    k = components_for_fraction(lam, lam.sum(), 0.9)
+    assert kp.eigenvalues_.shape == (k,)
+    np.testing.assert_allclose(kp.eigenvalues_, lam[:k], rtol=1e-5)

@@ -36,7 +36,7 @@ import numpy as np
 
 from .randomized import iteration_width, start_block
 from .result import DEFAULT_MAX_PASSES, Callback, EigResult, PassReport
-from .spectrum import check_eigenvalues, components_for_fraction
+from .spectrum import check_eigenvalues, components_for_fraction, operator_zero_threshold
 
 __all__ = ["solve_fraction", "working_k", "next_k", "refuse_indefinite", "WORKING_K", "DEFAULT_MAX_PASSES"]
 
@@ -92,15 +92,19 @@ def _round_of(state: Any) -> tuple[int, int] | None:
     return int(a["round_k"][0]), int(a["prior_passes"][0])
 
 
-def refuse_indefinite(eigenvalues: np.ndarray, trace: float, fraction: float, tol: float) -> None:
+def refuse_indefinite(eigenvalues: np.ndarray, trace: float, fraction: float, tol: float,
+                      rounding: float = 0.0) -> None:
     """Raise ``ValueError`` where the computed eigenvalues sum to more than ``trace(K~)``, the sum of all n, by
-    more than the solver's error (``tol`` of the largest, each): then K~ has significant negative eigenvalues,
-    and ratios to its trace -- which they shrink -- are no explained variance (they would add up past 1).  The
-    dense solver, which sees the negative eigenvalues, refuses such a K~ too (the spectrum policy)."""
-    lam = np.maximum(np.asarray(eigenvalues, dtype=np.float64), 0.0)
+    more than the solver's error (``tol`` of the largest, each) and K's rounding (``rounding``: the level below
+    which an eigenvalue is numerically zero, :func:`~.spectrum.operator_zero_threshold`; those count as zero
+    and each other one may be off by it): then K~ has significant negative eigenvalues, and ratios to its trace
+    -- which they shrink -- are no explained variance (they would add up past 1).  The dense solver, which
+    sees the negative eigenvalues, refuses such a K~ too (the spectrum policy)."""
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    lam = lam[lam > rounding]  # a float32 K's 471 noise eigenvalues summed past an exact trace (cosine, d = 3)
     top = float(lam.max(initial=0.0))
     excess = float(lam.sum()) - trace
-    if top > 0 and excess > max(lam.size * tol, 1e-8) * top:
+    if top > 0 and excess > max(lam.size * tol, 1e-8) * top + lam.size * rounding:
         raise ValueError(
             f"n_components={fraction} (a fraction of explained variance) needs a positive semi-definite kernel, but "
             f"the centred kernel matrix has significant negative eigenvalues: its {lam.size} largest sum to "
@@ -186,7 +190,7 @@ def solve_fraction(solve: Callable[..., EigResult], operator: Any, fraction: flo
         history += res.history
         rounds.append({"k": k, "passes": res.passes, "converged": bool(res.converged)})
         lam = np.asarray(res.eigenvalues, dtype=np.float64)
-        refuse_indefinite(lam, trace, fraction, tol)
+        refuse_indefinite(lam, trace, fraction, tol, operator_zero_threshold(operator, float(lam.max(initial=0.0))))
         # the whole spectrum is known: all n pairs, or a computed eigenvalue that is numerically 0
         # (the spectrum policy's test; a PSD K~'s remaining ones are 0 too); then only rounding can
         # keep the fraction from being reached

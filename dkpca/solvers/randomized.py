@@ -36,7 +36,7 @@ import scipy.linalg
 
 from ..execution import row_blocks
 from .result import DEFAULT_MAX_PASSES, Callback, EigResult, report
-from .spectrum import zero_threshold
+from .spectrum import operator_zero_threshold
 
 __all__ = ["solve", "iteration_width", "block_size", "start_block", "next_shift", "wanted_width", "single_switch",
            "MAX_WIDENING", "SINGLE_RESIDUAL"]
@@ -123,10 +123,9 @@ def _rounding(operator) -> float:
     Where centring cancels most of K (n c far above lambda_1), ``tol * theta_1`` can lie below it (in memory
     tol is 1e-10): 532 of 536 components of points 1e-8 apart ran the 500 passes allowed, ~1 s each.
     """
-    centering = getattr(operator, "centering", None)
-    if centering is None or np.dtype(getattr(operator, "dtype", np.float64)) != np.float64:
+    if getattr(operator, "centering", None) is None or np.dtype(getattr(operator, "dtype", np.float64)) != np.float64:
         return 0.0
-    return zero_threshold(0.0, np.float64, centering.cancelled, operator.n)
+    return operator_zero_threshold(operator, 0.0)
 
 
 def solve(operator, k: int, *, tol: float = 1e-6, max_passes: int = DEFAULT_MAX_PASSES, rng=None,

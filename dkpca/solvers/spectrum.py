@@ -51,8 +51,8 @@ import numpy as np
 
 from .result import EigResult
 
-__all__ = ["postprocess", "check_eigenvalues", "check_magnitude_ranking", "flip_signs", "components_for_fraction",
-           "keep_fraction", "NOT_PSD_HINT", "zero_threshold"]
+__all__ = ["postprocess", "check_eigenvalues", "operator_zero_threshold", "check_magnitude_ranking", "flip_signs",
+           "components_for_fraction", "keep_fraction", "NOT_PSD_HINT", "zero_threshold"]
 
 #: unit roundoff of float64
 _U64 = float(np.finfo(np.float64).eps) / 2
@@ -108,6 +108,14 @@ def zero_threshold(top: float, precision: Any = np.float64, scale: float | None 
     small_scale = small if n is None or dt == np.float32 else min(small, SCALE_NOISE * _U64 * np.sqrt(n))
     scale = abs(float(scale)) if scale is not None and np.isfinite(scale) else 0.0
     return max(small * float(top), small_scale * scale)
+
+
+def operator_zero_threshold(operator: Any, top: float) -> float:
+    """:func:`zero_threshold` for the eigenvalues of ``operator``'s K~: its K's precision, n, and its centring's
+    ``n c`` where known (before it is, scikit-learn's rule)."""
+    centering = getattr(operator, "centering", None)
+    return zero_threshold(top, getattr(operator, "dtype", np.float64),
+                          None if centering is None else centering.cancelled, operator.n)
 
 
 def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None, scale: float | None = None,
