@@ -48,11 +48,9 @@ from .inverse import InverseTransform
 from .io import as_dask, open_input
 from .linalg import center_precomputed
 from .pipeline import fit_with
-from .planning import memory_precision
 from .projection import kernel_diag, project
 from .request import check_kernel_pca_params, check_out_of_core_params, refused_as_sklearn
 from .sklearnparams import SklearnParams
-from .solvers import Solver
 
 __all__ = ["KernelPCA"]
 
@@ -323,9 +321,7 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         # memory and product time of a float64 K -- but float32 input gets a
         # float64 K where a sample says float32 would lose the eigenvalues
         # (dtype="auto", dkpca.planning.precision).
-        self.precision_ = memory_precision(X, self.kernel_, self.dtype, k,
-                                           single_products=Solver.parse(solver).spec.float32_products)
-        self._compute_dtype = np.dtype(self.precision_.dtype) if self.precision_ is not None else X.dtype
+        self._choose_precision(X, k, solver)
         K = (np.array(X.toarray() if sp.issparse(X) else X, dtype=self._compute_dtype, copy=True)
              if self._is_precomputed() else self._training_kernel(X))
         # a non-symmetric precomputed K is centred as KernelCenterer centres it (row and column means apart)
@@ -436,8 +432,9 @@ class KernelPCA(PartialFit, SklearnParams, InverseTransform, ClassNamePrefixFeat
         resident): a batch that fits is written into it; one that outgrows it
         copies K into a new buffer, and the old K and the grown one are then
         both held.  ``X_fit_`` (the rows seen) is kept too.  After ``fit`` or
-        unpickling, the next call rebuilds K of the fitted rows once.  K's precision is the first call's
-        (``precision_``): float32 input agrees with ``fit`` to float32's ~1e-6.
+        unpickling, the next call rebuilds K of the fitted rows once.  K's precision is ``fit``'s on the rows
+        seen (``precision_``): with ``dtype="auto"`` (float32 input's default) K held in float32 is rebuilt in
+        float64, once, after a batch for which a sample of all rows says float32 loses the eigenvalues.
         With ``store=`` (or dask, Zarr or file batches, which need it) each
         call is :func:`dkpca.fit` on the store's data copy followed by the
         batch, out of core: the store is updated, nothing n x n is held in

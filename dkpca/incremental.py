@@ -1,10 +1,9 @@
 """``KernelPCA.partial_fit``: a fit grown by batches of rows, equal to a fit on all of them, warm-started.
 
-scikit-learn's ``IncrementalPCA`` convention: the first call fits, a later
-call adds its rows, ``transform`` works at any time.  Each call solves the
-kernel matrix of every row seen so far to the tolerance of ``fit``, so the
-model after a call *is* the fit on the concatenation (not an approximation
-of it).  What a call reuses:
+scikit-learn's ``IncrementalPCA`` convention: the first call fits, a later call adds its rows, ``transform``
+works at any time.  Each call solves the kernel matrix of every row seen so far to the tolerance of ``fit``, in
+the precision ``fit`` would choose for them, so the model after a call *is* the fit on the concatenation (not an
+approximation of it).  What a call reuses:
 
 * **K.**  The kernel matrix of the rows seen so far stays in memory; a batch
   of m rows after n costs only its new rows and columns, ``K(X_new, X_old)``
@@ -69,8 +68,7 @@ def cross_kernel(kernel: Kernel, X_new: Any, X_old: Any, dtype: Any) -> np.ndarr
         out[:, j0:j1] = kernel.block(X_new, X_old[j0:j1], dtype)
 
     with local_threads() as pmap:
-        for _ in pmap(one, block_bounds(n, edge)):
-            pass
+        list(pmap(one, block_bounds(n, edge)))
     return out
 
 
@@ -128,8 +126,7 @@ def grown_matrix(kept: KeptKernel, cross: np.ndarray, square: np.ndarray) -> Kep
             out[max(a, n):b, n:N] = square[max(a, n) - n:b - n]
 
     with local_threads() as pmap:
-        for _ in pmap(strip, block_bounds(N, rows_per_block(N, out.itemsize))):
-            pass
+        list(pmap(strip, block_bounds(N, rows_per_block(N, out.itemsize))))
     return KeptKernel(out, N, owned=True)
 
 
@@ -342,13 +339,19 @@ class PartialFit:
             return
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         X = stack_rows(self.X_fit_[:0], X)  # the batch in the kind and dtype of the rows seen
-        kept = self._kept_kernel()
+        kept, X_all = self._kept_kernel(), stack_rows(self.X_fit_, X)
+        if kept.buffer.dtype == np.float32 and getattr(self.precision_, "requested", None) == "auto":
+            # 'auto' measured float32 on the rows seen (3 of them, say); a fit of all the rows may hold K in float64
+            self._choose_precision(X_all, *self._in_memory_choice(X_all.shape[0], warm=True))
+            if self._compute_dtype == np.float64:  # K rebuilt, as a store's update rebuilds it
+                self._solve_grown(KeptKernel.of(self._training_kernel(X_all)), X_all, n)
+                return
         dtype = kept.buffer.dtype
         evaluator = self.kernel_ if self.kernel_ is not None and not sp.issparse(X) else self._evaluator()
         cross = cross_kernel(evaluator, X, self.X_fit_, dtype)
         kept = grown_matrix(kept, cross, self._training_kernel(X).astype(dtype, copy=False))
         del cross
-        self._solve_grown(kept, stack_rows(self.X_fit_, X), n)
+        self._solve_grown(kept, X_all, n)
 
     def _grow_precomputed(self, X: np.ndarray, n: int) -> None:
         """A precomputed batch: its rows of the grown K, ``(m, n + m)``, or the whole grown K, square."""

@@ -19,7 +19,7 @@ from scipy.sparse.linalg import ArpackNoConvergence
 from .eigensolve import memory_kernel_matrix, solve_kernel_matrix
 from .kernels import CallableKernel, Kernel, SparseInputKernel, make_kernel
 from .linalg import Centering
-from .planning import in_memory_solver
+from .planning import in_memory_solver, memory_precision
 from .request import ARITHMETIC_TOL, FitOptions, check_n_components_spec
 from .solvers import EigResult, Solver
 from .solvers.spectrum import check_magnitude_ranking
@@ -96,6 +96,13 @@ class SklearnParams:
                           solver=self.eigen_solver, store=self.store, chunk_size=self.chunk_size,
                           dtype=self.dtype or "auto", tol=tol, max_passes=passes, random_state=self.random_state,
                           overwrite=overwrite)
+
+    def _choose_precision(self, X: Any, k: int | float, solver: str) -> None:
+        """``precision_`` and K's dtype for an in-memory fit of the rows X (``fit``; ``partial_fit`` where 'auto'
+        held K in float32 and the rows grown since may need float64)."""
+        self.precision_ = memory_precision(X, self.kernel_, self.dtype, k,
+                                           single_products=Solver.parse(solver).spec.float32_products)
+        self._compute_dtype = np.dtype(self.precision_.dtype) if self.precision_ is not None else X.dtype
 
     def _in_memory_choice(self, n: int, warm: bool = False) -> tuple[int | float, str]:
         """``(k, solver)`` of an in-memory fit of n rows (``fit`` and ``partial_fit`` alike).

@@ -219,6 +219,29 @@ def test_partial_fit_keeps_one_buffer_while_batches_fit_in_it():
     assert_matches_eigh(est, X[:390])
 
 
+def test_auto_rebuilds_k_in_float64_when_the_rows_grown_need_it():
+    """Before: the first batch's precision stayed: 3 rows measured float32 fine, and the 600 after them were solved
+    in float32, 5.6e-6 lambda_1 off (fit on them holds K in float64: float32 would put ~4e-3 into the top 10).
+    Reference: eigh of the centred float64 kernel, to fit's 1e-8."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((4, 3))[rng.integers(0, 4, 600)] * 3 + 0.5 * rng.standard_normal((600, 3))
+    est = KernelPCA(10, kernel="rbf", gamma=1e-3, dtype="auto", random_state=0).partial_fit(X[:3])
+    assert est.precision_.dtype == "float32"
+    est.partial_fit(X[3:])
+    fit = KernelPCA(10, kernel="rbf", gamma=1e-3, dtype="auto").fit(X)
+    assert est.precision_.dtype == "float64" == fit.precision_.dtype
+    lam, _ = reference_eigh(rbf_kernel(X, gamma=1e-3), 10)
+    np.testing.assert_allclose(est.eigenvalues_, lam, rtol=0, atol=1e-8 * lam[0])
+
+
+def test_auto_keeps_k_in_float32_while_the_rows_grown_allow_it():
+    """float32 input, dtype auto: a batch whose sample still says float32 grows the float32 K (fit's choice too)."""
+    X = latent(300).astype(np.float32)
+    est = KernelPCA(5, kernel="rbf", gamma=GAMMA, random_state=0).partial_fit(X[:200]).partial_fit(X[200:])
+    assert est.precision_.dtype == "float32" == KernelPCA(5, kernel="rbf", gamma=GAMMA).fit(X).precision_.dtype
+    assert est.__dict__[dkpca.incremental.KEPT].buffer.dtype == np.float32
+
+
 def test_auto_solves_a_warm_call_by_block_lanczos_where_a_fit_would_take_arpack():
     """``eigen_solver="auto"``: the first call (a fit of 300 rows, k = 5) by ARPACK, a later call by block Lanczos
     from the extended eigenvectors (``planning.inmemory.WARM_SOLVER``); an explicit "arpack" stays ARPACK.  Both equal
