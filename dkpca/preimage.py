@@ -1,10 +1,8 @@
 """Pre-images: from component scores back to input space.
 
-A point ``z`` in component space stands for the feature-space vector
-``P phi(x) = phi_bar + sum_k z_k v_k`` (``v_k`` the unit principal axes,
-``phi_bar`` the training mean), which in general is not the image of any
-input ``x``.  Three ways to find an approximate pre-image (seed
-``kpca-preimage-blog.md``):
+A point ``z`` in component space stands for the feature-space vector ``P phi(x) = phi_bar + sum_k z_k v_k``
+(``v_k`` the unit principal axes, ``phi_bar`` the training mean), which in general is not the image of any input
+``x``.  Three ways to find an approximate pre-image (seed ``kpca-preimage-blog.md``):
 
 ``ridge`` (Bakir, Weston & Schoelkopf 2004)
     Learn a map ``z -> x`` by kernel ridge regression of the training inputs on
