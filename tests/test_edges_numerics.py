@@ -214,6 +214,43 @@ def test_the_smallest_component_of_raw_measurements_is_kept():
     np.testing.assert_allclose(smallest, exact[-1], rtol=1e-3)  # rounding: ~u n c sqrt(n) = 3e-6, 1 % of it
 
 
+@pytest.fixture(scope="module")
+def far_and_flat():
+    """2,000 3-D points at 1e6 with scales 1, 0.7, 0.3, and K~'s top eigenvalues (the Gram of the centred points):
+    [2033.7, 939.1, 179.1]; n c = 6e15, u sqrt(n) n c = 30; every solver computes them to ~0.004."""
+    X = np.random.default_rng(0).normal(size=(2000, 3)) * [1.0, 0.7, 0.3] + 1e6
+    return X, np.linalg.svd(X - X.mean(axis=0), compute_uv=False) ** 2
+
+
+@pytest.mark.parametrize("solver", ["dense", "lanczos", "randomized"])
+def test_a_component_far_above_the_rounding_of_n_c_is_kept(far_and_flat, solver):
+    """Before: the third (179, 5.7 % of the variance) fell under the zero rule's 8 u sqrt(n) n c = 236, though the
+    noise of components that are rounding is at most 1.33 u sqrt(n) n c = 39 (identical points, measured)."""
+    X, exact = far_and_flat
+    model = dkpca.fit(X, 3, kernel="linear", solver=solver, dtype="float64", random_state=0)
+    np.testing.assert_allclose(model.eigenvalues_, exact, rtol=0, atol=0.05)
+
+
+def test_randomized_iteration_does_not_stop_at_its_first_pass_s_small_residuals(far_and_flat):
+    """The same points at 3e6 (n c 9 times larger; the same K~): before, the first pass's residuals (~100, of Ritz
+    values ~10 near K~'s zeros) were under the rounding stop (3 u sqrt(n) n c = 800): 'converged' after one pass,
+    both components zero and a warning that K~ vanishes.  Rounding leaves ~0.03 in them here."""
+    X, exact = far_and_flat
+    est = dkpca.KernelPCA(2, kernel="linear", eigen_solver="randomized", random_state=0).fit(X + 2e6)
+    np.testing.assert_allclose(est.eigenvalues_, exact[:2], rtol=0, atol=0.2)
+
+
+def test_a_negative_eigenvalue_at_the_rounding_of_n_c_is_no_refusal(far_and_flat):
+    """A fraction (the dense solver, every eigenvalue) on 1,000 of the points: before, a rounding negative of -0.18
+    (1.8e-4 of lambda_1, under the 8 u sqrt(n) n c that zeroes positives) refused the linear kernel as not PSD."""
+    X, _ = far_and_flat
+    X = X[:1000]
+    exact = np.linalg.svd(X - X.mean(axis=0), compute_uv=False) ** 2
+    k = int(np.searchsorted(np.cumsum(exact) / exact.sum(), 0.9)) + 1
+    model = dkpca.fit(X, 0.9, kernel="linear", solver="dense")
+    np.testing.assert_allclose(model.eigenvalues_, exact[:k], rtol=0, atol=0.05)
+
+
 def test_estimator_keeps_zero_components_unless_asked():
     # scikit-learn: with n_components given and remove_zero_eig=False the zero eigenvalues stay (as 0)
     est = dkpca.KernelPCA(2, kernel="rbf").fit(np.ones((50, 3)))
