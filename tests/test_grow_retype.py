@@ -89,6 +89,20 @@ def test_an_update_float32_still_suffices_for_grows_k(grown):
     assert model.report["update"]["dtype"] is None and model.report["gram"]["dtype"] == "float32"
 
 
+def test_an_update_asked_a_tol_float32_misses_builds_k_anew_in_float64(grown, tmp_path):
+    """The same growth asked for tol=1e-10, which float32 (~1e-8 here) misses: a fresh fit holds K in float64, and
+    so does the update now.  Before: the stored float32 K was kept (the reuse of a refit with a tighter tol),
+    its eigenvalues ~5e-8 of lambda_1 from the fresh fit's."""
+    X, store = grown
+    Y = np.vstack([X[:40], np.random.default_rng(1).standard_normal((20, D))])
+    model = dkpca.fit(Y, n_components=K, store=store, tol=1e-10)
+    fresh = dkpca.fit(Y, n_components=K, store=str(tmp_path / "fresh.zarr"), tol=1e-10)
+    assert model.report["gram"]["dtype"] == fresh.report["gram"]["dtype"] == "float64"
+    assert model.report["update"]["dtype"] == ["float32", "float64"]
+    lam, _ = reference_eigh(rbf_kernel(Y, gamma=1.0 / D), K)
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=0, atol=1e-10 * lam[0])
+
+
 def test_the_plan_and_info_say_k_is_rebuilt_in_float64(grown, capsys):
     X, store = grown
     assert "K built anew in float64" in dkpca.plan(X, n_components=K, store=store).update

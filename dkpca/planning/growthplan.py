@@ -50,7 +50,8 @@ def _update_precision(req: FitRequest) -> Precision | None:
     old model."""
     if GramStore(req.store).recorded_dtype() != "float32":
         return None
-    return choose_precision("auto", req.X, req.kernel, int(req.n_components), stored="float32", tol=req.tol)
+    # no store's K named: a refit's reuse of its float32 K under a tighter tol is no fresh fit's answer
+    return choose_precision("auto", req.X, req.kernel, int(req.n_components), tol=req.tol)
 
 
 def update_modes(req: FitRequest, growth: Growth | None) -> tuple[str, str, dict[str, str]]:
