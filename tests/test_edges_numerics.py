@@ -11,6 +11,7 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
+from sklearn.metrics.pairwise import polynomial_kernel
 
 import dkpca
 from dkpca.kernels import NonFiniteKernelError, make_kernel
@@ -269,6 +270,30 @@ def test_non_finite_kernel_is_named_in_memory_as_stored(X, tmp_path, where):
         dkpca.fit(X[:300], 3, kernel="poly", degree=400, store=store)
     with pytest.raises(NonFiniteKernelError, match="non-finite .* 'poly'"):  # beyond float64's range too
         dkpca.fit(X[:300], 3, kernel="poly", degree=4000, dtype="float64", store=store, overwrite=True)
+
+
+def test_auto_holds_in_float64_a_kernel_that_overflows_float32_only(tmp_path):
+    """A cubic on points at 1e7: K up to 1.07e42, past float32's 3.4e38, far within float64.  Before: dtype='auto'
+    refused the kernel as 'not usable on this data' (dtype='float64' fitted).  Reference: eigh of the centred
+    float64 kernel (float64 K: 1e-12 of lambda_1); float32 asked for is still refused."""
+    X = 1e7 + 1e5 * np.random.default_rng(0).normal(size=(60, 3))
+    lam, _ = reference_eigh(polynomial_kernel(X, degree=3, gamma=1 / 3, coef0=1), 3)
+    model = dkpca.fit(X, 3, kernel="poly", degree=3, store=tmp_path / "s.zarr")
+    assert model.report["gram"]["dtype"] == "float64"
+    np.testing.assert_allclose(model.eigenvalues_, lam, rtol=0, atol=1e-12 * lam[0])
+    assert "overflow float32" in dkpca.KernelPCA(3, kernel="poly", degree=3, dtype="auto").fit(X).precision_.reason
+    with pytest.raises(NonFiniteKernelError, match="in float32"):
+        dkpca.fit(X, 3, kernel="poly", degree=3, dtype="float32", store=tmp_path / "t.zarr")
+
+
+def test_identical_rows_whose_eigenvalues_round_below_zero_have_no_component():
+    """A linear kernel on 10 identical rows: K~ is exactly 0, the dense solver's eigenvalues all round to
+    -1.6e-30.  Before: refused, 'All eigenvalues are negative ... not PSD' (scikit-learn's rule, which knows no
+    scale); now numerically zero, as rounding a hair above 0 is."""
+    X = np.full((10, 3), 3.7)
+    with pytest.warns(UserWarning, match="numerically zero"):
+        assert dkpca.fit(X, 5, kernel="linear", solver="dense", dtype="float64").eigenvalues_.size == 0
+    np.testing.assert_array_equal(dkpca.KernelPCA(5, kernel="linear", eigen_solver="dense").fit(X).eigenvalues_, 0)
 
 
 def test_callable_kernel_nan_is_named(X):

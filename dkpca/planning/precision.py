@@ -68,6 +68,10 @@ _U32 = 2.0 ** -24
 #: K is numerically the identity when no off-diagonal entry exceeds this share of the diagonal: the sample's
 #: eigenvalues of K~ are then equal to within m times it (0.03 % at m = 256), and carry nothing of the data
 IDENTITY_TOLERANCE = 1e-6
+#: K's largest |entry| that ``auto`` holds in float64 where float32 overflows (3.4e38): a solver's products and
+#: their squares (residual norms) stay within float64's 1.8e308 for n up to 1e14 rows; past it the kernel is
+#: refused (a degree-400 polynomial: K up to 1e227, block Lanczos's eigh failed)
+WIDEST_ENTRY = 1e140
 #: K is numerically constant when its entries spread less than this share of the largest: K~ is rounding noise
 CONSTANT_TOLERANCE = 1e-12
 
@@ -230,7 +234,7 @@ def measure_precision(S: np.ndarray, kernel: Kernel, k: int) -> dict[str, Any]:
         out["finite"] = "neither"
         return out
     if not np.isfinite(K32).all():
-        out["finite"] = "float64"
+        out["finite"], out["largest"] = "float64", float(np.abs(K64).max())
         return out
     out["scale"] = kernel_scale(S, kernel, K64)
     cen = Centering.of_matrix(K64)
@@ -306,12 +310,14 @@ def choose_precision(requested: str, X: Any = None, kernel: Kernel | None = None
     common = dict(requested=requested, entry_error=got["entry_error"], product_error=got["product_error"],
                   surviving=got["surviving"], checked=got["checked"], sample=int(S.shape[0]), seconds=seconds,
                   limit=limit)
+    if got["finite"] == "float64" and requested == "auto" and got["largest"] <= WIDEST_ENTRY:
+        return Precision("float64", predicted_error=np.inf, reason=f"K's entries overflow float32 {what} (up to "
+                         f"{got['largest']:.3g}; float32 holds 3.4e38): float64", **common)
     if got["finite"] in ("neither", "float64"):
         if not np.isfinite(S).all():  # the data itself: the scan refuses it, naming its bad row
             return Precision("float32", reason=f"the sample is not finite {what}: the fit refuses X", **common)
-        # refused now, before the data is copied, in the build's words: a float64 K is not widened to either, as
-        # entries beyond float32's range (1e38) overflow the products of a float64 K as well (a degree-400
-        # polynomial: K up to 1e227, block Lanczos's eigh failed)
+        # refused now, before the data is copied, in the build's words: float32 asked for, or entries past
+        # WIDEST_ENTRY, which overflow the products of a float64 K as well
         single = " in float32" if got["finite"] == "float64" else ""
         raise NonFiniteKernelError.of("the kernel", kernel.to_dict(), f"{single} on a {S.shape[0]}-point sample of "
                                       f"the data{largest_value('its', S)}")
