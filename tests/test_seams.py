@@ -122,6 +122,26 @@ def test_relative_paths_with_workers_in_another_directory(tmp_path, proc_cluster
     assert all(cwd != str(tmp_path) for cwd in workers_cwd.values())  # the test tested something
 
 
+def test_a_zarr_array_opened_by_a_relative_path_reads_alike_with_workers_elsewhere(tmp_path, proc_cluster,
+                                                                                     monkeypatch):
+    """A zarr.Array (not a path) opened relative to the client's directory: before, its transform on workers in
+    another directory read no chunks there and projected rows of the fill value (0.617 off, no warning), and a grown
+    one was refused as differing from the store's copy.  Reference: the same calls on the numpy array."""
+    X = make_data(400, d=4, seed=3)
+    G = np.vstack([X, make_data(100, d=4, seed=4)])
+    write_data(tmp_path / "d.zarr", X)
+    write_data(tmp_path / "g.zarr", G)
+    monkeypatch.chdir(tmp_path)
+    with Client(proc_cluster.address):
+        model = dkpca.fit(X, n_components=3, gamma=0.2, store="s.dkpca.zarr", dtype="float64", solver="dense")
+        np.testing.assert_allclose(model.transform(zarr.open_array("d.zarr", mode="r")), model.transform(X),
+                                   rtol=0, atol=1e-12)
+        grown = dkpca.fit(zarr.open_array("g.zarr", mode="r"), n_components=3, gamma=0.2, store="s.dkpca.zarr",
+                          dtype="float64", solver="dense")
+        assert grown.report["update"]["rows_before"] == 400 and grown.n_samples == 500
+    assert all(cwd != str(tmp_path) for cwd in proc_cluster.client.run(os.getcwd).values())
+
+
 def test_zero_length_done_marker_counts_as_not_done(stored_fit):
     """A node crash can leave a renamed, never-fsynced marker empty: that block is recomputed, the rest reused."""
     X, store, refit = stored_fit

@@ -36,7 +36,7 @@ from .parquet import SUFFIXES as PARQUET_SUFFIXES
 from .parquet import is_parquet_directory, open_parquet, parquet_columns
 from .shards import stored_chunks
 
-__all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "open_path", "split_member", "input_path",
+__all__ = ["READABLE", "AbsentChunksWarning", "RowIndexWarning", "open_path", "split_member", "input_path", "anchored",
            "table_columns", "zarr_input", "named_kind", "SAID"]
 
 H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
@@ -176,6 +176,16 @@ def _open_zarr(path: str, member: str | None, source: str) -> Any:
             raise ValueError(f"Zarr group {source!r}: its array {name!r} has shape {node.shape}; dkpca fits a "
                              f"2-D array (n_samples, n_features){deeper}.")
     return zarr_input(node, source)
+
+
+def anchored(arr: zarr.Array) -> zarr.Array:
+    """``arr`` opened again by its local store's absolute path where that store was opened by a relative one: tasks
+    read it where they run, and a worker in another working directory found no chunks there -- rows of the fill
+    value, projected without a word."""
+    root = getattr(arr.store, "root", None)
+    if not isinstance(arr.store, zarr.storage.LocalStore) or root is None or os.path.isabs(root):
+        return arr
+    return zarr.open_array(zarr.storage.LocalStore(os.path.abspath(root), read_only=True), path=arr.path, mode="r")
 
 
 def zarr_input(node: zarr.Array, source: str) -> Any:

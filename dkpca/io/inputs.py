@@ -23,7 +23,7 @@ from ..linalg import default_block_size
 from ..storage.datachunks import chunk_digest, copy_edge
 from ..storage.integrity import block_checksum, rows_checksum
 from .csvfile import is_csv, not_numeric, text_fields
-from .formats import open_path, table_columns, zarr_input
+from .formats import anchored, open_path, table_columns, zarr_input
 
 __all__ = ["open_input", "as_dask", "scan", "Fingerprint", "feature_names", "check_feature_names",
            "read_feature_names"]
@@ -44,6 +44,7 @@ def open_input(source: Any) -> Any:
     if isinstance(source, str):
         return open_path(source)
     if isinstance(source, zarr.Array):  # as a path to it is read (opened once: as_dask's own call finds it opened)
+        source = anchored(source)
         return zarr_input(source, str(source.store_path))
     if hasattr(source, "data_vars"):  # an xarray Dataset: which variable is X is the user's to say
         raise ValueError(f"X is an xarray Dataset of variables {sorted(str(v) for v in source.data_vars)}; pass "
