@@ -289,9 +289,11 @@ def test_a_cluster_file_s_bad_local_settings_are_one_line_before_anything_starts
     ("cluster: {workers: 0, local: {n_workers: 1}}", r"c\.yaml: dkpca\.cluster\.workers must be a positive integer"),
     ("lease: abc\n  cluster: {local: {n_workers: 1}}", r"c\.yaml: dask config 'dkpca\.lease' .* got 'abc'"),
 ])
+@pytest.mark.parametrize("command", ["fit", "plan"])
 def test_a_cluster_file_s_bad_dkpca_settings_are_one_line_before_its_cluster_starts(tmp_path, capsys, monkeypatch,
-                                                                                     settings, message):
-    """They were found once the LocalCluster had started (11-16 s here), after its lines."""
+                                                                                     settings, message, command):
+    """They were found once the LocalCluster had started (11-16 s here), after its lines; a plan, which sizes the
+    cluster from the file, printed a whole plan over a timeout 'forever' or workers 'two'."""
     import importlib
 
     from dkpca.cli import main
@@ -302,9 +304,10 @@ def test_a_cluster_file_s_bad_dkpca_settings_are_one_line_before_its_cluster_sta
     cfg = tmp_path / "c.yaml"
     cfg.write_text("dkpca:\n  " + settings + "\n")
     data = write_data(tmp_path / "d.zarr", make_data(100, d=3))
-    status = main(["fit", data, "-k", "2", "--cluster", str(cfg), "--store", str(tmp_path / "s.zarr")])
-    err = capsys.readouterr().err.splitlines()
-    assert status == 2 and len(err) == 1 and re.search(message, err[0]), err
+    status = main([command, data, "-k", "2", "--cluster", str(cfg), "--store", str(tmp_path / "s.zarr")])
+    out = capsys.readouterr()
+    err = out.err.splitlines()
+    assert status == 2 and len(err) == 1 and re.search(message, err[0]) and out.out == "", err
 
 
 @pytest.mark.parametrize("args, message", [

@@ -5,9 +5,9 @@ the active client that :func:`connect` leaves behind (:mod:`dkpca.execution`).
 """
 
 from .config import BACKENDS, ClusterConfigError, ClusterError, ClusterSpec, backend_class, cluster_spec
-from .connect import close, connect, connected, is_scheduler_address
+from .connect import checked_spec, close, connect, connected, is_scheduler_address
 from .resources import check_distributed_settings, worker_resources
 
 __all__ = ["BACKENDS", "ClusterConfigError", "ClusterError", "ClusterSpec", "backend_class",
-           "check_distributed_settings", "cluster_spec", "close", "connect", "connected", "is_scheduler_address",
-           "worker_resources"]
+           "check_distributed_settings", "checked_spec", "cluster_spec", "close", "connect", "connected",
+           "is_scheduler_address", "worker_resources"]

@@ -224,17 +224,26 @@ def _open(target: Target, scheduler_file: str | os.PathLike | None, timeout: flo
         client = reach(address=s if "://" in s else f"tcp://{s}")
         spec, what = None, f"Dask scheduler {s}"
     else:
-        spec = cluster_spec(target)
+        spec = checked_spec(target)
         with spec.applied():
-            try:  # the file's dkpca settings, before anything starts (they were read once it had: 12 s later)
-                check_settings()
-            except ValueError as exc:
-                raise ClusterConfigError(f"{spec.source}: {exc}") from None
-            for key in ("workers", "timeout", "local", "scale", "adapt"):  # each checked as it is read
-                spec.dkpca(key)
             return _start(spec, cleanup, timeout, memory_per_worker)
     _wait_for_workers(client, spec, timeout, what)
     return client
+
+
+def checked_spec(target: str | os.PathLike | Mapping | ClusterSpec) -> ClusterSpec:
+    """The cluster file or mapping ``target``, its dkpca settings checked before anything starts (they were read
+    once it had: 12 s later) -- by a fit, and by a plan that sizes the cluster from it (which took a timeout
+    'forever' a fit refuses)."""
+    spec = cluster_spec(target)
+    with spec.applied():
+        try:
+            check_settings()
+        except ValueError as exc:
+            raise ClusterConfigError(f"{spec.source}: {exc}") from None
+        for key in ("workers", "timeout", "local", "scale", "adapt"):  # each checked as it is read
+            spec.dkpca(key)
+    return spec
 
 
 def connect(target: Target = None, *, scheduler_file: str | os.PathLike | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..cluster import cluster_spec, connected, is_scheduler_address, worker_resources
+from ..cluster import checked_spec, connected, is_scheduler_address, worker_resources
 from ..execution import active_client, local_thread_count
 from ..machine import memory_total
 
@@ -33,7 +33,7 @@ def cluster_resources(cluster: Any) -> dict[str, Any]:
         with connected(os.fspath(cluster)) as c:  # a running scheduler: ask it
             out = _client_resources(c)
     elif cluster is not None and client is not cluster:
-        out = worker_resources(cluster_spec(cluster))  # from the configuration; nothing is started
+        out = worker_resources(checked_spec(cluster))  # from the configuration, checked as a fit checks it
     elif client is not None:
         out = _client_resources(client)
     out["distributed"] = True
