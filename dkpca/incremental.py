@@ -16,9 +16,8 @@ approximation of it).  What a call reuses:
   random oversampling columns; ARPACK starts from their sum.  The dense solver
   needs no start.
 
-Out of core (``store=`` set, or a dask array / Zarr / file batch) a call is
-``dkpca.fit`` on the store's data copy followed by the batch, which the
-store update path turns into an update of the store.
+Out of core (``store=`` set, or a dask array / Zarr / file batch) a call is ``dkpca.fit`` on the store's data
+copy followed by the batch, which the store update path turns into an update of the store.
 """
 
 from __future__ import annotations
@@ -339,13 +338,15 @@ class PartialFit:
             return
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         X = stack_rows(self.X_fit_[:0], X)  # the batch in the kind and dtype of the rows seen
-        kept, X_all = self._kept_kernel(), stack_rows(self.X_fit_, X)
-        if kept.buffer.dtype == np.float32 and getattr(self.precision_, "requested", None) == "auto":
+        X_all = stack_rows(self.X_fit_, X)
+        if self._compute_dtype == np.float32 and getattr(self.precision_, "requested", None) == "auto":
             # 'auto' measured float32 on the rows seen (3 of them, say); a fit of all the rows may hold K in float64
             self._choose_precision(X_all, *self._in_memory_choice(X_all.shape[0], warm=True))
-            if self._compute_dtype == np.float64:  # K rebuilt, as a store's update rebuilds it
+            if self._compute_dtype == np.float64:  # K rebuilt as an update rebuilds it; the float32 one let go first
+                self.__dict__.pop(KEPT, None)
                 self._solve_grown(KeptKernel.of(self._training_kernel(X_all)), X_all, n)
                 return
+        kept = self._kept_kernel()
         dtype = kept.buffer.dtype
         evaluator = self.kernel_ if self.kernel_ is not None and not sp.issparse(X) else self._evaluator()
         cross = cross_kernel(evaluator, X, self.X_fit_, dtype)

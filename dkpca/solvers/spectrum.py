@@ -86,9 +86,8 @@ def flip_signs(U: np.ndarray) -> np.ndarray:
 #: sqrt(n): at most 1.33 measured (float64, 6 kernels x 4 solvers x K in memory, stored or recomputed, n = 10 to
 #: 10,000: sums of n terms, whose rounding grows as sqrt(n)), 2.26 in a later sweep (~5,000 fits at n = 10 to
 #: 3,000: a cubic on identical rows at 1e6, K recomputed in tiles of n/3; 2.17 at n = 3,000); 4 leaves 1.8x that.
-#: 8 zeroed real components
-#: that every solver computes to 1e-5 of themselves: a linear kernel on 2,000 3-D points at 1e6, whose third
-#: eigenvalue, 179 (0.004 off in every solver), lay under 8 u sqrt(n) n c = 236 (noise there: at most 39)
+#: 8 zeroed real components that every solver computes to 1e-5 of themselves: a linear kernel on 2,000 3-D
+#: points at 1e6, whose third eigenvalue, 179 (0.004 off in every solver), lay under 8 u sqrt(n) n c = 236
 SCALE_NOISE = 4.0
 
 
@@ -157,21 +156,22 @@ def check_eigenvalues(eigenvalues: np.ndarray, precision: Any = None, scale: flo
     if lam.size == 0:
         return lam
     top, low = lam.max(), lam.min()
-    if top < 0 and low >= -zero_threshold(0.0, dt, scale, n):  # all of them K~'s rounding: all zero, no refusal
+    rounding = zero_threshold(max(top, 0.0), dt, scale, n)  # K~'s: what is under it either side is zero
+    if top < 0 and low >= -rounding:  # all of them rounding: all zero, no refusal
         return np.zeros_like(lam)
     if top < 0:
         raise ValueError(
             f"All eigenvalues are negative (maximum is {top:g}). Either the matrix is not PSD, or there was an "
             "issue while computing the eigendecomposition of the matrix." + NOT_PSD_HINT
         )
-    if low < -ratio * top and low < -floor and low < -zero_threshold(top, dt, scale, n):  # not K~'s rounding
+    if low < -ratio * top and low < -floor and low < -rounding:
         rel = -low / top if top > 0 else np.inf
         raise ValueError(
             f"There are significant negative eigenvalues ({rel:g} of the maximum positive). Either the matrix is "
             "not PSD, or there was an issue while computing the eigendecomposition of the matrix." + NOT_PSD_HINT
         )
     lam[lam < 0] = 0.0
-    lam[(lam > 0) & (lam < zero_threshold(top, dt, scale, n))] = 0.0
+    lam[(lam > 0) & (lam < rounding)] = 0.0
     return lam
 
 
